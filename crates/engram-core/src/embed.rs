@@ -1,0 +1,63 @@
+//! The embedder contract.
+//!
+//! An [`Embedder`] turns texts into L2-normalised vectors. Every vector the store keeps is
+//! tagged with the [`Embedder::model_id`] that made it, and a store refuses to mix vectors of
+//! different dimensions (see `Store`), so switching model is an explicit re-embed, never a
+//! silent mix of spaces.
+
+use async_trait::async_trait;
+
+use crate::error::FaultSource;
+
+/// Turns texts into unit-length vectors of a fixed dimension.
+///
+/// Contract:
+/// - `embed(texts)` returns exactly `texts.len()` vectors, in order, each of length `dims()`,
+///   each L2-normalised (so a dot product is the cosine similarity).
+/// - `model_id()` is stable across restarts for the same weights; it is persisted next to
+///   every vector. **Serialized in the DB: changes must be backward compatible.**
+/// - Implementations may batch internally; CPU-heavy ones must not block the async runtime.
+#[async_trait]
+pub trait Embedder: Send + Sync {
+    /// Stable identity of the model, e.g. `builtin:minilm-static-v1`.
+    fn model_id(&self) -> &str;
+    /// Dimension of every vector this embedder returns.
+    fn dims(&self) -> usize;
+    /// Embed a batch of texts.
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+}
+
+/// A failed embedding call, classified by who must act.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("embedder error ({fault:?}): {message}")]
+pub struct EmbedError {
+    pub fault: FaultSource,
+    pub message: String,
+}
+
+impl EmbedError {
+    pub fn user(message: impl Into<String>) -> Self {
+        Self { fault: FaultSource::User, message: message.into() }
+    }
+    pub fn runtime(message: impl Into<String>) -> Self {
+        Self { fault: FaultSource::Runtime, message: message.into() }
+    }
+    pub fn bug(message: impl Into<String>) -> Self {
+        Self { fault: FaultSource::Bug, message: message.into() }
+    }
+}
+
+/// Scale `v` to unit length in place (a zero vector stays zero).
+pub fn normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        for x in v.iter_mut() {
+            *x /= norm;
+        }
+    }
+}
+
+/// Dot product; equals the cosine similarity for unit vectors.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}

@@ -1,0 +1,129 @@
+//! Errors of the engine, and the one table of public error codes.
+//!
+//! [`Error`] is what every engine operation returns. [`ErrorCode`] is the closed set of
+//! public `snake_case` codes; the HTTP adapter maps each code to a status with an exhaustive
+//! `match` (no `_` arm), so adding a code forces a decision about its status.
+//! Internal causes (`Error::Internal`) are logged with their chain and never sent to clients.
+
+/// Who has to act on a failure of an external provider (embedder, LLM).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultSource {
+    /// Bad configuration or credentials: retrying will not help; tell the operator.
+    User,
+    /// Timeouts, rate limits, 5xx, malformed output: retry with backoff.
+    Runtime,
+    /// A defect in engram itself: fail loudly.
+    Bug,
+}
+
+/// Public error codes. **Part of the API contract**: clients match on these strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    InvalidInput,
+    InvalidJson,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    Conflict,
+    PayloadTooLarge,
+    Unprocessable,
+    RateLimited,
+    EmbedderUnavailable,
+    Internal,
+}
+
+impl ErrorCode {
+    /// The wire name of the code.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidInput => "invalid_input",
+            ErrorCode::InvalidJson => "invalid_json",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::Unprocessable => "unprocessable",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::EmbedderUnavailable => "embedder_unavailable",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+/// The error of every engine operation.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The caller sent something invalid; `field` names the offending input.
+    #[error("{message}")]
+    InvalidInput { field: String, message: String },
+    /// Content or body over the configured limit.
+    #[error("{0}")]
+    TooLarge(String),
+    /// Not found, or not visible to the caller (another tenant's id is indistinguishable).
+    #[error("{what} not found")]
+    NotFound { what: String },
+    /// The caller is authenticated but its role may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Missing or unknown credentials.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The request conflicts with the current state (e.g. editing a superseded fact).
+    #[error("{0}")]
+    Conflict(String),
+    /// Well-formed but semantically unusable (e.g. a vector of the wrong dimension).
+    #[error("{0}")]
+    Unprocessable(String),
+    /// The embedder failed; the write was not applied.
+    #[error("embedder unavailable: {0}")]
+    Embedder(#[from] crate::embed::EmbedError),
+    /// Anything else: storage failures, bugs. Logged, never shown to clients.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::InvalidInput { field: field.into(), message: message.into() }
+    }
+    pub fn not_found(what: impl Into<String>) -> Self {
+        Error::NotFound { what: what.into() }
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Error::Internal(message.into())
+    }
+
+    /// The public code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::InvalidInput { .. } => ErrorCode::InvalidInput,
+            Error::TooLarge(_) => ErrorCode::PayloadTooLarge,
+            Error::NotFound { .. } => ErrorCode::NotFound,
+            Error::Forbidden(_) => ErrorCode::Forbidden,
+            Error::Unauthorized(_) => ErrorCode::Unauthorized,
+            Error::Conflict(_) => ErrorCode::Conflict,
+            Error::Unprocessable(_) => ErrorCode::Unprocessable,
+            Error::Embedder(_) => ErrorCode::EmbedderUnavailable,
+            Error::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// The message safe to show a client (internal details are hidden).
+    pub fn public_message(&self) -> String {
+        match self {
+            Error::Internal(_) => "internal error; see the server log".to_string(),
+            Error::Embedder(e) => format!("the embedder failed: {}", e.message),
+            Error::InvalidInput { .. }
+            | Error::TooLarge(_)
+            | Error::NotFound { .. }
+            | Error::Forbidden(_)
+            | Error::Unauthorized(_)
+            | Error::Conflict(_)
+            | Error::Unprocessable(_) => self.to_string(),
+        }
+    }
+}
+
+/// Result alias of the engine.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

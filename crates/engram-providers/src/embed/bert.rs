@@ -1,0 +1,387 @@
+//! Local BERT embedder: a sentence-transformers model folder run on the CPU with candle.
+//!
+//! The folder must hold `config.json` (a BERT config), `tokenizer.json` and
+//! `model.safetensors` — the sentence-transformers layout, as `scripts/fetch-model.sh` leaves
+//! all-MiniLM-L6-v2. Optional files that are honoured when present:
+//! `sentence_bert_config.json` (`max_seq_length`, never above [`MAX_TOKENS`]) and
+//! `1_Pooling/config.json` (mean or CLS pooling; mean is the default).
+//!
+//! Inference mirrors sentence-transformers: tokenize with special tokens, truncate to
+//! 256 tokens, pad each batch to its longest text, run the encoder, mean-pool the last hidden
+//! state over the attention mask, L2-normalise. Texts are sorted by length before batching so
+//! padding stays small. The CPU work runs in `tokio::task::spawn_blocking`, one batch job at
+//! a time (candle already uses every core for one forward pass).
+//!
+//! `model_id()` is `local:<folder name>@<fingerprint>` where the fingerprint is the first 8
+//! hex digits of a SHA-256 over `config.json`, the size of `model.safetensors` and sixteen
+//! evenly spaced 64 KiB samples of it. Renaming the folder or changing the weights changes
+//! the id (which makes the store re-embed); reloading the same files never does.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config as BertConfig};
+use engram_core::embed::{EmbedError, Embedder, normalize};
+use sha2::{Digest, Sha256};
+use tokenizers::{
+    PaddingParams, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy,
+};
+
+/// Longest input, in tokens including `[CLS]` and `[SEP]`; longer texts are truncated.
+pub const MAX_TOKENS: usize = 256;
+/// Texts per forward pass.
+const BATCH_SIZE: usize = 32;
+
+/// How token vectors become one sentence vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooling {
+    /// Average over the non-padding tokens (sentence-transformers' usual choice).
+    Mean,
+    /// The `[CLS]` token's vector.
+    Cls,
+}
+
+/// A BERT sentence-embedding model loaded from a folder. Cheap to clone.
+#[derive(Clone)]
+pub struct BertEmbedder {
+    inner: Arc<Inner>,
+    model_id: String,
+    /// One forward job at a time: candle parallelises each pass over all cores already.
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+struct Inner {
+    model: BertModel,
+    tokenizer: Tokenizer,
+    device: Device,
+    dims: usize,
+    pooling: Pooling,
+    max_tokens: usize,
+}
+
+impl std::fmt::Debug for BertEmbedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BertEmbedder")
+            .field("model_id", &self.model_id)
+            .field("dims", &self.inner.dims)
+            .field("pooling", &self.inner.pooling)
+            .field("max_tokens", &self.inner.max_tokens)
+            .finish()
+    }
+}
+
+fn read_file(dir: &Path, name: &str) -> Result<Vec<u8>, EmbedError> {
+    let path = dir.join(name);
+    if !path.is_file() {
+        return Err(EmbedError::user(format!(
+            "local embedder: {} is missing {name} (expected a sentence-transformers folder with \
+             model.safetensors, tokenizer.json and config.json; scripts/fetch-model.sh fetches \
+             all-MiniLM-L6-v2)",
+            dir.display()
+        )));
+    }
+    std::fs::read(&path).map_err(|e| {
+        EmbedError::user(format!("local embedder: cannot read {}: {e}", path.display()))
+    })
+}
+
+#[derive(serde::Deserialize)]
+struct SentenceBertConfig {
+    max_seq_length: Option<usize>,
+}
+
+#[derive(serde::Deserialize)]
+struct PoolingConfig {
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_max_tokens: bool,
+    #[serde(default)]
+    pooling_mode_mean_sqrt_len_tokens: bool,
+}
+
+fn read_pooling(dir: &Path) -> Result<Pooling, EmbedError> {
+    let path = dir.join("1_Pooling").join("config.json");
+    if !path.is_file() {
+        return Ok(Pooling::Mean);
+    }
+    let bytes = read_file(&dir.join("1_Pooling"), "config.json")?;
+    let cfg: PoolingConfig = serde_json::from_slice(&bytes)
+        .map_err(|e| EmbedError::user(format!("local embedder: bad {}: {e}", path.display())))?;
+    match (
+        cfg.pooling_mode_mean_tokens,
+        cfg.pooling_mode_cls_token,
+        cfg.pooling_mode_max_tokens || cfg.pooling_mode_mean_sqrt_len_tokens,
+    ) {
+        (true, false, false) => Ok(Pooling::Mean),
+        (false, true, false) => Ok(Pooling::Cls),
+        _ => Err(EmbedError::user(format!(
+            "local embedder: {} asks for a pooling mode other than plain mean or CLS, which is \
+             not supported",
+            path.display()
+        ))),
+    }
+}
+
+/// `<folder name>@<8 hex>`: see the module docs.
+fn fingerprint(config: &[u8], weights: &[u8]) -> String {
+    const SAMPLES: usize = 16;
+    const SAMPLE_LEN: usize = 64 * 1024;
+    let mut h = Sha256::new();
+    h.update(config);
+    h.update((weights.len() as u64).to_le_bytes());
+    if weights.len() <= SAMPLES * SAMPLE_LEN {
+        h.update(weights);
+    } else {
+        let step = (weights.len() - SAMPLE_LEN) / (SAMPLES - 1);
+        for i in 0..SAMPLES {
+            let start = i * step;
+            h.update(&weights[start..start + SAMPLE_LEN]);
+        }
+    }
+    hex::encode(&h.finalize()[..4])
+}
+
+fn runtime_err(context: &str) -> impl FnOnce(candle_core::Error) -> EmbedError + '_ {
+    move |e| EmbedError::runtime(format!("local embedder: {context}: {e}"))
+}
+
+impl BertEmbedder {
+    /// Load a model folder. Every problem with the folder is a `User` fault that names it.
+    pub fn load(dir: &Path) -> Result<Self, EmbedError> {
+        if !dir.is_dir() {
+            return Err(EmbedError::user(format!(
+                "local embedder: model folder {} does not exist (scripts/fetch-model.sh fetches \
+                 all-MiniLM-L6-v2 and prints its folder)",
+                dir.display()
+            )));
+        }
+        let config_bytes = read_file(dir, "config.json")?;
+        let config: BertConfig = serde_json::from_slice(&config_bytes).map_err(|e| {
+            EmbedError::user(format!(
+                "local embedder: {} is not a BERT config: {e}",
+                dir.join("config.json").display()
+            ))
+        })?;
+        if let Some(t) = config.model_type.as_deref()
+            && !matches!(t, "bert" | "roberta" | "xlm-roberta" | "camembert")
+        {
+            return Err(EmbedError::user(format!(
+                "local embedder: {} has model_type {t:?}; only BERT-family encoders are supported",
+                dir.join("config.json").display()
+            )));
+        }
+        if config.hidden_size == 0
+            || config.num_attention_heads == 0
+            || config.hidden_size % config.num_attention_heads != 0
+        {
+            return Err(EmbedError::user(format!(
+                "local embedder: {}: hidden_size {} is not a multiple of num_attention_heads {}",
+                dir.join("config.json").display(),
+                config.hidden_size,
+                config.num_attention_heads
+            )));
+        }
+
+        let mut max_tokens = MAX_TOKENS.min(config.max_position_embeddings);
+        let st_path = dir.join("sentence_bert_config.json");
+        if st_path.is_file() {
+            let st: SentenceBertConfig =
+                serde_json::from_slice(&read_file(dir, "sentence_bert_config.json")?).map_err(
+                    |e| EmbedError::user(format!("local embedder: bad {}: {e}", st_path.display())),
+                )?;
+            if let Some(n) = st.max_seq_length.filter(|n| *n >= 2) {
+                max_tokens = max_tokens.min(n);
+            }
+        }
+        let pooling = read_pooling(dir)?;
+
+        let tokenizer_bytes = read_file(dir, "tokenizer.json")?;
+        let mut tokenizer = Tokenizer::from_bytes(&tokenizer_bytes).map_err(|e| {
+            EmbedError::user(format!(
+                "local embedder: cannot parse {}: {e}",
+                dir.join("tokenizer.json").display()
+            ))
+        })?;
+        // tokenizer.json files often carry fixed padding/truncation (MiniLM's: 128); we pad
+        // per batch ourselves and truncate where sentence-transformers does.
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: max_tokens,
+                strategy: TruncationStrategy::LongestFirst,
+                stride: 0,
+                direction: TruncationDirection::Right,
+            }))
+            .map_err(|e| EmbedError::user(format!("local embedder: tokenizer: {e}")))?;
+        tokenizer.with_padding(None::<PaddingParams>);
+
+        let weights = read_file(dir, "model.safetensors")?;
+        let model_id =
+            format!("local:{}@{}", folder_name(dir), fingerprint(&config_bytes, &weights));
+        let device = Device::Cpu;
+        let vb =
+            VarBuilder::from_buffered_safetensors(weights, DType::F32, &device).map_err(|e| {
+                EmbedError::user(format!(
+                    "local embedder: cannot read {}: {e}",
+                    dir.join("model.safetensors").display()
+                ))
+            })?;
+        let model = BertModel::load(vb, &config).map_err(|e| {
+            EmbedError::user(format!(
+                "local embedder: {} does not match {}: {e}",
+                dir.join("model.safetensors").display(),
+                dir.join("config.json").display()
+            ))
+        })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                model,
+                tokenizer,
+                device,
+                dims: config.hidden_size,
+                pooling,
+                max_tokens,
+            }),
+            model_id,
+            permits: Arc::new(tokio::sync::Semaphore::new(1)),
+        })
+    }
+
+    /// Longest input in tokens (with `[CLS]`/`[SEP]`); longer texts are truncated.
+    pub fn max_tokens(&self) -> usize {
+        self.inner.max_tokens
+    }
+
+    /// The tokenizer (truncation set to [`Self::max_tokens`], no padding).
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.inner.tokenizer
+    }
+
+    /// Embed on the calling thread (blocking; for tools and benchmarks, not async code).
+    pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.inner.embed(texts)
+    }
+
+    /// Run the encoder on already tokenized sequences (with whatever special tokens the caller
+    /// wants) and return the last hidden state of every position of every sequence:
+    /// `result[i][j]` is the `dims()`-long vector of token `j` of sequence `i`. Sequences are
+    /// padded per call; padding positions are not returned. Used by the distillation tool.
+    pub fn hidden_states(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<Vec<f32>>>, EmbedError> {
+        let (hidden, _mask) = self.inner.forward(seqs)?;
+        let hidden: Vec<Vec<Vec<f32>>> =
+            hidden.to_vec3().map_err(runtime_err("reading hidden states"))?;
+        Ok(hidden
+            .into_iter()
+            .zip(seqs)
+            .map(|(mut rows, seq)| {
+                rows.truncate(seq.len());
+                rows
+            })
+            .collect())
+    }
+}
+
+fn folder_name(dir: &Path) -> String {
+    let canonical = dir.canonicalize().unwrap_or_else(|_| PathBuf::from(dir));
+    canonical
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".to_owned())
+}
+
+impl Inner {
+    /// Pad `seqs` to the longest one and run the encoder: `[b, t, h]` hidden states and the
+    /// `[b, t]` f32 mask.
+    fn forward(&self, seqs: &[Vec<u32>]) -> Result<(Tensor, Tensor), EmbedError> {
+        let b = seqs.len();
+        let t = seqs.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let mut ids = vec![0u32; b * t];
+        let mut mask = vec![0u32; b * t];
+        for (i, seq) in seqs.iter().enumerate() {
+            ids[i * t..i * t + seq.len()].copy_from_slice(seq);
+            mask[i * t..i * t + seq.len()].fill(1);
+        }
+        let ids = Tensor::from_vec(ids, (b, t), &self.device).map_err(runtime_err("input"))?;
+        let mask = Tensor::from_vec(mask, (b, t), &self.device).map_err(runtime_err("input"))?;
+        let types = ids.zeros_like().map_err(runtime_err("input"))?;
+        let hidden =
+            self.model.forward(&ids, &types, Some(&mask)).map_err(runtime_err("forward"))?;
+        let mask = mask.to_dtype(DType::F32).map_err(runtime_err("mask"))?;
+        Ok((hidden, mask))
+    }
+
+    fn pool(&self, hidden: &Tensor, mask: &Tensor) -> candle_core::Result<Vec<Vec<f32>>> {
+        match self.pooling {
+            Pooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?.to_vec2(),
+            Pooling::Mean => {
+                let summed = hidden.broadcast_mul(&mask.unsqueeze(2)?)?.sum(1)?;
+                let counts = mask.sum_keepdim(1)?.clamp(1e-9f32, f32::MAX)?;
+                summed.broadcast_div(&counts)?.to_vec2()
+            }
+        }
+    }
+
+    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut encoded = Vec::with_capacity(texts.len());
+        for text in texts {
+            let enc = self
+                .tokenizer
+                .encode_fast(text.as_str(), true)
+                .map_err(|e| EmbedError::runtime(format!("local embedder: tokenizer: {e}")))?;
+            encoded.push(enc.get_ids().to_vec());
+        }
+        // Longest first, so each batch pads little.
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].len()));
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+        for chunk in order.chunks(BATCH_SIZE) {
+            let seqs: Vec<Vec<u32>> =
+                chunk.iter().map(|&i| std::mem::take(&mut encoded[i])).collect();
+            let (hidden, mask) = self.forward(&seqs)?;
+            let pooled = self.pool(&hidden, &mask).map_err(runtime_err("pooling"))?;
+            for (&i, mut v) in chunk.iter().zip(pooled) {
+                normalize(&mut v);
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Embedder for BertEmbedder {
+    fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    fn dims(&self) -> usize {
+        self.inner.dims
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| EmbedError::bug("local embedder: semaphore closed"))?;
+        let inner = Arc::clone(&self.inner);
+        let texts = texts.to_vec();
+        // The permit moves into the job: if this future is dropped, the permit is still held
+        // until the CPU work really ends.
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            inner.embed(&texts)
+        })
+        .await
+        .map_err(|e| EmbedError::bug(format!("local embedder: worker task failed: {e}")))?
+    }
+}

@@ -1,0 +1,92 @@
+//! engram-providers: the embedders behind [`engram_core::embed::Embedder`].
+//!
+//! Three implementations, chosen with an [`EmbedderConfig`] and built by [`build_embedder`]:
+//!
+//! - [`EmbedderConfig::Builtin`] → [`BuiltinEmbedder`]: the default. A static token-embedding
+//!   table distilled from all-MiniLM-L6-v2 (model2vec-style), compiled into the binary with
+//!   the MiniLM tokenizer. No file, no download, no network; hundreds of thousands of short
+//!   texts per second on one core. See `README.md` of this crate for how the table is made
+//!   and how it compares with MiniLM on LoCoMo.
+//! - [`EmbedderConfig::Local`] → [`BertEmbedder`]: a BERT-family sentence-transformers model
+//!   (e.g. all-MiniLM-L6-v2) loaded from a folder and run on the CPU with candle. Matches
+//!   Python sentence-transformers (cosine > 0.999, tested against golden vectors).
+//! - [`EmbedderConfig::OpenAi`] → [`OpenAiEmbedder`]: any OpenAI-compatible
+//!   `POST /v1/embeddings` endpoint (OpenAI, Ollama, vLLM, TEI, …), with timeouts, retries
+//!   and errors classified by [`engram_core::FaultSource`].
+//!
+//! Every embedder returns L2-normalised vectors and a stable `model_id()` that the store
+//! persists next to each vector.
+//!
+//! [`testing`] holds helpers other crates' tests reuse (where to find the MiniLM folder).
+
+pub mod embed;
+pub mod testing;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use engram_core::embed::{EmbedError, Embedder};
+
+pub use embed::bert::BertEmbedder;
+pub use embed::builtin::{BUILTIN_MODEL_ID, BuiltinEmbedder, StaticTable};
+pub use embed::openai::{OpenAiEmbedder, OpenAiSettings};
+
+/// Which embedder to run. Built into an [`Embedder`] by [`build_embedder`].
+#[derive(Clone, PartialEq, Eq)]
+pub enum EmbedderConfig {
+    /// The static model compiled into the binary (`builtin:minilm-static-v1`).
+    Builtin,
+    /// A sentence-transformers BERT folder (`model.safetensors`, `tokenizer.json`,
+    /// `config.json`), run on the CPU.
+    Local { dir: PathBuf },
+    /// An OpenAI-compatible embeddings endpoint.
+    OpenAi {
+        /// e.g. `https://api.openai.com` or `http://127.0.0.1:11434/v1` (a trailing `/v1` is
+        /// accepted and not doubled).
+        base_url: String,
+        /// The `model` field of the request, e.g. `text-embedding-3-small`.
+        model: String,
+        /// Sent as `Authorization: Bearer <key>` when present. Never printed by `Debug`.
+        api_key: Option<String>,
+        /// When set, sent as the `dimensions` request field and checked on every answer.
+        /// When `None`, the model's native size is learned by one probe request at build.
+        dims: Option<usize>,
+    },
+}
+
+impl std::fmt::Debug for EmbedderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EmbedderConfig::Builtin => f.write_str("Builtin"),
+            EmbedderConfig::Local { dir } => f.debug_struct("Local").field("dir", dir).finish(),
+            EmbedderConfig::OpenAi { base_url, model, api_key, dims } => f
+                .debug_struct("OpenAi")
+                .field("base_url", base_url)
+                .field("model", model)
+                .field("api_key", &api_key.as_ref().map(|_| "<redacted>"))
+                .field("dims", dims)
+                .finish(),
+        }
+    }
+}
+
+/// Build the embedder a configuration names.
+///
+/// - `Builtin` parses the compiled-in table (a few ms; the parse is shared by all instances).
+/// - `Local` reads the model folder (~90 MB for MiniLM); errors are `User` faults naming the
+///   missing file or the bad config.
+/// - `OpenAi` with `dims: None` **blocks** on one probe request (`input: ["dimension probe"]`,
+///   30 s timeout, retried like any call) to learn the vector size, so that `dims()` is right
+///   from the start. The probe runs on its own thread with its own small runtime, so this is
+///   safe to call from inside a tokio runtime (it blocks the calling thread meanwhile). Async
+///   callers that prefer not to block can use [`OpenAiEmbedder::connect`] instead.
+pub fn build_embedder(cfg: &EmbedderConfig) -> Result<Arc<dyn Embedder>, EmbedError> {
+    match cfg {
+        EmbedderConfig::Builtin => Ok(Arc::new(BuiltinEmbedder::new()?)),
+        EmbedderConfig::Local { dir } => Ok(Arc::new(BertEmbedder::load(dir)?)),
+        EmbedderConfig::OpenAi { base_url, model, api_key, dims } => {
+            let settings = OpenAiSettings::new(base_url, model, api_key.clone(), *dims);
+            Ok(Arc::new(OpenAiEmbedder::connect_blocking(settings)?))
+        }
+    }
+}

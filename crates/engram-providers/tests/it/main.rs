@@ -1,0 +1,25 @@
+//! Integration tests of engram-providers, in one binary to save link time.
+//!
+//! - `bert`: the candle MiniLM against golden sentence-transformers vectors, folder errors.
+//! - `builtin`: the compiled-in static embedder (contract, quality sanity, speed floor).
+//! - `openai`: the HTTP embedder against a real local server speaking the OpenAI protocol.
+//! - `config`: `build_embedder` and `EmbedderConfig`.
+
+mod bert;
+mod builtin;
+mod config;
+mod openai;
+
+/// Cosine of two vectors (not assumed normalised).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (na * nb)
+}
+
+/// Assert `v` has unit length.
+pub fn assert_unit(v: &[f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-4, "vector is not unit length: norm {norm}");
+}

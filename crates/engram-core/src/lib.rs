@@ -8,3 +8,7 @@ pub mod embed;
 pub mod error;
 
 pub use error::{Error, ErrorCode, FaultSource, Result};
+pub mod engine;
+pub mod model;
+pub mod retrieval;
+pub mod store;

@@ -1,0 +1,1261 @@
+//! The engine: one function per operation, the only entry point of every adapter.
+//!
+//! REST handlers, CLI commands and (later) MCP tools parse their input into the `*Input`
+//! types here, call an [`Engine`] method with the caller's [`Principal`], and render the
+//! result. Authorization by role (admin / agent / user key) happens here, once, so every
+//! adapter enforces the same rules:
+//!
+//! - `admin` sees the whole tenant;
+//! - `agent` keys are bound to one agent and see its pool, `kind = shared` rows and
+//!   user-wide rows (written without an agent);
+//! - `user` keys are bound to one user and see only that user's memories.
+//!
+//! A row the caller may not see is reported exactly like a row that does not exist.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::embed::Embedder;
+use crate::error::{Error, Result};
+use crate::model::{
+    Agent, AgentId, Category, Content, ConversationId, EventKind, Importance, KeyRole, Kind,
+    Memory, MemoryEvent, MemoryId, Message, MessageId, MessageRole, Principal, Source, SourceKind,
+    TenantId, UserId, default_pool,
+};
+use crate::retrieval::{self, Explain};
+use crate::store::{
+    ContextSession, EraseCounts, MemoryFilter, MemoryPage, NewMemory, Store, StoreStats,
+};
+
+/// Engine limits and defaults (plain data; loading it from files is the binary's job).
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Largest memory or message content, in bytes.
+    pub max_content_bytes: usize,
+    /// Dedup threshold for agents without settings.
+    pub dedup_threshold: f32,
+    /// Default context token budget.
+    pub token_budget: usize,
+    /// Candidates taken from each of the vector and text lists before fusion.
+    pub candidates: usize,
+    /// Largest `limit` of a search or list.
+    pub max_limit: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            max_content_bytes: 8 * 1024,
+            dedup_threshold: 0.90,
+            token_budget: 4000,
+            candidates: 50,
+            max_limit: 200,
+        }
+    }
+}
+
+/// Explicit remember (one memory).
+#[derive(Debug, Clone, Default)]
+pub struct RememberInput {
+    pub user_id: Option<UserId>,
+    pub agent_id: Option<AgentId>,
+    pub kind: Kind,
+    pub key: Option<String>,
+    pub category: Category,
+    pub importance: Importance,
+    pub content: String,
+    pub metadata: Option<serde_json::Value>,
+    pub source_conversation_id: Option<ConversationId>,
+    pub source_kind: Option<SourceKind>,
+    pub observed_at: Option<OffsetDateTime>,
+    pub expires_at: Option<OffsetDateTime>,
+}
+
+/// What a write decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Decision {
+    /// A new row was inserted.
+    Add,
+    /// A new row superseded an older one (profile key changed value).
+    Update,
+    /// Nothing new: the existing fact was confirmed.
+    None,
+}
+
+/// Result of a remember.
+#[derive(Debug, Clone)]
+pub struct Remembered {
+    pub decision: Decision,
+    pub memory: Memory,
+    /// For `NONE`: the similarity to the confirmed fact.
+    pub similarity: Option<f32>,
+}
+
+/// Edit of a memory (PATCH): every field optional; content changes re-embed.
+#[derive(Debug, Clone, Default)]
+pub struct EditInput {
+    pub content: Option<String>,
+    pub category: Option<Category>,
+    pub importance: Option<Importance>,
+    pub kind: Option<Kind>,
+    pub metadata: Option<serde_json::Value>,
+    pub expires_at: Option<Option<OffsetDateTime>>,
+}
+
+/// Where a search looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchSource {
+    Memories,
+    Messages,
+}
+
+/// Hybrid search request.
+#[derive(Debug, Clone)]
+pub struct SearchInput {
+    pub query: String,
+    pub user_id: Option<UserId>,
+    pub agent_id: Option<AgentId>,
+    pub categories: Option<Vec<Category>>,
+    pub kinds: Option<Vec<Kind>>,
+    pub sources: Vec<SearchSource>,
+    pub since: Option<OffsetDateTime>,
+    pub until: Option<OffsetDateTime>,
+    pub limit: usize,
+    pub explain: bool,
+    pub turn_id: Option<String>,
+    /// Search only one of the two lists (benchmarks and diagnostics).
+    pub mode: SearchMode,
+}
+
+/// Which lists a search fuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SearchMode {
+    #[default]
+    Hybrid,
+    VectorOnly,
+    TextOnly,
+}
+
+impl Default for SearchInput {
+    fn default() -> Self {
+        Self {
+            query: String::new(),
+            user_id: None,
+            agent_id: None,
+            categories: None,
+            kinds: None,
+            sources: vec![SearchSource::Memories],
+            since: None,
+            until: None,
+            limit: 10,
+            explain: false,
+            turn_id: None,
+            mode: SearchMode::Hybrid,
+        }
+    }
+}
+
+/// One search result.
+#[derive(Debug, Clone)]
+pub enum Hit {
+    Memory { memory: Memory, score: f64, explain: Explain },
+    Message { message: Message, score: f64, explain: Explain },
+}
+
+impl Hit {
+    pub fn score(&self) -> f64 {
+        match self {
+            Hit::Memory { score, .. } | Hit::Message { score, .. } => *score,
+        }
+    }
+}
+
+/// Context block request.
+#[derive(Debug, Clone, Default)]
+pub struct ContextInput {
+    pub user_id: Option<UserId>,
+    pub agent_id: Option<AgentId>,
+    pub query: Option<String>,
+    pub token_budget: Option<usize>,
+    pub session_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub refresh: bool,
+}
+
+/// The prompt block and what went into it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ContextBlock {
+    pub text: String,
+    pub memory_ids: Vec<MemoryId>,
+    pub token_estimate: usize,
+    /// True when not every active fact fit and the most relevant were chosen.
+    pub truncated: bool,
+    /// True when the text came from the session cache.
+    pub cached: bool,
+}
+
+/// One message to append.
+#[derive(Debug, Clone, Default)]
+pub struct MessageInput {
+    pub role: MessageRole,
+    pub content: String,
+    pub created_at: Option<OffsetDateTime>,
+    pub tool_name: Option<String>,
+    pub tool_args: Option<serde_json::Value>,
+    pub tool_result: Option<String>,
+    pub turn_id: Option<String>,
+    pub metadata: Option<serde_json::Value>,
+}
+
+/// A memory's supersession chain and events.
+#[derive(Debug, Clone)]
+pub struct History {
+    pub chain: Vec<Memory>,
+    pub events: Vec<MemoryEvent>,
+}
+
+/// Everything stored about one user (GDPR portability).
+#[derive(Debug, Clone)]
+pub struct UserExport {
+    pub tenant_id: TenantId,
+    pub user_id: UserId,
+    pub memories: Vec<Memory>,
+    pub events: Vec<MemoryEvent>,
+    pub messages: Vec<Message>,
+}
+
+/// Filters of a list call.
+#[derive(Debug, Clone, Default)]
+pub struct ListInput {
+    pub user_id: Option<UserId>,
+    pub agent_id: Option<AgentId>,
+    pub categories: Option<Vec<Category>>,
+    pub kinds: Option<Vec<Kind>>,
+    pub include_superseded: bool,
+    pub cursor: Option<MemoryId>,
+    pub limit: usize,
+}
+
+/// Agent settings as given by a client.
+#[derive(Debug, Clone)]
+pub struct AgentInput {
+    pub memory_enabled: bool,
+    pub cluster_id: Option<String>,
+    pub dedup_threshold: Option<f32>,
+    pub settings: serde_json::Value,
+}
+
+/// The engine. Cheap to clone (everything is behind `Arc`).
+#[derive(Clone)]
+pub struct Engine {
+    store: Arc<dyn Store>,
+    embedder: Arc<dyn Embedder>,
+    cfg: EngineConfig,
+}
+
+/// The `(user, agent)` a batch item names; items with the same key share a [`View`].
+type ViewKey = (Option<UserId>, Option<AgentId>);
+
+/// The memory-visibility view of a caller for one request.
+struct View {
+    tenant: TenantId,
+    user: Option<UserId>,
+    agent: Option<AgentId>,
+    /// The pool of `agent`, if any.
+    pool: Option<String>,
+}
+
+impl Engine {
+    /// Build an engine and check the store's embedding space matches the embedder.
+    pub async fn new(
+        store: Arc<dyn Store>,
+        embedder: Arc<dyn Embedder>,
+        cfg: EngineConfig,
+    ) -> Result<Self> {
+        if let Some((model, dims)) = store.embedding_space().await?
+            && (model != embedder.model_id() || dims != embedder.dims())
+        {
+            return Err(Error::Unprocessable(format!(
+                "this store's vectors were made by '{model}' ({dims} dimensions) but the \
+                 configured embedder is '{}' ({} dimensions); start with the same embedder \
+                 (--embedder) or run `engram reembed` to re-embed every memory",
+                embedder.model_id(),
+                embedder.dims()
+            )));
+        }
+        Ok(Self { store, embedder, cfg })
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+    pub fn embedder(&self) -> &Arc<dyn Embedder> {
+        &self.embedder
+    }
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    // ------------------------------------------------------------------ scoping
+
+    /// Resolve who may see what for a request naming `user` and `agent`.
+    async fn view(
+        &self,
+        p: &Principal,
+        user: Option<&UserId>,
+        agent: Option<&AgentId>,
+        user_required: bool,
+    ) -> Result<View> {
+        let (user, agent) = match &p.role {
+            KeyRole::Admin => (user.cloned(), agent.cloned()),
+            KeyRole::Agent(bound) => {
+                if let Some(a) = agent
+                    && a != bound
+                {
+                    return Err(Error::Forbidden(format!(
+                        "this key is bound to agent '{bound}' and cannot act for agent '{a}'"
+                    )));
+                }
+                (user.cloned(), Some(bound.clone()))
+            }
+            KeyRole::User(bound) => {
+                if let Some(u) = user
+                    && u != bound
+                {
+                    return Err(Error::Forbidden(format!(
+                        "this key is bound to user '{bound}' and cannot act for user '{u}'"
+                    )));
+                }
+                (Some(bound.clone()), agent.cloned())
+            }
+        };
+        if user_required && user.is_none() {
+            return Err(Error::invalid("user_id", "user_id is required"));
+        }
+        let pool = match &agent {
+            Some(a) => Some(self.pool_of(&p.tenant, a).await?),
+            None => None,
+        };
+        Ok(View { tenant: p.tenant.clone(), user, agent, pool })
+    }
+
+    async fn pool_of(&self, tenant: &TenantId, agent: &AgentId) -> Result<String> {
+        Ok(match self.store.get_agent(tenant, agent).await? {
+            Some(a) => a.pool(),
+            None => default_pool(agent),
+        })
+    }
+
+    fn filter(&self, v: &View) -> MemoryFilter {
+        MemoryFilter { user_id: v.user.clone(), pool: v.pool.clone(), ..Default::default() }
+    }
+
+    /// May the caller see this row? (Same rule as the store filter.)
+    async fn visible(&self, p: &Principal, m: &Memory) -> Result<bool> {
+        Ok(match &p.role {
+            KeyRole::Admin => true,
+            KeyRole::User(u) => &m.user_id == u,
+            KeyRole::Agent(a) => {
+                m.kind == Kind::Shared
+                    || m.pool.is_none()
+                    || m.pool.as_deref() == Some(self.pool_of(&p.tenant, a).await?.as_str())
+            }
+        })
+    }
+
+    async fn load_visible(&self, p: &Principal, id: MemoryId) -> Result<Memory> {
+        match self.store.get_memory(&p.tenant, id).await? {
+            Some(m) if self.visible(p, &m).await? => Ok(m),
+            _ => Err(Error::not_found(format!("memory {id}"))),
+        }
+    }
+
+    fn require_admin(p: &Principal, what: &str) -> Result<()> {
+        match &p.role {
+            KeyRole::Admin => Ok(()),
+            KeyRole::Agent(_) | KeyRole::User(_) => {
+                Err(Error::Forbidden(format!("{what} needs an admin key")))
+            }
+        }
+    }
+
+    async fn dedup_threshold(&self, tenant: &TenantId, agent: Option<&AgentId>) -> Result<f32> {
+        if let Some(a) = agent
+            && let Some(agent) = self.store.get_agent(tenant, a).await?
+        {
+            return Ok(agent.dedup_threshold);
+        }
+        Ok(self.cfg.dedup_threshold)
+    }
+
+    async fn embed_one(&self, text: &str) -> Result<Vec<f32>> {
+        let mut v = self.embedder.embed(&[text.to_string()]).await?;
+        v.pop().ok_or_else(|| Error::internal("embedder returned no vector"))
+    }
+
+    // ------------------------------------------------------------------ writes
+
+    fn build_memory(&self, v: &View, input: &RememberInput, now: OffsetDateTime) -> Result<Memory> {
+        let content = Content::parse(&input.content, self.cfg.max_content_bytes)?;
+        let user =
+            v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
+        let key = match (input.kind, &input.key) {
+            (Kind::Profile, Some(k)) if !k.trim().is_empty() => Some(k.trim().to_string()),
+            (Kind::Profile, _) => {
+                return Err(Error::invalid("key", "a profile memory needs a non-empty key"));
+            }
+            (Kind::Knowledge | Kind::Shared, Some(_)) => {
+                return Err(Error::invalid("key", "only profile memories have a key"));
+            }
+            (Kind::Knowledge | Kind::Shared, None) => None,
+        };
+        let metadata = input.metadata.clone().unwrap_or_else(|| serde_json::json!({}));
+        if !metadata.is_object() {
+            return Err(Error::invalid("metadata", "metadata must be a JSON object"));
+        }
+        if let Some(e) = input.expires_at
+            && e <= now
+        {
+            return Err(Error::invalid("expires_at", "expires_at must be in the future"));
+        }
+        let source_kind = input.source_kind.unwrap_or(if input.source_conversation_id.is_some() {
+            SourceKind::Conversation
+        } else {
+            SourceKind::Manual
+        });
+        Ok(Memory {
+            id: MemoryId::new(),
+            tenant_id: v.tenant.clone(),
+            user_id: user,
+            agent_id: v.agent.clone(),
+            pool: v.pool.clone(),
+            kind: input.kind,
+            key,
+            category: input.category,
+            importance: input.importance,
+            rating: 0,
+            content: content.into_string(),
+            source: Source {
+                kind: source_kind,
+                conversation_id: input.source_conversation_id.clone(),
+                message_ids: vec![],
+            },
+            observed_at: input.observed_at.unwrap_or(now),
+            created_at: now,
+            updated_at: now,
+            last_accessed_at: None,
+            access_count: 0,
+            mention_count: 1,
+            expires_at: input.expires_at,
+            superseded_at: None,
+            superseded_by: None,
+            metadata,
+            embedding_model: None,
+        })
+    }
+
+    fn event(
+        id: MemoryId,
+        kind: EventKind,
+        related: Option<MemoryId>,
+        p: &Principal,
+        at: OffsetDateTime,
+    ) -> MemoryEvent {
+        MemoryEvent {
+            memory_id: id,
+            event: kind,
+            related_id: related,
+            actor: actor_name(p),
+            detail: serde_json::json!({}),
+            at,
+        }
+    }
+
+    /// Explicit remember: PII-free content is embedded, deduplicated against the active facts
+    /// the caller can see (cosine ≥ threshold → `NONE`, the existing fact confirmed), and
+    /// stored. Profile facts upsert by key instead (`UPDATE` supersedes the old value).
+    pub async fn remember(&self, p: &Principal, input: RememberInput) -> Result<Remembered> {
+        let mut out = self.remember_batch(p, vec![input], true).await?;
+        out.pop().ok_or_else(|| Error::internal("empty batch result"))
+    }
+
+    /// Bulk remember in one transaction. With `dedup`, every item is checked against the
+    /// store and against the earlier items of the same batch; without, every item is stored
+    /// as given. All items are validated before anything is written: one bad item fails
+    /// the whole batch and nothing is stored.
+    pub async fn remember_batch(
+        &self,
+        p: &Principal,
+        inputs: Vec<RememberInput>,
+        dedup: bool,
+    ) -> Result<Vec<Remembered>> {
+        let now = OffsetDateTime::now_utc();
+        // Validate and scope everything first.
+        let mut prepared = Vec::with_capacity(inputs.len());
+        let mut views: HashMap<ViewKey, View> = HashMap::new();
+        for (i, input) in inputs.iter().enumerate() {
+            let key = (input.user_id.clone(), input.agent_id.clone());
+            if !views.contains_key(&key) {
+                let v = self.view(p, input.user_id.as_ref(), input.agent_id.as_ref(), true).await?;
+                views.insert(key.clone(), v);
+            }
+            let v = &views[&key];
+            let m = self
+                .build_memory(v, input, now)
+                .map_err(|e| prefix_batch_error(e, i, inputs.len()))?;
+            prepared.push((key, m));
+        }
+        // Embed every non-profile item in one call.
+        let texts: Vec<String> = prepared
+            .iter()
+            .filter(|(_, m)| m.kind != Kind::Profile)
+            .map(|(_, m)| m.content.clone())
+            .collect();
+        let mut vectors =
+            if texts.is_empty() { vec![] } else { self.embedder.embed(&texts).await? }.into_iter();
+        if !texts.is_empty() {
+            self.store
+                .ensure_embedding_space(self.embedder.model_id(), self.embedder.dims())
+                .await?;
+        }
+
+        let mut results = Vec::with_capacity(prepared.len());
+        let mut rows: Vec<NewMemory> = Vec::new();
+        // Items of this batch already accepted, per view, for in-batch dedup.
+        let mut batch_vecs: HashMap<ViewKey, Vec<(usize, Vec<f32>)>> = HashMap::new();
+        for (key, mut m) in prepared {
+            let v = &views[&key];
+            if m.kind == Kind::Profile {
+                let r = self.remember_profile(p, v, m, now).await?;
+                results.push(r);
+                continue;
+            }
+            let vector = vectors
+                .next()
+                .ok_or_else(|| Error::internal("embedder returned too few vectors"))?;
+            m.embedding_model = Some(self.embedder.model_id().to_string());
+            if dedup {
+                let threshold = self.dedup_threshold(&v.tenant, v.agent.as_ref()).await?;
+                // Against earlier items of this batch.
+                if let Some((idx, sim)) = batch_vecs.get(&key).and_then(|list| {
+                    best_match(list.iter().map(|(i, vec)| (*i, vec.as_slice())), &vector)
+                }) && sim >= threshold
+                {
+                    let existing = results[idx].memory.clone();
+                    results.push(Remembered {
+                        decision: Decision::None,
+                        memory: existing,
+                        similarity: Some(sim),
+                    });
+                    continue;
+                }
+                // Against the store.
+                let filter = self.filter(v);
+                let hits = self.store.vector_search(&v.tenant, &filter, &vector, 1).await?;
+                if let Some((id, sim)) = hits.first().copied()
+                    && sim >= threshold
+                {
+                    let ev = Self::event(id, EventKind::Confirmed, None, p, now);
+                    self.store.confirm_memory(&v.tenant, id, ev).await?;
+                    let existing = self
+                        .store
+                        .get_memory(&v.tenant, id)
+                        .await?
+                        .ok_or_else(|| Error::internal("confirmed memory vanished"))?;
+                    results.push(Remembered {
+                        decision: Decision::None,
+                        memory: existing,
+                        similarity: Some(sim),
+                    });
+                    continue;
+                }
+                batch_vecs.entry(key.clone()).or_default().push((results.len(), vector.clone()));
+            }
+            let kind = if m.source.kind == SourceKind::Import {
+                EventKind::Imported
+            } else {
+                EventKind::Created
+            };
+            let event = Self::event(m.id, kind, None, p, now);
+            rows.push(NewMemory { memory: m.clone(), vector: Some(vector), event });
+            results.push(Remembered { decision: Decision::Add, memory: m, similarity: None });
+        }
+        if !rows.is_empty() {
+            self.store.insert_memories(&p.tenant, rows).await?;
+        }
+        Ok(results)
+    }
+
+    async fn remember_profile(
+        &self,
+        p: &Principal,
+        v: &View,
+        m: Memory,
+        now: OffsetDateTime,
+    ) -> Result<Remembered> {
+        let key = m.key.clone().unwrap_or_default();
+        let existing =
+            self.store.find_profile(&v.tenant, &m.user_id, v.pool.as_deref(), &key).await?;
+        match existing {
+            Some(old) if old.content == m.content => {
+                let ev = Self::event(old.id, EventKind::Confirmed, None, p, now);
+                self.store.confirm_memory(&v.tenant, old.id, ev).await?;
+                let old = self.store.get_memory(&v.tenant, old.id).await?.unwrap_or(old);
+                Ok(Remembered { decision: Decision::None, memory: old, similarity: Some(1.0) })
+            }
+            Some(old) => {
+                let new_ev = Self::event(m.id, EventKind::Created, Some(old.id), p, now);
+                let old_ev = Self::event(old.id, EventKind::Superseded, Some(m.id), p, now);
+                let row = NewMemory { memory: m.clone(), vector: None, event: new_ev };
+                self.store.supersede(&v.tenant, old.id, Some(row), old_ev).await?;
+                Ok(Remembered { decision: Decision::Update, memory: m, similarity: None })
+            }
+            None => {
+                let ev = Self::event(m.id, EventKind::Created, None, p, now);
+                self.store
+                    .insert_memories(
+                        &v.tenant,
+                        vec![NewMemory { memory: m.clone(), vector: None, event: ev }],
+                    )
+                    .await?;
+                Ok(Remembered { decision: Decision::Add, memory: m, similarity: None })
+            }
+        }
+    }
+
+    /// Edit: a new row with the changes supersedes the old one (its history keeps both).
+    pub async fn edit(&self, p: &Principal, id: MemoryId, input: EditInput) -> Result<Memory> {
+        let old = self.load_visible(p, id).await?;
+        if old.superseded_at.is_some() {
+            return Err(Error::Conflict(format!(
+                "memory {id} is superseded{}; edit the current version",
+                old.superseded_by.map(|s| format!(" by {s}")).unwrap_or_default()
+            )));
+        }
+        let now = OffsetDateTime::now_utc();
+        let content = match &input.content {
+            Some(c) => Content::parse(c, self.cfg.max_content_bytes)?.into_string(),
+            None => old.content.clone(),
+        };
+        let kind = input.kind.unwrap_or(old.kind);
+        if kind == Kind::Profile && old.kind != Kind::Profile {
+            return Err(Error::invalid(
+                "kind",
+                "a memory cannot become a profile fact; create one with a key",
+            ));
+        }
+        if kind != Kind::Profile && old.kind == Kind::Profile {
+            return Err(Error::invalid("kind", "a profile fact cannot change kind"));
+        }
+        if let Some(md) = &input.metadata
+            && !md.is_object()
+        {
+            return Err(Error::invalid("metadata", "metadata must be a JSON object"));
+        }
+        let expires_at = match input.expires_at {
+            Some(Some(e)) if e <= now => {
+                return Err(Error::invalid("expires_at", "expires_at must be in the future"));
+            }
+            Some(e) => e,
+            None => old.expires_at,
+        };
+        let mut new = Memory {
+            id: MemoryId::new(),
+            content,
+            kind,
+            category: input.category.unwrap_or(old.category),
+            importance: input.importance.unwrap_or(old.importance),
+            metadata: input.metadata.clone().unwrap_or_else(|| old.metadata.clone()),
+            expires_at,
+            created_at: now,
+            updated_at: now,
+            superseded_at: None,
+            superseded_by: None,
+            last_accessed_at: None,
+            access_count: 0,
+            ..old.clone()
+        };
+        let vector = if new.kind == Kind::Profile {
+            None
+        } else {
+            self.store
+                .ensure_embedding_space(self.embedder.model_id(), self.embedder.dims())
+                .await?;
+            new.embedding_model = Some(self.embedder.model_id().to_string());
+            Some(self.embed_one(&new.content).await?)
+        };
+        let new_ev = Self::event(new.id, EventKind::Created, Some(old.id), p, now);
+        let old_ev = Self::event(old.id, EventKind::Superseded, Some(new.id), p, now);
+        self.store
+            .supersede(
+                &p.tenant,
+                old.id,
+                Some(NewMemory { memory: new.clone(), vector, event: new_ev }),
+                old_ev,
+            )
+            .await?;
+        Ok(new)
+    }
+
+    /// Forget: supersede with no successor (kept for audit), or purge physically.
+    pub async fn forget(&self, p: &Principal, id: MemoryId, purge: bool) -> Result<()> {
+        let old = self.load_visible(p, id).await?;
+        if purge {
+            if let KeyRole::Agent(_) = p.role {
+                return Err(Error::Forbidden("purge needs an admin or user key".into()));
+            }
+            return self.store.purge_memory(&p.tenant, old.id).await;
+        }
+        if old.superseded_at.is_some() {
+            return Err(Error::Conflict(format!("memory {id} is already superseded or forgotten")));
+        }
+        let ev = Self::event(old.id, EventKind::Forgotten, None, p, OffsetDateTime::now_utc());
+        self.store.supersede(&p.tenant, old.id, None, ev).await
+    }
+
+    pub async fn get(&self, p: &Principal, id: MemoryId) -> Result<Memory> {
+        self.load_visible(p, id).await
+    }
+
+    pub async fn history(&self, p: &Principal, id: MemoryId) -> Result<History> {
+        let _ = self.load_visible(p, id).await?;
+        let (chain, events) = self.store.history(&p.tenant, id).await?;
+        Ok(History { chain, events })
+    }
+
+    /// Rate a memory −1 or +1.
+    pub async fn rate(&self, p: &Principal, id: MemoryId, value: i64) -> Result<Memory> {
+        if value != 1 && value != -1 {
+            return Err(Error::invalid("value", "a rating is -1 or 1"));
+        }
+        let m = self.load_visible(p, id).await?;
+        let mut ev = Self::event(m.id, EventKind::Rated, None, p, OffsetDateTime::now_utc());
+        ev.detail = serde_json::json!({ "value": value });
+        self.store.rate_memory(&p.tenant, m.id, value, ev).await?;
+        self.load_visible(p, id).await
+    }
+
+    pub async fn list(&self, p: &Principal, input: ListInput) -> Result<MemoryPage> {
+        let v = self.view(p, input.user_id.as_ref(), input.agent_id.as_ref(), false).await?;
+        let mut f = self.filter(&v);
+        f.kinds = input.kinds;
+        f.categories = input.categories;
+        f.include_superseded = input.include_superseded;
+        let limit = clamp_limit(input.limit, self.cfg.max_limit)?;
+        self.store.list_memories(&p.tenant, &f, input.cursor, limit).await
+    }
+
+    // ------------------------------------------------------------------ reads
+
+    /// Hybrid search (vector + BM25, RRF k=60, then decay, importance and rating).
+    pub async fn search(&self, p: &Principal, input: SearchInput) -> Result<Vec<Hit>> {
+        let query = input.query.trim();
+        if query.is_empty() {
+            return Err(Error::invalid("query", "query must not be empty"));
+        }
+        if query.len() > self.cfg.max_content_bytes {
+            return Err(Error::TooLarge(format!(
+                "query is {} bytes; the limit is {}",
+                query.len(),
+                self.cfg.max_content_bytes
+            )));
+        }
+        let limit = clamp_limit(input.limit, self.cfg.max_limit)?;
+        if input.sources.is_empty() {
+            return Err(Error::invalid(
+                "sources",
+                "sources must name at least one of: memories, messages",
+            ));
+        }
+        let v = self.view(p, input.user_id.as_ref(), input.agent_id.as_ref(), true).await?;
+        let mut f = self.filter(&v);
+        f.kinds = input.kinds.clone();
+        f.categories = input.categories.clone();
+        f.since = input.since;
+        f.until = input.until;
+        let now = OffsetDateTime::now_utc();
+        let n = self.cfg.candidates.max(limit);
+        let mut hits = Vec::new();
+
+        if input.sources.contains(&SearchSource::Memories) {
+            let vec_list = if input.mode == SearchMode::TextOnly {
+                vec![]
+            } else {
+                let qv = self.embed_one(query).await?;
+                self.store.vector_search(&v.tenant, &f, &qv, n).await?
+            };
+            let text_list = if input.mode == SearchMode::VectorOnly {
+                vec![]
+            } else {
+                self.store.text_search(&v.tenant, &f, query, n).await?
+            };
+            let mut parts: HashMap<MemoryId, Explain> = HashMap::new();
+            for (rank, (id, sim)) in vec_list.iter().enumerate() {
+                let e = parts.entry(*id).or_default();
+                e.vector_rank = Some(rank + 1);
+                e.vector_similarity = Some(*sim);
+            }
+            for (rank, (id, s)) in text_list.iter().enumerate() {
+                let e = parts.entry(*id).or_default();
+                e.text_rank = Some(rank + 1);
+                e.text_score = Some(*s);
+            }
+            let ids: Vec<MemoryId> = parts.keys().copied().collect();
+            for m in self.store.get_memories(&v.tenant, &ids).await? {
+                let Some(mut e) = parts.remove(&m.id) else { continue };
+                e.days_since_access =
+                    retrieval::days_between(m.last_accessed_at.unwrap_or(m.created_at), now);
+                e.access_count = m.access_count;
+                e.importance = m.importance.get();
+                e.rating = m.rating;
+                let score = retrieval::finish(&mut e);
+                hits.push(Hit::Memory { memory: m, score, explain: e });
+            }
+        }
+        if input.sources.contains(&SearchSource::Messages) {
+            let user =
+                v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
+            let list = self.store.text_search_messages(&v.tenant, &user, query, n).await?;
+            for (rank, (id, s)) in list.iter().enumerate() {
+                if let Some(msg) = self.store.get_message(&v.tenant, *id).await? {
+                    if let (Some(pool), Some(agent)) = (&v.pool, &msg.agent_id)
+                        && &self.pool_of(&v.tenant, agent).await? != pool
+                    {
+                        continue;
+                    }
+                    let mut e = Explain {
+                        text_rank: Some(rank + 1),
+                        text_score: Some(*s),
+                        importance: 5,
+                        days_since_access: retrieval::days_between(msg.created_at, now),
+                        ..Default::default()
+                    };
+                    let score = retrieval::finish(&mut e);
+                    hits.push(Hit::Message { message: msg, score, explain: e });
+                }
+            }
+        }
+        hits.sort_by(|a, b| b.score().total_cmp(&a.score()));
+        hits.truncate(limit);
+        let ids: Vec<MemoryId> = hits
+            .iter()
+            .filter_map(|h| match h {
+                Hit::Memory { memory, .. } => Some(memory.id),
+                Hit::Message { .. } => None,
+            })
+            .collect();
+        if !ids.is_empty() {
+            self.store.touch_memories(&v.tenant, &ids, now).await?;
+            if let Some(t) = &input.turn_id {
+                self.store.record_recall(&v.tenant, t, &ids).await?;
+            }
+        }
+        Ok(hits)
+    }
+
+    /// The prompt block: `Known facts about the user:` and a bullet list, profile facts
+    /// first, then all active facts by `observed_at` when they fit the budget, otherwise the
+    /// most relevant to the query. Same `session_id` → same text until `refresh`.
+    pub async fn context(&self, p: &Principal, input: ContextInput) -> Result<ContextBlock> {
+        let v = self.view(p, input.user_id.as_ref(), input.agent_id.as_ref(), true).await?;
+        let user =
+            v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
+        let budget = input.token_budget.unwrap_or(self.cfg.token_budget);
+        if budget == 0 || budget > 1_000_000 {
+            return Err(Error::invalid("token_budget", "token_budget must be 1 to 1000000"));
+        }
+        if let Some(sid) = &input.session_id {
+            if sid.is_empty() || sid.len() > 256 {
+                return Err(Error::invalid("session_id", "session_id must be 1 to 256 bytes"));
+            }
+            if !input.refresh
+                && let Some(s) =
+                    self.store.get_context_session(&v.tenant, sid, &user, v.pool.as_deref()).await?
+            {
+                let token_estimate = retrieval::estimate_tokens(&s.text);
+                if let Some(t) = &input.turn_id {
+                    self.store.record_recall(&v.tenant, t, &s.memory_ids).await?;
+                }
+                return Ok(ContextBlock {
+                    text: s.text,
+                    memory_ids: s.memory_ids,
+                    token_estimate,
+                    truncated: false,
+                    cached: true,
+                });
+            }
+        }
+        let now = OffsetDateTime::now_utc();
+        let all = self.store.all_active(&v.tenant, &self.filter(&v)).await?;
+        let header = "Known facts about the user:";
+        let line = |m: &Memory| format!("- {}", m.content);
+        let cost = |m: &Memory| retrieval::estimate_tokens(&line(m)) + 1;
+        let mut total = retrieval::estimate_tokens(header) + 1;
+        let (profiles, facts): (Vec<&Memory>, Vec<&Memory>) =
+            all.iter().partition(|m| m.kind == Kind::Profile);
+        let all_cost: usize = total + all.iter().map(cost).sum::<usize>();
+        let mut chosen: Vec<&Memory> = Vec::new();
+        let mut truncated = false;
+        if all_cost <= budget {
+            chosen.extend(profiles.iter().copied());
+            chosen.extend(facts.iter().copied());
+        } else {
+            truncated = true;
+            for m in &profiles {
+                if total + cost(m) <= budget {
+                    total += cost(m);
+                    chosen.push(m);
+                }
+            }
+            // Rank the rest: by relevance to the query, else by importance and recency.
+            let mut ranked: Vec<&Memory> = facts.clone();
+            if let Some(q) = input.query.as_deref().filter(|q| !q.trim().is_empty()) {
+                let hits = self
+                    .search(
+                        p,
+                        SearchInput {
+                            query: q.to_string(),
+                            user_id: Some(user.clone()),
+                            agent_id: v.agent.clone(),
+                            limit: self.cfg.max_limit,
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                let order: HashMap<MemoryId, usize> = hits
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, h)| match h {
+                        Hit::Memory { memory, .. } => Some((memory.id, i)),
+                        Hit::Message { .. } => None,
+                    })
+                    .collect();
+                ranked.sort_by_key(|m| {
+                    (
+                        order.get(&m.id).copied().unwrap_or(usize::MAX),
+                        std::cmp::Reverse(m.importance),
+                        std::cmp::Reverse(m.observed_at),
+                    )
+                });
+            } else {
+                ranked.sort_by_key(|m| {
+                    (std::cmp::Reverse(m.importance), std::cmp::Reverse(m.observed_at))
+                });
+            }
+            let mut picked: Vec<&Memory> = Vec::new();
+            for m in ranked {
+                if total + cost(m) <= budget {
+                    total += cost(m);
+                    picked.push(m);
+                }
+            }
+            picked.sort_by_key(|m| (m.observed_at, m.id));
+            chosen.extend(picked);
+        }
+        let mut text = String::from(header);
+        for m in &chosen {
+            text.push('\n');
+            text.push_str(&line(m));
+        }
+        let memory_ids: Vec<MemoryId> = chosen.iter().map(|m| m.id).collect();
+        if let Some(sid) = &input.session_id {
+            self.store
+                .put_context_session(
+                    &v.tenant,
+                    &ContextSession {
+                        session_id: sid.clone(),
+                        user_id: user.clone(),
+                        pool: v.pool.clone(),
+                        text: text.clone(),
+                        memory_ids: memory_ids.clone(),
+                        created_at: now,
+                    },
+                )
+                .await?;
+        }
+        if !memory_ids.is_empty() {
+            self.store.touch_memories(&v.tenant, &memory_ids, now).await?;
+            if let Some(t) = &input.turn_id {
+                self.store.record_recall(&v.tenant, t, &memory_ids).await?;
+            }
+        }
+        let token_estimate = retrieval::estimate_tokens(&text);
+        Ok(ContextBlock { text, memory_ids, token_estimate, truncated, cached: false })
+    }
+
+    // ------------------------------------------------------------------ conversations
+
+    /// Append messages to a conversation (durable before return). A conversation belongs to
+    /// the user (and agent) that started it.
+    pub async fn append_messages(
+        &self,
+        p: &Principal,
+        conversation: ConversationId,
+        user_id: Option<UserId>,
+        agent_id: Option<AgentId>,
+        messages: Vec<MessageInput>,
+    ) -> Result<Vec<Message>> {
+        let v = self.view(p, user_id.as_ref(), agent_id.as_ref(), true).await?;
+        let user =
+            v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
+        if messages.is_empty() {
+            return Err(Error::invalid("messages", "messages must not be empty"));
+        }
+        if let Some((owner, _)) = self.store.conversation_owner(&v.tenant, &conversation).await?
+            && owner != user
+        {
+            return Err(Error::Conflict(format!(
+                "conversation '{conversation}' belongs to another user"
+            )));
+        }
+        let now = OffsetDateTime::now_utc();
+        let mut rows = Vec::with_capacity(messages.len());
+        for (i, m) in messages.into_iter().enumerate() {
+            let field = format!("messages[{i}]");
+            if m.content.len() > self.cfg.max_content_bytes {
+                return Err(Error::TooLarge(format!(
+                    "{field}.content is {} bytes; the limit is {}",
+                    m.content.len(),
+                    self.cfg.max_content_bytes
+                )));
+            }
+            if m.content.trim().is_empty() && m.tool_name.is_none() {
+                return Err(Error::invalid(
+                    format!("{field}.content"),
+                    format!("{field}: content must not be empty (unless tool_name is set)"),
+                ));
+            }
+            let metadata = m.metadata.unwrap_or_else(|| serde_json::json!({}));
+            if !metadata.is_object() {
+                return Err(Error::invalid(
+                    format!("{field}.metadata"),
+                    "metadata must be a JSON object",
+                ));
+            }
+            rows.push(Message {
+                id: MessageId::new(),
+                tenant_id: v.tenant.clone(),
+                conversation_id: conversation.clone(),
+                user_id: user.clone(),
+                agent_id: v.agent.clone(),
+                seq: 0,
+                role: m.role,
+                content: m.content,
+                tool_name: m.tool_name,
+                tool_args: m.tool_args,
+                tool_result: m.tool_result,
+                turn_id: m.turn_id,
+                metadata,
+                created_at: m.created_at.unwrap_or(now),
+                rating: 0,
+            });
+        }
+        self.store.append_messages(&v.tenant, rows).await
+    }
+
+    /// Browse a transcript chronologically.
+    pub async fn messages(
+        &self,
+        p: &Principal,
+        conversation: &ConversationId,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<Message>> {
+        let Some((owner, agent)) = self.store.conversation_owner(&p.tenant, conversation).await?
+        else {
+            return Err(Error::not_found(format!("conversation {conversation}")));
+        };
+        let allowed = match &p.role {
+            KeyRole::Admin => true,
+            KeyRole::User(u) => u == &owner,
+            KeyRole::Agent(a) => match &agent {
+                Some(owner_agent) => {
+                    self.pool_of(&p.tenant, owner_agent).await?
+                        == self.pool_of(&p.tenant, a).await?
+                }
+                None => true,
+            },
+        };
+        if !allowed {
+            return Err(Error::not_found(format!("conversation {conversation}")));
+        }
+        let limit = clamp_limit(limit, 1000)?;
+        self.store.list_messages(&p.tenant, conversation, after_seq, limit).await
+    }
+
+    /// Rate a reply; cascades the rating to every memory recalled for its turn.
+    pub async fn rate_message(
+        &self,
+        p: &Principal,
+        id: MessageId,
+        value: i64,
+    ) -> Result<(Message, Vec<MemoryId>)> {
+        if value != 1 && value != -1 {
+            return Err(Error::invalid("value", "a rating is -1 or 1"));
+        }
+        let msg = self
+            .store
+            .get_message(&p.tenant, id)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("message {id}")))?;
+        let _ = self.messages(p, &msg.conversation_id, 0, 1).await?;
+        self.store.rate_message(&p.tenant, id, value).await?;
+        let mut turn_ids = vec![id.to_string()];
+        if let Some(t) = &msg.turn_id {
+            turn_ids.push(t.clone());
+        }
+        let mut rated = Vec::new();
+        let now = OffsetDateTime::now_utc();
+        for t in turn_ids {
+            for mid in self.store.recalled(&p.tenant, &t).await? {
+                if rated.contains(&mid) {
+                    continue;
+                }
+                if let Some(m) = self.store.get_memory(&p.tenant, mid).await?
+                    && self.visible(p, &m).await?
+                {
+                    let mut ev = Self::event(mid, EventKind::Rated, None, p, now);
+                    ev.detail =
+                        serde_json::json!({ "value": value, "via_message": id.to_string() });
+                    self.store.rate_memory(&p.tenant, mid, value, ev).await?;
+                    rated.push(mid);
+                }
+            }
+        }
+        let msg = self
+            .store
+            .get_message(&p.tenant, id)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("message {id}")))?;
+        Ok((msg, rated))
+    }
+
+    // ------------------------------------------------------------------ agents, users, stats
+
+    pub async fn get_agent(&self, p: &Principal, id: &AgentId) -> Result<Agent> {
+        if let KeyRole::Agent(bound) = &p.role
+            && bound != id
+        {
+            return Err(Error::not_found(format!("agent {id}")));
+        }
+        self.store
+            .get_agent(&p.tenant, id)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("agent {id}")))
+    }
+
+    pub async fn put_agent(&self, p: &Principal, id: AgentId, input: AgentInput) -> Result<Agent> {
+        Self::require_admin(p, "changing agent settings")?;
+        let threshold = input.dedup_threshold.unwrap_or(self.cfg.dedup_threshold);
+        if !(0.5..=1.0).contains(&threshold) {
+            return Err(Error::invalid(
+                "dedup_threshold",
+                "dedup_threshold must be between 0.5 and 1.0",
+            ));
+        }
+        if !input.settings.is_object() {
+            return Err(Error::invalid("settings", "settings must be a JSON object"));
+        }
+        if let Some(c) = &input.cluster_id
+            && (c.is_empty() || c.len() > 256)
+        {
+            return Err(Error::invalid("cluster_id", "cluster_id must be 1 to 256 bytes"));
+        }
+        let now = OffsetDateTime::now_utc();
+        let created_at = self.store.get_agent(&p.tenant, &id).await?.map_or(now, |a| a.created_at);
+        let agent = Agent {
+            tenant_id: p.tenant.clone(),
+            id,
+            memory_enabled: input.memory_enabled,
+            cluster_id: input.cluster_id,
+            dedup_threshold: threshold,
+            settings: input.settings,
+            created_at,
+            updated_at: now,
+        };
+        self.store.put_agent(&agent).await?;
+        Ok(agent)
+    }
+
+    /// GDPR erasure of a user (admin, or the user's own key).
+    pub async fn erase_user(&self, p: &Principal, user: &UserId) -> Result<EraseCounts> {
+        self.authorize_user_admin(p, user)?;
+        self.store.erase_user(&p.tenant, user).await
+    }
+
+    /// GDPR export of a user.
+    pub async fn export_user(&self, p: &Principal, user: &UserId) -> Result<UserExport> {
+        self.authorize_user_admin(p, user)?;
+        let (memories, events) = self.store.user_memories(&p.tenant, user).await?;
+        let messages = self.store.user_messages(&p.tenant, user).await?;
+        Ok(UserExport {
+            tenant_id: p.tenant.clone(),
+            user_id: user.clone(),
+            memories,
+            events,
+            messages,
+        })
+    }
+
+    fn authorize_user_admin(&self, p: &Principal, user: &UserId) -> Result<()> {
+        match &p.role {
+            KeyRole::Admin => Ok(()),
+            KeyRole::User(u) if u == user => Ok(()),
+            KeyRole::User(_) | KeyRole::Agent(_) => {
+                Err(Error::Forbidden("only an admin key or the user's own key can do this".into()))
+            }
+        }
+    }
+
+    pub async fn stats(&self, p: &Principal) -> Result<StoreStats> {
+        Self::require_admin(p, "stats")?;
+        self.store.stats(&p.tenant).await
+    }
+}
+
+fn best_match<'a>(
+    list: impl Iterator<Item = (usize, &'a [f32])>,
+    v: &[f32],
+) -> Option<(usize, f32)> {
+    list.map(|(i, w)| (i, crate::embed::dot(w, v))).max_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+fn prefix_batch_error(e: Error, i: usize, n: usize) -> Error {
+    if n == 1 {
+        return e;
+    }
+    match e {
+        Error::InvalidInput { field, message } => Error::InvalidInput {
+            field: format!("memories[{i}].{field}"),
+            message: format!("memories[{i}]: {message}"),
+        },
+        Error::TooLarge(m) => Error::TooLarge(format!("memories[{i}]: {m}")),
+        other @ (Error::NotFound { .. }
+        | Error::Forbidden(_)
+        | Error::Unauthorized(_)
+        | Error::Conflict(_)
+        | Error::Unprocessable(_)
+        | Error::Embedder(_)
+        | Error::Internal(_)) => other,
+    }
+}
+
+fn clamp_limit(limit: usize, max: usize) -> Result<usize> {
+    if limit == 0 || limit > max {
+        return Err(Error::invalid("limit", format!("limit must be 1 to {max}")));
+    }
+    Ok(limit)
+}
+
+/// How a principal is named in the audit trail.
+pub fn actor_name(p: &Principal) -> String {
+    match &p.role {
+        KeyRole::Admin => "admin".to_string(),
+        KeyRole::Agent(a) => format!("agent:{a}"),
+        KeyRole::User(u) => format!("user:{u}"),
+    }
+}

@@ -1,0 +1,418 @@
+//! Domain types: identifiers, memories and their parts, conversations, agents.
+//!
+//! Inputs are parsed into these types at the edge ("parse, don't validate"): an
+//! [`Importance`] is always 1..=10, a [`Content`] is never empty nor over the limit, a
+//! [`Category`] is one of six. Types that are persisted carry string forms via `as_str`/
+//! `parse`; **those strings are stored in the DB: changes must be backward compatible.**
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+
+macro_rules! string_id {
+    ($(#[$doc:meta])* $name:ident, $field:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Parse a client-chosen identifier: 1–256 characters, no control characters,
+            /// no leading or trailing whitespace.
+            pub fn parse(s: impl Into<String>) -> Result<Self> {
+                let s = s.into();
+                validate_ident(&s, $field)?;
+                Ok(Self(s))
+            }
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+fn validate_ident(s: &str, field: &str) -> Result<()> {
+    if s.is_empty() {
+        return Err(Error::invalid(field, format!("{field} must not be empty")));
+    }
+    if s.chars().count() > 256 {
+        return Err(Error::invalid(field, format!("{field} is longer than 256 characters")));
+    }
+    if s.chars().any(char::is_control) || s.trim() != s {
+        return Err(Error::invalid(
+            field,
+            format!("{field} must not contain control characters or surrounding whitespace"),
+        ));
+    }
+    Ok(())
+}
+
+string_id!(
+    /// The isolation boundary. Every row carries one; nothing crosses it.
+    TenantId,
+    "tenant_id"
+);
+string_id!(
+    /// The person memories are about, chosen by the client.
+    UserId,
+    "user_id"
+);
+string_id!(
+    /// An assistant inside a tenant.
+    AgentId,
+    "agent_id"
+);
+string_id!(
+    /// A conversation, chosen by the client.
+    ConversationId,
+    "conversation_id"
+);
+
+impl TenantId {
+    /// The tenant of local mode (no API keys configured).
+    pub fn default_tenant() -> Self {
+        Self("default".to_string())
+    }
+}
+
+/// Identifier of a memory row (UUIDv7: time-ordered, so ids sort by creation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MemoryId(pub Uuid);
+
+impl MemoryId {
+    pub fn new() -> Self {
+        Self(Uuid::now_v7())
+    }
+    pub fn parse(s: &str) -> Result<Self> {
+        Uuid::parse_str(s)
+            .map(Self)
+            .map_err(|_| Error::invalid("id", format!("'{s}' is not a valid memory id (UUID)")))
+    }
+}
+
+impl Default for MemoryId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for MemoryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Identifier of a stored message (UUIDv7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MessageId(pub Uuid);
+
+impl MessageId {
+    pub fn new() -> Self {
+        Self(Uuid::now_v7())
+    }
+    pub fn parse(s: &str) -> Result<Self> {
+        Uuid::parse_str(s)
+            .map(Self)
+            .map_err(|_| Error::invalid("id", format!("'{s}' is not a valid message id (UUID)")))
+    }
+}
+
+impl Default for MessageId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+macro_rules! closed_enum {
+    ($(#[$doc:meta])* $name:ident, $field:literal, default = $default:ident, { $($variant:ident => $s:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $s),+ }
+            }
+
+            pub fn parse(s: &str) -> Result<Self> {
+                match s {
+                    $($s => Ok($name::$variant),)+
+                    other => Err(Error::invalid(
+                        $field,
+                        format!(
+                            "unknown {} '{}'; expected one of: {}",
+                            $field,
+                            other,
+                            [$($s),+].join(", ")
+                        ),
+                    )),
+                }
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self { $name::$default }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.as_str()) }
+        }
+    };
+}
+
+closed_enum!(
+    /// What a memory is: a knowledge fact (default), a keyed profile fact, or a fact shared
+    /// with every agent of the tenant.
+    Kind, "kind", default = Knowledge, {
+        Knowledge => "knowledge",
+        Profile => "profile",
+        Shared => "shared",
+    }
+);
+
+closed_enum!(
+    /// The six categories of seed 000.
+    Category, "category", default = General, {
+        Preference => "preference",
+        Fact => "fact",
+        Event => "event",
+        Relationship => "relationship",
+        Decision => "decision",
+        General => "general",
+    }
+);
+
+closed_enum!(
+    /// Where a memory came from.
+    SourceKind, "source", default = Manual, {
+        Conversation => "conversation",
+        Manual => "manual",
+        Import => "import",
+    }
+);
+
+closed_enum!(
+    /// The role of a message author.
+    MessageRole, "role", default = User, {
+        User => "user",
+        Assistant => "assistant",
+        System => "system",
+        Tool => "tool",
+    }
+);
+
+/// Importance of a fact, 1 (trivial) to 10 (critical life fact).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Importance(u8);
+
+impl Importance {
+    pub const DEFAULT: Importance = Importance(5);
+
+    pub fn parse(v: i64) -> Result<Self> {
+        if (1..=10).contains(&v) {
+            Ok(Importance(v as u8))
+        } else {
+            Err(Error::invalid("importance", format!("importance must be 1 to 10, got {v}")))
+        }
+    }
+    /// Clamp any integer into 1..=10 (for LLM output, which is repaired, not rejected).
+    pub fn clamped(v: i64) -> Self {
+        Importance(v.clamp(1, 10) as u8)
+    }
+    pub fn get(self) -> u8 {
+        self.0
+    }
+}
+
+impl Default for Importance {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// The text of a memory: trimmed, non-empty, at most `max_bytes` long.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Content(String);
+
+impl Content {
+    pub fn parse(s: &str, max_bytes: usize) -> Result<Self> {
+        let t = s.trim();
+        if t.is_empty() {
+            return Err(Error::invalid("content", "content must not be empty"));
+        }
+        if t.len() > max_bytes {
+            return Err(Error::TooLarge(format!(
+                "content is {} bytes; the limit is {max_bytes}",
+                t.len()
+            )));
+        }
+        Ok(Content(t.to_string()))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+/// The provenance of a memory.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Source {
+    pub kind: SourceKind,
+    pub conversation_id: Option<ConversationId>,
+    pub message_ids: Vec<MessageId>,
+}
+
+/// One memory row, active or superseded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Memory {
+    pub id: MemoryId,
+    pub tenant_id: TenantId,
+    pub user_id: UserId,
+    /// The agent that wrote it (None: written tenant-wide, e.g. by an admin without agent).
+    pub agent_id: Option<AgentId>,
+    /// The pool it lives in: the writer agent's cluster id at write time, or its agent id.
+    pub pool: Option<String>,
+    pub kind: Kind,
+    /// Profile facts are upserted by key.
+    pub key: Option<String>,
+    pub category: Category,
+    pub importance: Importance,
+    pub rating: i64,
+    pub content: String,
+    pub source: Source,
+    pub observed_at: OffsetDateTime,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+    pub last_accessed_at: Option<OffsetDateTime>,
+    pub access_count: i64,
+    /// How many times the fact was stated again (dedup confirmations).
+    pub mention_count: i64,
+    pub expires_at: Option<OffsetDateTime>,
+    pub superseded_at: Option<OffsetDateTime>,
+    pub superseded_by: Option<MemoryId>,
+    pub metadata: serde_json::Value,
+    /// The model that made this row's vector (None for profile facts, which have none).
+    pub embedding_model: Option<String>,
+}
+
+impl Memory {
+    pub fn is_active(&self, now: OffsetDateTime) -> bool {
+        self.superseded_at.is_none() && self.expires_at.is_none_or(|e| e > now)
+    }
+}
+
+/// What happened to a memory; the audit trail of `history`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryEvent {
+    pub memory_id: MemoryId,
+    pub event: EventKind,
+    /// The other memory involved (the successor for `superseded`, the predecessor for `created` by edit).
+    pub related_id: Option<MemoryId>,
+    pub actor: String,
+    pub detail: serde_json::Value,
+    pub at: OffsetDateTime,
+}
+
+closed_enum!(
+    /// Kinds of memory events.
+    EventKind, "event", default = Created, {
+        Created => "created",
+        Confirmed => "confirmed",
+        Superseded => "superseded",
+        Forgotten => "forgotten",
+        Rated => "rated",
+        Imported => "imported",
+    }
+);
+
+/// A stored message of a conversation transcript.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub id: MessageId,
+    pub tenant_id: TenantId,
+    pub conversation_id: ConversationId,
+    pub user_id: UserId,
+    pub agent_id: Option<AgentId>,
+    pub seq: i64,
+    pub role: MessageRole,
+    pub content: String,
+    pub tool_name: Option<String>,
+    pub tool_args: Option<serde_json::Value>,
+    pub tool_result: Option<String>,
+    pub turn_id: Option<String>,
+    pub metadata: serde_json::Value,
+    pub created_at: OffsetDateTime,
+    pub rating: i64,
+}
+
+/// Settings of an agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Agent {
+    pub tenant_id: TenantId,
+    pub id: AgentId,
+    pub memory_enabled: bool,
+    /// Agents with the same cluster id share one memory pool for new writes.
+    pub cluster_id: Option<String>,
+    /// Cosine similarity at or above which a new fact is a duplicate (default 0.90).
+    pub dedup_threshold: f32,
+    /// Other settings (extraction policy, PII policy…), kept as given.
+    pub settings: serde_json::Value,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+}
+
+impl Agent {
+    /// The memory pool this agent writes to and reads from.
+    pub fn pool(&self) -> String {
+        match &self.cluster_id {
+            Some(c) => format!("cluster:{c}"),
+            None => format!("agent:{}", self.id),
+        }
+    }
+}
+
+/// The pool of an agent that has no stored settings.
+pub fn default_pool(agent: &AgentId) -> String {
+    format!("agent:{agent}")
+}
+
+/// Role of an API key, with what it is bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyRole {
+    Admin,
+    Agent(AgentId),
+    User(UserId),
+}
+
+/// An authenticated caller: a tenant and a role in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub tenant: TenantId,
+    pub role: KeyRole,
+}

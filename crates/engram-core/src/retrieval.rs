@@ -1,0 +1,139 @@
+//! Ranking: Reciprocal Rank Fusion, temporal decay, importance and rating weights, and the
+//! token estimate used to fit context blocks into a budget.
+//!
+//! Pure functions, so the scoring can be tested and explained without a store.
+//!
+//! The final score of a memory is
+//! `rrf × temporal_weight × importance_weight × rating_weight` where
+//! - `rrf = Σ 1/(60 + rank)` over the vector and the full-text lists (rank from 1);
+//! - `temporal = e^(−0.05·days_since_access) · (1 + 0.02·access_count)` (SPEC §3), applied as
+//!   `temporal_weight = 0.7 + 0.3·min(temporal, 1.5)` so recency re-orders close candidates
+//!   but a fact not touched for months is not erased by an unrelated fresh one (RivetOS gives
+//!   the temporal term the same 0.3 weight);
+//! - `importance_weight = 0.75 + 0.05·importance` (1 → 0.80, 5 → 1.00, 10 → 1.25);
+//! - `rating_weight = 1 + 0.25·tanh(rating / 2)` (−1 → 0.88, +1 → 1.12, bounded in 0.75..1.25).
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+/// The RRF constant of SPEC §3.
+pub const RRF_K: f64 = 60.0;
+
+/// Every component of a memory's score, for `explain: true`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Explain {
+    /// 1-based rank in the vector list, if present there.
+    pub vector_rank: Option<usize>,
+    pub vector_similarity: Option<f32>,
+    /// 1-based rank in the full-text list, if present there.
+    pub text_rank: Option<usize>,
+    /// `-bm25` (higher is better).
+    pub text_score: Option<f64>,
+    pub rrf: f64,
+    pub days_since_access: f64,
+    pub access_count: i64,
+    pub temporal: f64,
+    pub temporal_weight: f64,
+    pub importance: u8,
+    pub importance_weight: f64,
+    pub rating: i64,
+    pub rating_weight: f64,
+    pub score: f64,
+}
+
+/// RRF contribution of one 1-based rank.
+pub fn rrf_term(rank: usize) -> f64 {
+    1.0 / (RRF_K + rank as f64)
+}
+
+/// `e^(−0.05·days) · (1 + 0.02·access_count)`.
+pub fn temporal(days_since_access: f64, access_count: i64) -> f64 {
+    (-0.05 * days_since_access.max(0.0)).exp() * (1.0 + 0.02 * access_count.max(0) as f64)
+}
+
+pub fn temporal_weight(temporal: f64) -> f64 {
+    0.7 + 0.3 * temporal.min(1.5)
+}
+
+pub fn importance_weight(importance: u8) -> f64 {
+    0.75 + 0.05 * f64::from(importance)
+}
+
+pub fn rating_weight(rating: i64) -> f64 {
+    1.0 + 0.25 * (rating as f64 / 2.0).tanh()
+}
+
+/// Days between `since` and `now` (fractional, never negative).
+pub fn days_between(since: OffsetDateTime, now: OffsetDateTime) -> f64 {
+    ((now - since).as_seconds_f64() / 86_400.0).max(0.0)
+}
+
+/// Fill in the derived fields of `e` (everything after the ranks) and return the score.
+pub fn finish(e: &mut Explain) -> f64 {
+    e.rrf = e.vector_rank.map_or(0.0, rrf_term) + e.text_rank.map_or(0.0, rrf_term);
+    e.temporal = temporal(e.days_since_access, e.access_count);
+    e.temporal_weight = temporal_weight(e.temporal);
+    e.importance_weight = importance_weight(e.importance);
+    e.rating_weight = rating_weight(e.rating);
+    e.score = e.rrf * e.temporal_weight * e.importance_weight * e.rating_weight;
+    e.score
+}
+
+/// Rough token count of a text for budgeting: about four characters per token, the usual
+/// figure for BPE tokenizers on English; never under one token per word.
+pub fn estimate_tokens(text: &str) -> usize {
+    let chars = text.chars().count();
+    let words = text.split_whitespace().count();
+    chars.div_ceil(4).max(words)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rrf_rewards_agreement_between_lists() {
+        let mut both = Explain {
+            vector_rank: Some(3),
+            text_rank: Some(3),
+            importance: 5,
+            ..Default::default()
+        };
+        let mut one = Explain { vector_rank: Some(1), importance: 5, ..Default::default() };
+        assert!(finish(&mut both) > finish(&mut one));
+        assert!((both.rrf - 2.0 / 63.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn decay_importance_and_rating_reorder_close_candidates() {
+        let base = Explain { vector_rank: Some(1), importance: 5, ..Default::default() };
+        let mut fresh = base.clone();
+        let mut stale = Explain { days_since_access: 60.0, ..base.clone() };
+        assert!(finish(&mut fresh) > finish(&mut stale));
+        // Old but never below 70% of a fresh one.
+        assert!(stale.score > 0.7 * fresh.score - 1e-12);
+        let mut liked = Explain { rating: 1, ..base.clone() };
+        let mut disliked = Explain { rating: -1, ..base.clone() };
+        assert!(finish(&mut liked) > finish(&mut disliked));
+        let mut important = Explain { importance: 10, ..base.clone() };
+        let mut trivial = Explain { importance: 1, ..base };
+        assert!(finish(&mut important) > finish(&mut trivial));
+    }
+
+    #[test]
+    fn a_downvoted_top_hit_ranks_below_an_upvoted_second() {
+        // Platos: a high-cosine row rated -1 ranks lower than a moderate one rated +1.
+        let mut top =
+            Explain { vector_rank: Some(1), importance: 5, rating: -1, ..Default::default() };
+        let mut second =
+            Explain { vector_rank: Some(2), importance: 5, rating: 1, ..Default::default() };
+        assert!(finish(&mut second) > finish(&mut top));
+    }
+
+    #[test]
+    fn token_estimate() {
+        assert_eq!(estimate_tokens(""), 0);
+        assert_eq!(estimate_tokens("abcd"), 1);
+        assert_eq!(estimate_tokens("- The user lives in Bengaluru."), 8);
+    }
+}

@@ -1,0 +1,290 @@
+//! The persistence contract.
+//!
+//! [`Store`] is implemented by `engram-store` (SQLite today, PostgreSQL next) and chosen once
+//! at start-up. Contract rules, which every implementation and the conformance suite share:
+//!
+//! - **Tenant scoping.** Every method takes the tenant; nothing reads or writes across it.
+//!   An id that exists in another tenant behaves exactly like an id that does not exist.
+//! - **Active rows by default.** Reads return rows with `superseded_at IS NULL` (and not
+//!   expired) unless a filter asks for superseded ones.
+//! - **Supersession, never overwrite.** Content, category, importance of a memory row never
+//!   change after insert; a change inserts a new row and marks the old one superseded, in one
+//!   transaction. Only `purge_memory` and `erase_user` delete rows.
+//! - **Scores are "higher is better"**: cosine similarity for vectors, `-bm25` for text.
+//! - **Durability.** When a write method returns `Ok`, the write is committed.
+//! - **One vector space.** All vectors of a store have one dimension; inserting another is
+//!   an `Unprocessable` error.
+
+use async_trait::async_trait;
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::error::Result;
+use crate::model::{
+    Agent, AgentId, Category, ConversationId, KeyRole, Kind, Memory, MemoryEvent, MemoryId,
+    Message, MessageId, TenantId, UserId,
+};
+
+/// Which memories a read sees.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryFilter {
+    /// Only this user's memories (required for searches).
+    pub user_id: Option<UserId>,
+    /// An agent's view: rows of this pool, plus `kind = shared` rows and rows written
+    /// without an agent (user-wide). `None`: every pool.
+    pub pool: Option<String>,
+    pub kinds: Option<Vec<Kind>>,
+    pub categories: Option<Vec<Category>>,
+    /// `observed_at >= since`.
+    pub since: Option<OffsetDateTime>,
+    /// `observed_at < until`.
+    pub until: Option<OffsetDateTime>,
+    /// Also superseded (and expired) rows.
+    pub include_superseded: bool,
+}
+
+/// A memory to insert, with its vector (None for profile facts).
+#[derive(Debug, Clone)]
+pub struct NewMemory {
+    pub memory: Memory,
+    pub vector: Option<Vec<f32>>,
+    /// The event recorded with the insert (`created` or `imported`).
+    pub event: MemoryEvent,
+}
+
+/// A page of memories and the cursor of the next page.
+#[derive(Debug, Clone)]
+pub struct MemoryPage {
+    pub memories: Vec<Memory>,
+    pub next_cursor: Option<MemoryId>,
+}
+
+/// Stored API key (never the secret itself).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiKey {
+    pub id: String,
+    pub tenant: TenantId,
+    pub role: KeyRole,
+    /// First characters of the key, to recognise it in listings.
+    pub prefix: String,
+    pub created_at: OffsetDateTime,
+    pub revoked_at: Option<OffsetDateTime>,
+}
+
+/// A message to append (the store assigns the sequence number).
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub message: Message,
+}
+
+/// Rows removed by a GDPR erasure, per table.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct EraseCounts {
+    pub memories: u64,
+    pub memory_events: u64,
+    pub messages: u64,
+    pub conversations: u64,
+    pub summaries: u64,
+    pub jobs: u64,
+    pub cursors: u64,
+    pub recalls: u64,
+    pub context_sessions: u64,
+}
+
+/// Counters for `/v1/stats`.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct StoreStats {
+    pub memories_active: u64,
+    pub memories_superseded: u64,
+    pub memories_with_vector: u64,
+    pub users: u64,
+    pub conversations: u64,
+    pub messages: u64,
+    pub messages_unsummarized: u64,
+    pub summaries: u64,
+    pub summary_depth: u64,
+    pub jobs_pending: u64,
+    pub jobs_running: u64,
+    pub jobs_failed: u64,
+    pub embedding_model: Option<String>,
+    pub embedding_dims: Option<u64>,
+}
+
+/// A cached context block of a session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContextSession {
+    pub session_id: String,
+    pub user_id: UserId,
+    pub pool: Option<String>,
+    pub text: String,
+    pub memory_ids: Vec<MemoryId>,
+    pub created_at: OffsetDateTime,
+}
+
+/// Persistence for the engine. See the module docs for the contract.
+#[async_trait]
+pub trait Store: Send + Sync {
+    // ---- embedding space ----
+    /// The `(model_id, dims)` recorded for this store's vectors, if any vector was stored.
+    async fn embedding_space(&self) -> Result<Option<(String, usize)>>;
+    /// Record the embedding space on first use; `Unprocessable` if vectors of another
+    /// dimension exist.
+    async fn ensure_embedding_space(&self, model_id: &str, dims: usize) -> Result<()>;
+
+    // ---- keys ----
+    async fn create_api_key(&self, key: &ApiKey, secret_hash: &str) -> Result<()>;
+    async fn list_api_keys(&self, tenant: Option<&TenantId>) -> Result<Vec<ApiKey>>;
+    /// Revoke by id; `NotFound` if absent or already revoked.
+    async fn revoke_api_key(&self, id: &str) -> Result<()>;
+    /// The active key with this secret hash (not tenant-scoped: the hash is the lookup).
+    async fn find_api_key(&self, secret_hash: &str) -> Result<Option<ApiKey>>;
+    /// Number of active keys in the whole store (0 = local mode).
+    async fn count_active_api_keys(&self) -> Result<u64>;
+
+    // ---- agents ----
+    async fn get_agent(&self, tenant: &TenantId, id: &AgentId) -> Result<Option<Agent>>;
+    async fn put_agent(&self, agent: &Agent) -> Result<()>;
+
+    // ---- memories ----
+    /// Insert all rows in one transaction.
+    async fn insert_memories(&self, tenant: &TenantId, rows: Vec<NewMemory>) -> Result<()>;
+    async fn get_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<Option<Memory>>;
+    /// Rows by id, in no particular order; unknown ids are skipped.
+    async fn get_memories(&self, tenant: &TenantId, ids: &[MemoryId]) -> Result<Vec<Memory>>;
+    /// Newest first; `cursor` is the last id of the previous page.
+    async fn list_memories(
+        &self,
+        tenant: &TenantId,
+        filter: &MemoryFilter,
+        cursor: Option<MemoryId>,
+        limit: usize,
+    ) -> Result<MemoryPage>;
+    /// Every active row of a user in a filter, oldest `observed_at` first (for context blocks).
+    async fn all_active(&self, tenant: &TenantId, filter: &MemoryFilter) -> Result<Vec<Memory>>;
+    /// Mark `old` superseded by `new` (inserted in the same transaction) or forgotten
+    /// (`new = None`). `Conflict` if `old` is already superseded; `NotFound` if absent.
+    async fn supersede(
+        &self,
+        tenant: &TenantId,
+        old: MemoryId,
+        new: Option<NewMemory>,
+        event: MemoryEvent,
+    ) -> Result<()>;
+    /// A restated fact: bump `updated_at` and `mention_count`, record the event.
+    async fn confirm_memory(
+        &self,
+        tenant: &TenantId,
+        id: MemoryId,
+        event: MemoryEvent,
+    ) -> Result<()>;
+    /// Add `delta` to the rating and record the event; returns the new rating.
+    async fn rate_memory(
+        &self,
+        tenant: &TenantId,
+        id: MemoryId,
+        delta: i64,
+        event: MemoryEvent,
+    ) -> Result<i64>;
+    /// Physically delete one row and its events.
+    async fn purge_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<()>;
+    /// The supersession chain through `id` (oldest first) and the events of its rows.
+    async fn history(
+        &self,
+        tenant: &TenantId,
+        id: MemoryId,
+    ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)>;
+    /// Top-`k` rows by cosine similarity to `vector` among those the filter admits
+    /// (`filter.user_id` is required). Exact search.
+    async fn vector_search(
+        &self,
+        tenant: &TenantId,
+        filter: &MemoryFilter,
+        vector: &[f32],
+        k: usize,
+    ) -> Result<Vec<(MemoryId, f32)>>;
+    /// Top-`k` rows by BM25 (as `-bm25`, higher is better) for `query` (plain words, any
+    /// language; never a syntax error).
+    async fn text_search(
+        &self,
+        tenant: &TenantId,
+        filter: &MemoryFilter,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<(MemoryId, f64)>>;
+    /// Bump `access_count` and `last_accessed_at` of the rows.
+    async fn touch_memories(
+        &self,
+        tenant: &TenantId,
+        ids: &[MemoryId],
+        at: OffsetDateTime,
+    ) -> Result<()>;
+    /// The active profile fact with this key for the user (and pool).
+    async fn find_profile(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        pool: Option<&str>,
+        key: &str,
+    ) -> Result<Option<Memory>>;
+
+    // ---- conversations ----
+    /// Append messages (assigning consecutive `seq` after the conversation's last); the
+    /// conversation is created on first append and belongs to one user.
+    async fn append_messages(
+        &self,
+        tenant: &TenantId,
+        messages: Vec<Message>,
+    ) -> Result<Vec<Message>>;
+    /// Messages in order of `seq`, after `after_seq`.
+    async fn list_messages(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<Message>>;
+    /// The owner (user) of a conversation, if it exists.
+    async fn conversation_owner(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Option<(UserId, Option<AgentId>)>>;
+    async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>>;
+    async fn rate_message(&self, tenant: &TenantId, id: MessageId, delta: i64) -> Result<i64>;
+    /// Full-text search over a user's messages.
+    async fn text_search_messages(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<(MessageId, f64)>>;
+
+    // ---- recalls (feedback cascade) and context sessions ----
+    async fn record_recall(&self, tenant: &TenantId, turn_id: &str, ids: &[MemoryId])
+    -> Result<()>;
+    async fn recalled(&self, tenant: &TenantId, turn_id: &str) -> Result<Vec<MemoryId>>;
+    async fn get_context_session(
+        &self,
+        tenant: &TenantId,
+        session_id: &str,
+        user: &UserId,
+        pool: Option<&str>,
+    ) -> Result<Option<ContextSession>>;
+    async fn put_context_session(&self, tenant: &TenantId, session: &ContextSession) -> Result<()>;
+
+    // ---- users ----
+    /// GDPR erasure: remove every row of the user in the tenant; counts per table.
+    async fn erase_user(&self, tenant: &TenantId, user: &UserId) -> Result<EraseCounts>;
+    /// Every message of every conversation of the user (for export).
+    async fn user_messages(&self, tenant: &TenantId, user: &UserId) -> Result<Vec<Message>>;
+    /// Every memory row (active and superseded) and every event of the user.
+    async fn user_memories(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+    ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)>;
+
+    // ---- stats ----
+    async fn stats(&self, tenant: &TenantId) -> Result<StoreStats>;
+}

@@ -228,6 +228,13 @@ pub struct UserExport {
     pub messages: Vec<Message>,
 }
 
+/// Outcome of an import.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct ImportReport {
+    pub imported: usize,
+    pub skipped: usize,
+}
+
 /// Filters of a list call.
 #[derive(Debug, Clone, Default)]
 pub struct ListInput {
@@ -581,7 +588,7 @@ impl Engine {
                 EventKind::Created
             };
             let event = Self::event(m.id, kind, None, p, now);
-            rows.push(NewMemory { memory: m.clone(), vector: Some(vector), event });
+            rows.push(NewMemory { memory: m.clone(), vector: Some(vector), events: vec![event] });
             results.push(Remembered { decision: Decision::Add, memory: m, similarity: None });
         }
         if !rows.is_empty() {
@@ -610,7 +617,7 @@ impl Engine {
             Some(old) => {
                 let new_ev = Self::event(m.id, EventKind::Created, Some(old.id), p, now);
                 let old_ev = Self::event(old.id, EventKind::Superseded, Some(m.id), p, now);
-                let row = NewMemory { memory: m.clone(), vector: None, event: new_ev };
+                let row = NewMemory { memory: m.clone(), vector: None, events: vec![new_ev] };
                 self.store.supersede(&v.tenant, old.id, Some(row), old_ev).await?;
                 Ok(Remembered { decision: Decision::Update, memory: m, similarity: None })
             }
@@ -619,7 +626,7 @@ impl Engine {
                 self.store
                     .insert_memories(
                         &v.tenant,
-                        vec![NewMemory { memory: m.clone(), vector: None, event: ev }],
+                        vec![NewMemory { memory: m.clone(), vector: None, events: vec![ev] }],
                     )
                     .await?;
                 Ok(Remembered { decision: Decision::Add, memory: m, similarity: None })
@@ -694,7 +701,7 @@ impl Engine {
             .supersede(
                 &p.tenant,
                 old.id,
-                Some(NewMemory { memory: new.clone(), vector, event: new_ev }),
+                Some(NewMemory { memory: new.clone(), vector, events: vec![new_ev] }),
                 old_ev,
             )
             .await?;
@@ -1209,6 +1216,87 @@ impl Engine {
                 Err(Error::Forbidden("only an admin key or the user's own key can do this".into()))
             }
         }
+    }
+
+    /// Every memory row (active and superseded) with its events, of one user or of the
+    /// whole tenant: the lossless export that [`Engine::import`] reads back.
+    pub async fn export_memories(
+        &self,
+        p: &Principal,
+        user: Option<&UserId>,
+    ) -> Result<Vec<(Memory, Vec<MemoryEvent>)>> {
+        Self::require_admin(p, "exporting memories")?;
+        let users = match user {
+            Some(u) => vec![u.clone()],
+            None => self.store.list_users(&p.tenant).await?,
+        };
+        let mut out = Vec::new();
+        for u in users {
+            let (memories, events) = self.store.user_memories(&p.tenant, &u).await?;
+            let mut by_id: HashMap<MemoryId, Vec<MemoryEvent>> = HashMap::new();
+            for e in events {
+                by_id.entry(e.memory_id).or_default().push(e);
+            }
+            for m in memories {
+                let ev = by_id.remove(&m.id).unwrap_or_default();
+                out.push((m, ev));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Restore exported rows exactly (ids, timestamps, supersession, ratings, events), into
+    /// the caller's tenant, re-embedding their content with the current embedder. Rows whose
+    /// id already exists are skipped, so an import can be re-run.
+    pub async fn import(
+        &self,
+        p: &Principal,
+        records: Vec<(Memory, Vec<MemoryEvent>)>,
+    ) -> Result<ImportReport> {
+        Self::require_admin(p, "importing memories")?;
+        let mut report = ImportReport::default();
+        for chunk in records.chunks(500) {
+            let ids: Vec<MemoryId> = chunk.iter().map(|(m, _)| m.id).collect();
+            let existing: std::collections::HashSet<MemoryId> =
+                self.store.get_memories(&p.tenant, &ids).await?.into_iter().map(|m| m.id).collect();
+            let fresh: Vec<&(Memory, Vec<MemoryEvent>)> =
+                chunk.iter().filter(|(m, _)| !existing.contains(&m.id)).collect();
+            report.skipped += chunk.len() - fresh.len();
+            let texts: Vec<String> = fresh
+                .iter()
+                .filter(|(m, _)| m.kind != Kind::Profile)
+                .map(|(m, _)| m.content.clone())
+                .collect();
+            let mut vectors =
+                if texts.is_empty() { vec![] } else { self.embedder.embed(&texts).await? }
+                    .into_iter();
+            if !texts.is_empty() {
+                self.store
+                    .ensure_embedding_space(self.embedder.model_id(), self.embedder.dims())
+                    .await?;
+            }
+            let mut rows = Vec::with_capacity(fresh.len());
+            for (m, events) in fresh {
+                let mut m = m.clone();
+                Content::parse(&m.content, usize::MAX)?;
+                m.tenant_id = p.tenant.clone();
+                let vector = if m.kind == Kind::Profile {
+                    m.embedding_model = None;
+                    None
+                } else {
+                    m.embedding_model = Some(self.embedder.model_id().to_string());
+                    Some(
+                        vectors
+                            .next()
+                            .ok_or_else(|| Error::internal("embedder returned too few vectors"))?,
+                    )
+                };
+                rows.push(NewMemory { memory: m, vector, events: events.clone() });
+            }
+            report.imported += rows.len();
+            self.store.insert_memories(&p.tenant, rows).await?;
+        }
+        Ok(report)
     }
 
     pub async fn stats(&self, p: &Principal) -> Result<StoreStats> {

@@ -48,8 +48,8 @@ pub struct MemoryFilter {
 pub struct NewMemory {
     pub memory: Memory,
     pub vector: Option<Vec<f32>>,
-    /// The event recorded with the insert (`created` or `imported`).
-    pub event: MemoryEvent,
+    /// The events recorded with the insert (`created`; an import brings the whole trail).
+    pub events: Vec<MemoryEvent>,
 }
 
 /// A page of memories and the cursor of the next page.
@@ -274,6 +274,8 @@ pub trait Store: Send + Sync {
     async fn put_context_session(&self, tenant: &TenantId, session: &ContextSession) -> Result<()>;
 
     // ---- users ----
+    /// Every user id with at least one memory or conversation in the tenant.
+    async fn list_users(&self, tenant: &TenantId) -> Result<Vec<UserId>>;
     /// GDPR erasure: remove every row of the user in the tenant; counts per table.
     async fn erase_user(&self, tenant: &TenantId, user: &UserId) -> Result<EraseCounts>;
     /// Every message of every conversation of the user (for export).

@@ -208,7 +208,10 @@ impl SqliteStore {
             }
             db(e)
         })?;
-        Self::insert_event(tx, m.tenant_id.as_str(), m.user_id.as_str(), &row.event).await
+        for e in &row.events {
+            Self::insert_event(tx, m.tenant_id.as_str(), m.user_id.as_str(), e).await?;
+        }
+        Ok(())
     }
 
     /// Bring the vector index of one user up to date with the database.
@@ -1256,6 +1259,17 @@ impl Store for SqliteStore {
         tx.commit().await.map_err(db)?;
         self.vectors.drop_user(t, u);
         Ok(counts)
+    }
+
+    async fn list_users(&self, tenant: &TenantId) -> Result<Vec<UserId>> {
+        let rows = sqlx::query(
+            "SELECT user_id FROM memories WHERE tenant_id = ?1 UNION SELECT user_id FROM conversations WHERE tenant_id = ?1 ORDER BY 1",
+        )
+        .bind(tenant.as_str())
+        .fetch_all(&self.read)
+        .await
+        .map_err(db)?;
+        rows.iter().map(|r| UserId::parse(r.get::<String, _>(0))).collect()
     }
 
     async fn user_messages(&self, tenant: &TenantId, user: &UserId) -> Result<Vec<Message>> {

@@ -1,0 +1,420 @@
+//! The command line: `serve`, `remember`, `recall`, `forget`, `list`, `export`, `import`,
+//! `keys`. Store commands open the data dir directly (SQLite WAL lets them run beside a
+//! server on the same dir) and act as admin of `--tenant` (default `default`). `--json`
+//! prints the same wire shapes as the REST API.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use engram_core::engine::{Engine, ListInput, RememberInput, SearchInput};
+use engram_core::model::{
+    AgentId, Category, Importance, KeyRole, Kind, MemoryId, Principal, TenantId, UserId,
+};
+
+use crate::http::dto::{self, ExportLine, MemoryDto, SearchResultDto};
+use crate::settings::{CommonArgs, ServeArgs, Settings};
+
+#[derive(Debug, Parser)]
+#[command(name = "engram", version, about = "Long-term memory for LLM agents")]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP server (REST API, /healthz, /openapi.json).
+    Serve(ServeArgs),
+    /// Store a memory.
+    Remember {
+        /// The fact, e.g. "The user lives in Bengaluru."
+        content: String,
+        #[arg(long)]
+        user: String,
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long, default_value = "general")]
+        category: String,
+        #[arg(long, default_value_t = 5)]
+        importance: i64,
+        #[arg(long, default_value = "knowledge")]
+        kind: String,
+        /// Key of a profile fact (with --kind profile).
+        #[arg(long)]
+        key: Option<String>,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Hybrid search.
+    Recall {
+        query: String,
+        #[arg(long)]
+        user: String,
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        /// Show every score component.
+        #[arg(long)]
+        explain: bool,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Forget a memory (kept in history), or --purge it.
+    Forget {
+        id: String,
+        #[arg(long)]
+        purge: bool,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// List memories, newest first.
+    List {
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long)]
+        cursor: Option<String>,
+        #[arg(long)]
+        include_superseded: bool,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Export every memory row with its history as JSONL (to stdout or --out).
+    Export {
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long, default_value = "default")]
+        tenant: String,
+    },
+    /// Import a JSONL export (file or - for stdin); existing ids are skipped.
+    Import {
+        file: String,
+        #[arg(long, default_value = "default")]
+        tenant: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Manage API keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct Out {
+    /// Tenant to act in.
+    #[arg(long, default_value = "default")]
+    pub tenant: String,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum RoleArg {
+    Admin,
+    Agent,
+    User,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create a key (printed once).
+    Create {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long, value_enum)]
+        role: RoleArg,
+        /// The agent an `agent` key is bound to.
+        #[arg(long)]
+        agent: Option<String>,
+        /// The user a `user` key is bound to.
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List keys (never their secrets).
+    List {
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a key by id.
+    Revoke { id: String },
+}
+
+fn admin(tenant: &str) -> anyhow::Result<Principal> {
+    Ok(Principal { tenant: TenantId::parse(tenant).map_err(err)?, role: KeyRole::Admin })
+}
+
+fn err(e: engram_core::Error) -> anyhow::Error {
+    anyhow::anyhow!("{} ({})", e.public_message(), e.code().as_str())
+}
+
+fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+async fn open(common: &CommonArgs) -> anyhow::Result<Engine> {
+    let settings = Settings::resolve(common, &ServeArgs::default())?;
+    crate::app::engine(&settings).await
+}
+
+/// Run one command.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => {
+            let settings = Settings::resolve(&cli.common, &args)?;
+            for w in &settings.warnings {
+                tracing::warn!("{w}");
+            }
+            crate::app::serve(settings).await
+        }
+        Command::Remember { content, user, agent, category, importance, kind, key, out } => {
+            let engine = open(&cli.common).await?;
+            let input = RememberInput {
+                user_id: Some(UserId::parse(user).map_err(err)?),
+                agent_id: agent.map(AgentId::parse).transpose().map_err(err)?,
+                kind: Kind::parse(&kind).map_err(err)?,
+                key,
+                category: Category::parse(&category).map_err(err)?,
+                importance: Importance::parse(importance).map_err(err)?,
+                content,
+                ..Default::default()
+            };
+            let r = engine.remember(&admin(&out.tenant)?, input).await.map_err(err)?;
+            if out.json {
+                print_json(
+                    &serde_json::json!({ "decision": dto::decision_str(r.decision), "memory": MemoryDto::from(&r.memory), "similarity": r.similarity }),
+                )
+            } else {
+                println!("{} {}", dto::decision_str(r.decision), r.memory.id);
+                Ok(())
+            }
+        }
+        Command::Recall { query, user, agent, limit, explain, out } => {
+            let engine = open(&cli.common).await?;
+            let input = SearchInput {
+                query,
+                user_id: Some(UserId::parse(user).map_err(err)?),
+                agent_id: agent.map(AgentId::parse).transpose().map_err(err)?,
+                limit,
+                explain,
+                ..Default::default()
+            };
+            let hits = engine.search(&admin(&out.tenant)?, input).await.map_err(err)?;
+            let results: Vec<SearchResultDto> =
+                hits.iter().map(|h| SearchResultDto::from_hit(h, explain)).collect();
+            if out.json {
+                return print_json(&serde_json::json!({ "results": results }));
+            }
+            if results.is_empty() {
+                println!("no memories found");
+            }
+            for r in &results {
+                if let Some(m) = &r.memory {
+                    println!("{:.4}  {}  [{}] {}", r.score, m.id, m.category, m.content);
+                }
+                if let Some(e) = &r.explain {
+                    println!("        {}", serde_json::to_string(e)?);
+                }
+            }
+            Ok(())
+        }
+        Command::Forget { id, purge, out } => {
+            let engine = open(&cli.common).await?;
+            let id = MemoryId::parse(&id).map_err(err)?;
+            engine.forget(&admin(&out.tenant)?, id, purge).await.map_err(err)?;
+            let status = if purge { "purged" } else { "forgotten" };
+            if out.json {
+                print_json(&serde_json::json!({ "id": id.to_string(), "status": status }))
+            } else {
+                println!("{status} {id}");
+                Ok(())
+            }
+        }
+        Command::List { user, agent, limit, cursor, include_superseded, out } => {
+            let engine = open(&cli.common).await?;
+            let input = ListInput {
+                user_id: user.map(UserId::parse).transpose().map_err(err)?,
+                agent_id: agent.map(AgentId::parse).transpose().map_err(err)?,
+                include_superseded,
+                cursor: cursor.as_deref().map(MemoryId::parse).transpose().map_err(err)?,
+                limit,
+                ..Default::default()
+            };
+            let page = engine.list(&admin(&out.tenant)?, input).await.map_err(err)?;
+            let memories: Vec<MemoryDto> = page.memories.iter().map(Into::into).collect();
+            if out.json {
+                return print_json(
+                    &serde_json::json!({ "memories": memories, "next_cursor": page.next_cursor.map(|c| c.to_string()) }),
+                );
+            }
+            for m in &memories {
+                let state = if m.superseded_at.is_some() { " (superseded)" } else { "" };
+                println!(
+                    "{}  {}  [{}|{}] {}{}",
+                    m.id, m.user_id, m.category, m.importance, m.content, state
+                );
+            }
+            if let Some(c) = page.next_cursor {
+                println!("next page: --cursor {c}");
+            }
+            Ok(())
+        }
+        Command::Export { user, out, tenant } => {
+            let engine = open(&cli.common).await?;
+            let user = user.map(UserId::parse).transpose().map_err(err)?;
+            let rows =
+                engine.export_memories(&admin(&tenant)?, user.as_ref()).await.map_err(err)?;
+            let mut w: Box<dyn Write> = match &out {
+                Some(p) => Box::new(std::io::BufWriter::new(
+                    std::fs::File::create(p)
+                        .with_context(|| format!("cannot create {}", p.display()))?,
+                )),
+                None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+            };
+            for (m, events) in &rows {
+                let line = ExportLine {
+                    kind: "memory".into(),
+                    memory: m.into(),
+                    events: events.iter().map(Into::into).collect(),
+                };
+                writeln!(w, "{}", serde_json::to_string(&line)?)?;
+            }
+            w.flush()?;
+            if out.is_some() {
+                eprintln!("exported {} memories", rows.len());
+            }
+            Ok(())
+        }
+        Command::Import { file, tenant, json } => {
+            let engine = open(&cli.common).await?;
+            let p = admin(&tenant)?;
+            let reader: Box<dyn BufRead> = if file == "-" {
+                Box::new(std::io::BufReader::new(std::io::stdin()))
+            } else {
+                Box::new(std::io::BufReader::new(
+                    std::fs::File::open(&file).with_context(|| format!("cannot open {file}"))?,
+                ))
+            };
+            let mut records = Vec::new();
+            for (i, line) in reader.lines().enumerate() {
+                let line = line?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let parsed: ExportLine = serde_json::from_str(&line)
+                    .with_context(|| format!("line {}: not an engram export line", i + 1))?;
+                if parsed.kind != "memory" {
+                    bail!("line {}: unknown record type '{}'", i + 1, parsed.kind);
+                }
+                let m = parsed
+                    .memory
+                    .into_memory(&p.tenant)
+                    .map_err(|e| anyhow::anyhow!("line {}: {}", i + 1, e.public_message()))?;
+                let events = parsed
+                    .events
+                    .into_iter()
+                    .map(dto::EventDto::into_event)
+                    .collect::<engram_core::Result<Vec<_>>>()
+                    .map_err(|e| anyhow::anyhow!("line {}: {}", i + 1, e.public_message()))?;
+                records.push((m, events));
+            }
+            // Nothing is written unless every line parsed.
+            let report = engine.import(&p, records).await.map_err(err)?;
+            if json {
+                print_json(&report)
+            } else {
+                println!(
+                    "imported {} memories, skipped {} already present",
+                    report.imported, report.skipped
+                );
+                Ok(())
+            }
+        }
+        Command::Keys(k) => keys(&cli.common, k).await,
+    }
+}
+
+async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
+    let settings = Settings::resolve(common, &ServeArgs::default())?;
+    let store = engram_store::open_sqlite(&settings.data_dir).await.map_err(err)?;
+    match k {
+        KeysCommand::Create { tenant, role, agent, user, json } => {
+            let tenant = TenantId::parse(tenant).map_err(err)?;
+            let role = match (role, agent, user) {
+                (RoleArg::Admin, None, None) => KeyRole::Admin,
+                (RoleArg::Agent, Some(a), None) => KeyRole::Agent(AgentId::parse(a).map_err(err)?),
+                (RoleArg::User, None, Some(u)) => KeyRole::User(UserId::parse(u).map_err(err)?),
+                (RoleArg::Admin, _, _) => bail!("an admin key takes neither --agent nor --user"),
+                (RoleArg::Agent, _, _) => bail!("an agent key needs --agent (and no --user)"),
+                (RoleArg::User, _, _) => bail!("a user key needs --user (and no --agent)"),
+            };
+            let (key, secret) =
+                crate::keys::create(store.as_ref(), tenant, role).await.map_err(err)?;
+            if json {
+                print_json(
+                    &serde_json::json!({ "id": key.id, "tenant": key.tenant.to_string(), "key": secret }),
+                )
+            } else {
+                println!("{secret}");
+                eprintln!(
+                    "key {} for tenant '{}' created; store the secret above now, it is not shown again",
+                    key.id, key.tenant
+                );
+                Ok(())
+            }
+        }
+        KeysCommand::List { tenant, json } => {
+            let tenant = tenant.map(TenantId::parse).transpose().map_err(err)?;
+            let list = engram_core::store::Store::list_api_keys(store.as_ref(), tenant.as_ref())
+                .await
+                .map_err(err)?;
+            let rows: Vec<serde_json::Value> = list
+                .iter()
+                .map(|k| {
+                    let (role, bound) = match &k.role {
+                        KeyRole::Admin => ("admin", None),
+                        KeyRole::Agent(a) => ("agent", Some(a.to_string())),
+                        KeyRole::User(u) => ("user", Some(u.to_string())),
+                    };
+                    serde_json::json!({ "id": k.id, "tenant": k.tenant.to_string(), "role": role, "bound_to": bound,
+                        "prefix": k.prefix, "created_at": dto::fmt_ts(k.created_at), "revoked_at": k.revoked_at.map(dto::fmt_ts) })
+                })
+                .collect();
+            if json {
+                return print_json(&rows);
+            }
+            for r in rows {
+                println!(
+                    "{}  {}  {}{}  {}…  {}",
+                    r["id"].as_str().unwrap_or(""),
+                    r["tenant"].as_str().unwrap_or(""),
+                    r["role"].as_str().unwrap_or(""),
+                    r["bound_to"].as_str().map(|b| format!(":{b}")).unwrap_or_default(),
+                    r["prefix"].as_str().unwrap_or(""),
+                    if r["revoked_at"].is_null() { "active" } else { "revoked" }
+                );
+            }
+            Ok(())
+        }
+        KeysCommand::Revoke { id } => {
+            engram_core::store::Store::revoke_api_key(store.as_ref(), &id).await.map_err(err)?;
+            println!("revoked {id}");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! `/v1/conversations/{id}/messages` (append, browse) and `/v1/messages/{id}/rating`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use engram_core::engine::MessageInput;
+use engram_core::model::{AgentId, ConversationId, MessageId, MessageRole, UserId};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::dto::{self, MessageDto};
+use super::error::{ApiJson, ApiQuery, ApiResult, ErrorBody};
+use super::{AppState, Auth};
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewMessage {
+    /// `user`, `assistant`, `system` or `tool`.
+    pub role: String,
+    #[serde(default)]
+    pub content: String,
+    pub created_at: Option<String>,
+    pub tool_name: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub tool_args: Option<serde_json::Value>,
+    pub tool_result: Option<String>,
+    /// The caller's turn id (rating this message cascades to memories recalled for the turn).
+    pub turn_id: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AppendRequest {
+    pub user_id: String,
+    pub agent_id: Option<String>,
+    pub messages: Vec<NewMessage>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AppendedMessage {
+    pub id: String,
+    pub seq: i64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AppendResponse {
+    pub conversation_id: String,
+    pub messages: Vec<AppendedMessage>,
+}
+
+/// Append messages to a conversation; 202 once they are durably stored.
+#[utoipa::path(post, path = "/v1/conversations/{id}/messages", request_body = AppendRequest,
+    responses((status = 202, body = AppendResponse), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn append(
+    State(st): State<Arc<AppState>>,
+    Auth(p): Auth,
+    Path(id): Path<String>,
+    ApiJson(b): ApiJson<AppendRequest>,
+) -> ApiResult<(StatusCode, Json<AppendResponse>)> {
+    let conv = ConversationId::parse(id)?;
+    let mut msgs = Vec::with_capacity(b.messages.len());
+    for m in b.messages {
+        msgs.push(MessageInput {
+            role: MessageRole::parse(&m.role)?,
+            content: m.content,
+            created_at: dto::opt_ts("created_at", m.created_at.as_deref())?,
+            tool_name: m.tool_name,
+            tool_args: m.tool_args,
+            tool_result: m.tool_result,
+            turn_id: m.turn_id,
+            metadata: m.metadata,
+        });
+    }
+    let stored = st
+        .engine
+        .append_messages(
+            &p,
+            conv.clone(),
+            Some(UserId::parse(b.user_id)?),
+            b.agent_id.map(AgentId::parse).transpose()?,
+            msgs,
+        )
+        .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(AppendResponse {
+            conversation_id: conv.to_string(),
+            messages: stored
+                .iter()
+                .map(|m| AppendedMessage { id: m.id.to_string(), seq: m.seq })
+                .collect(),
+        }),
+    ))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct BrowseQuery {
+    /// Return messages with `seq` greater than this (default 0).
+    pub after: Option<i64>,
+    /// 1–1000 (default 100).
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MessagePage {
+    pub messages: Vec<MessageDto>,
+    /// Pass as `after` for the next page; null at the end.
+    pub next_after: Option<i64>,
+}
+
+/// Browse a transcript chronologically.
+#[utoipa::path(get, path = "/v1/conversations/{id}/messages", params(BrowseQuery),
+    responses((status = 200, body = MessagePage), (status = 404, body = ErrorBody)))]
+pub async fn browse(
+    State(st): State<Arc<AppState>>,
+    Auth(p): Auth,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<BrowseQuery>,
+) -> ApiResult<Json<MessagePage>> {
+    let conv = ConversationId::parse(id)?;
+    let limit = q.limit.unwrap_or(100);
+    let msgs = st.engine.messages(&p, &conv, q.after.unwrap_or(0), limit).await?;
+    let next_after = if msgs.len() == limit { msgs.last().map(|m| m.seq) } else { None };
+    Ok(Json(MessagePage { messages: msgs.iter().map(Into::into).collect(), next_after }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MessageRating {
+    /// -1 or 1.
+    pub value: i64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MessageRated {
+    pub message: MessageDto,
+    /// Memories recalled for this reply's turn, rated with it.
+    pub rated_memories: Vec<String>,
+}
+
+/// Rate a reply; the rating cascades to the memories recalled for its turn.
+#[utoipa::path(post, path = "/v1/messages/{id}/rating", request_body = MessageRating,
+    responses((status = 200, body = MessageRated), (status = 404, body = ErrorBody)))]
+pub async fn rate_message(
+    State(st): State<Arc<AppState>>,
+    Auth(p): Auth,
+    Path(id): Path<String>,
+    ApiJson(b): ApiJson<MessageRating>,
+) -> ApiResult<Json<MessageRated>> {
+    let (m, rated) = st.engine.rate_message(&p, MessageId::parse(&id)?, b.value).await?;
+    Ok(Json(MessageRated {
+        message: (&m).into(),
+        rated_memories: rated.iter().map(ToString::to_string).collect(),
+    }))
+}

@@ -1,0 +1,384 @@
+//! Wire types of the REST API (and of the CLI's `--json` output and JSONL export) and their
+//! explicit conversions from and to core types. Requests reject unknown fields.
+//!
+//! Timestamps are RFC 3339 strings in UTC. Enumerations travel as strings and are parsed by
+//! the core types, so an unknown category gets the same message everywhere.
+
+use engram_core::engine::{ContextBlock, Decision, Hit};
+use engram_core::model::{
+    Agent, AgentId, Category, ConversationId, EventKind, Importance, Kind, Memory, MemoryEvent,
+    MemoryId, Message, MessageId, Source, SourceKind, TenantId, UserId,
+};
+use engram_core::retrieval::Explain;
+use engram_core::{Error, Result};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use utoipa::ToSchema;
+
+pub fn fmt_ts(t: OffsetDateTime) -> String {
+    t.to_offset(time::UtcOffset::UTC).format(&Rfc3339).unwrap_or_default()
+}
+
+pub fn parse_ts(field: &str, s: &str) -> Result<OffsetDateTime> {
+    OffsetDateTime::parse(s, &Rfc3339).map_err(|_| {
+        Error::invalid(
+            field,
+            format!("{field} must be an RFC 3339 timestamp like 2026-02-22T10:00:00Z"),
+        )
+    })
+}
+
+pub fn opt_ts(field: &str, s: Option<&str>) -> Result<Option<OffsetDateTime>> {
+    s.map(|s| parse_ts(field, s)).transpose()
+}
+
+/// Where a memory came from.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SourceDto {
+    /// `conversation`, `manual` or `import`.
+    pub kind: String,
+    pub conversation_id: Option<String>,
+    #[serde(default)]
+    pub message_ids: Vec<String>,
+}
+
+/// A memory (fact) as returned by the API.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryDto {
+    pub id: String,
+    pub user_id: String,
+    pub agent_id: Option<String>,
+    /// The memory pool (agent or cluster) the fact belongs to; null for user-wide facts.
+    pub pool: Option<String>,
+    /// `knowledge`, `profile` or `shared`.
+    pub kind: String,
+    pub key: Option<String>,
+    /// `preference`, `fact`, `event`, `relationship`, `decision` or `general`.
+    pub category: String,
+    /// 1–10.
+    pub importance: u8,
+    pub rating: i64,
+    pub content: String,
+    pub source: SourceDto,
+    pub observed_at: String,
+    pub created_at: String,
+    pub updated_at: String,
+    pub last_accessed_at: Option<String>,
+    pub access_count: i64,
+    pub mention_count: i64,
+    pub expires_at: Option<String>,
+    pub superseded_at: Option<String>,
+    pub superseded_by: Option<String>,
+    #[schema(value_type = Object)]
+    pub metadata: serde_json::Value,
+    pub embedding_model: Option<String>,
+}
+
+impl From<&Memory> for MemoryDto {
+    fn from(m: &Memory) -> Self {
+        MemoryDto {
+            id: m.id.to_string(),
+            user_id: m.user_id.to_string(),
+            agent_id: m.agent_id.as_ref().map(ToString::to_string),
+            pool: m.pool.clone(),
+            kind: m.kind.as_str().into(),
+            key: m.key.clone(),
+            category: m.category.as_str().into(),
+            importance: m.importance.get(),
+            rating: m.rating,
+            content: m.content.clone(),
+            source: SourceDto {
+                kind: m.source.kind.as_str().into(),
+                conversation_id: m.source.conversation_id.as_ref().map(ToString::to_string),
+                message_ids: m.source.message_ids.iter().map(ToString::to_string).collect(),
+            },
+            observed_at: fmt_ts(m.observed_at),
+            created_at: fmt_ts(m.created_at),
+            updated_at: fmt_ts(m.updated_at),
+            last_accessed_at: m.last_accessed_at.map(fmt_ts),
+            access_count: m.access_count,
+            mention_count: m.mention_count,
+            expires_at: m.expires_at.map(fmt_ts),
+            superseded_at: m.superseded_at.map(fmt_ts),
+            superseded_by: m.superseded_by.map(|s| s.to_string()),
+            metadata: m.metadata.clone(),
+            embedding_model: m.embedding_model.clone(),
+        }
+    }
+}
+
+impl MemoryDto {
+    /// Back to a core memory (for import); `tenant` is the importer's.
+    pub fn into_memory(self, tenant: &TenantId) -> Result<Memory> {
+        Ok(Memory {
+            id: MemoryId::parse(&self.id)?,
+            tenant_id: tenant.clone(),
+            user_id: UserId::parse(self.user_id)?,
+            agent_id: self.agent_id.map(AgentId::parse).transpose()?,
+            pool: self.pool,
+            kind: Kind::parse(&self.kind)?,
+            key: self.key,
+            category: Category::parse(&self.category)?,
+            importance: Importance::parse(i64::from(self.importance))?,
+            rating: self.rating,
+            content: self.content,
+            source: Source {
+                kind: SourceKind::parse(&self.source.kind)?,
+                conversation_id: self
+                    .source
+                    .conversation_id
+                    .map(ConversationId::parse)
+                    .transpose()?,
+                message_ids: self
+                    .source
+                    .message_ids
+                    .iter()
+                    .map(|s| MessageId::parse(s))
+                    .collect::<Result<_>>()?,
+            },
+            observed_at: parse_ts("observed_at", &self.observed_at)?,
+            created_at: parse_ts("created_at", &self.created_at)?,
+            updated_at: parse_ts("updated_at", &self.updated_at)?,
+            last_accessed_at: opt_ts("last_accessed_at", self.last_accessed_at.as_deref())?,
+            access_count: self.access_count,
+            mention_count: self.mention_count,
+            expires_at: opt_ts("expires_at", self.expires_at.as_deref())?,
+            superseded_at: opt_ts("superseded_at", self.superseded_at.as_deref())?,
+            superseded_by: self.superseded_by.as_deref().map(MemoryId::parse).transpose()?,
+            metadata: self.metadata,
+            embedding_model: self.embedding_model,
+        })
+    }
+}
+
+/// One entry of a memory's audit trail.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EventDto {
+    pub memory_id: String,
+    /// `created`, `confirmed`, `superseded`, `forgotten`, `rated` or `imported`.
+    pub event: String,
+    pub related_id: Option<String>,
+    pub actor: String,
+    #[schema(value_type = Object)]
+    pub detail: serde_json::Value,
+    pub at: String,
+}
+
+impl From<&MemoryEvent> for EventDto {
+    fn from(e: &MemoryEvent) -> Self {
+        EventDto {
+            memory_id: e.memory_id.to_string(),
+            event: e.event.as_str().into(),
+            related_id: e.related_id.map(|r| r.to_string()),
+            actor: e.actor.clone(),
+            detail: e.detail.clone(),
+            at: fmt_ts(e.at),
+        }
+    }
+}
+
+impl EventDto {
+    pub fn into_event(self) -> Result<MemoryEvent> {
+        Ok(MemoryEvent {
+            memory_id: MemoryId::parse(&self.memory_id)?,
+            event: EventKind::parse(&self.event)?,
+            related_id: self.related_id.as_deref().map(MemoryId::parse).transpose()?,
+            actor: self.actor,
+            detail: self.detail,
+            at: parse_ts("at", &self.at)?,
+        })
+    }
+}
+
+/// A stored message.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct MessageDto {
+    pub id: String,
+    pub conversation_id: String,
+    pub user_id: String,
+    pub agent_id: Option<String>,
+    pub seq: i64,
+    pub role: String,
+    pub content: String,
+    pub tool_name: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub tool_args: Option<serde_json::Value>,
+    pub tool_result: Option<String>,
+    pub turn_id: Option<String>,
+    #[schema(value_type = Object)]
+    pub metadata: serde_json::Value,
+    pub created_at: String,
+    pub rating: i64,
+}
+
+impl From<&Message> for MessageDto {
+    fn from(m: &Message) -> Self {
+        MessageDto {
+            id: m.id.to_string(),
+            conversation_id: m.conversation_id.to_string(),
+            user_id: m.user_id.to_string(),
+            agent_id: m.agent_id.as_ref().map(ToString::to_string),
+            seq: m.seq,
+            role: m.role.as_str().into(),
+            content: m.content.clone(),
+            tool_name: m.tool_name.clone(),
+            tool_args: m.tool_args.clone(),
+            tool_result: m.tool_result.clone(),
+            turn_id: m.turn_id.clone(),
+            metadata: m.metadata.clone(),
+            created_at: fmt_ts(m.created_at),
+            rating: m.rating,
+        }
+    }
+}
+
+/// Every component of a score.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ExplainDto {
+    pub vector_rank: Option<usize>,
+    pub vector_similarity: Option<f32>,
+    pub text_rank: Option<usize>,
+    pub text_score: Option<f64>,
+    pub rrf: f64,
+    pub days_since_access: f64,
+    pub access_count: i64,
+    pub temporal: f64,
+    pub temporal_weight: f64,
+    pub importance: u8,
+    pub importance_weight: f64,
+    pub rating: i64,
+    pub rating_weight: f64,
+    pub score: f64,
+}
+
+impl From<&Explain> for ExplainDto {
+    fn from(e: &Explain) -> Self {
+        ExplainDto {
+            vector_rank: e.vector_rank,
+            vector_similarity: e.vector_similarity,
+            text_rank: e.text_rank,
+            text_score: e.text_score,
+            rrf: e.rrf,
+            days_since_access: e.days_since_access,
+            access_count: e.access_count,
+            temporal: e.temporal,
+            temporal_weight: e.temporal_weight,
+            importance: e.importance,
+            importance_weight: e.importance_weight,
+            rating: e.rating,
+            rating_weight: e.rating_weight,
+            score: e.score,
+        }
+    }
+}
+
+/// One search result.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SearchResultDto {
+    /// `memory` or `message`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub score: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryDto>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<MessageDto>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<ExplainDto>,
+}
+
+impl SearchResultDto {
+    pub fn from_hit(h: &Hit, explain: bool) -> Self {
+        match h {
+            Hit::Memory { memory, score, explain: e } => SearchResultDto {
+                kind: "memory".into(),
+                score: *score,
+                memory: Some(memory.into()),
+                message: None,
+                explain: explain.then(|| e.into()),
+            },
+            Hit::Message { message, score, explain: e } => SearchResultDto {
+                kind: "message".into(),
+                score: *score,
+                memory: None,
+                message: Some(message.into()),
+                explain: explain.then(|| e.into()),
+            },
+        }
+    }
+}
+
+/// An agent's settings.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AgentDto {
+    pub id: String,
+    pub memory_enabled: bool,
+    pub cluster_id: Option<String>,
+    pub dedup_threshold: f32,
+    #[schema(value_type = Object)]
+    pub settings: serde_json::Value,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl From<&Agent> for AgentDto {
+    fn from(a: &Agent) -> Self {
+        AgentDto {
+            id: a.id.to_string(),
+            memory_enabled: a.memory_enabled,
+            cluster_id: a.cluster_id.clone(),
+            dedup_threshold: a.dedup_threshold,
+            settings: a.settings.clone(),
+            created_at: fmt_ts(a.created_at),
+            updated_at: fmt_ts(a.updated_at),
+        }
+    }
+}
+
+/// The context block.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ContextDto {
+    /// `Known facts about the user:` followed by a bullet list.
+    pub text: String,
+    pub memory_ids: Vec<String>,
+    pub token_estimate: usize,
+    /// Not every active fact fit the budget; the most relevant were chosen.
+    pub truncated: bool,
+    /// Served from the session cache (same `session_id`).
+    pub cached: bool,
+}
+
+impl From<&ContextBlock> for ContextDto {
+    fn from(c: &ContextBlock) -> Self {
+        ContextDto {
+            text: c.text.clone(),
+            memory_ids: c.memory_ids.iter().map(ToString::to_string).collect(),
+            token_estimate: c.token_estimate,
+            truncated: c.truncated,
+            cached: c.cached,
+        }
+    }
+}
+
+pub fn decision_str(d: Decision) -> &'static str {
+    match d {
+        Decision::Add => "ADD",
+        Decision::Update => "UPDATE",
+        Decision::None => "NONE",
+    }
+}
+
+/// One line of the JSONL export: a memory row and its audit trail.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ExportLine {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub memory: MemoryDto,
+    #[serde(default)]
+    pub events: Vec<EventDto>,
+}

@@ -1,0 +1,147 @@
+//! The wire form of errors: `{"error": {"code": "...", "message": "..."}}` with the status
+//! of its code, and the JSON/query extractors that turn every rejection into that form.
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use engram_core::{Error, ErrorCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use utoipa::ToSchema;
+
+/// The error body.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code, e.g. `invalid_input`, `not_found`.
+    pub code: String,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+/// An error on its way to the client.
+#[derive(Debug)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { code, message: message.into() }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidInput, message)
+    }
+}
+
+/// The one table from code to status (exhaustive: a new code must choose its status).
+pub fn status_of(code: ErrorCode) -> StatusCode {
+    match code {
+        ErrorCode::InvalidInput | ErrorCode::InvalidJson => StatusCode::BAD_REQUEST,
+        ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+        ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+        ErrorCode::NotFound => StatusCode::NOT_FOUND,
+        ErrorCode::Conflict => StatusCode::CONFLICT,
+        ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorCode::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        ErrorCode::EmbedderUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        if let Error::Internal(detail) = &e {
+            tracing::error!(error = %detail, "internal error");
+        }
+        ApiError { code: e.code(), message: e.public_message() }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail { code: self.code.as_str().to_string(), message: self.message },
+        };
+        (status_of(self.code), Json(body)).into_response()
+    }
+}
+
+/// `Json<T>` whose rejections are engram errors: malformed JSON → 400 `invalid_json`; a body
+/// of the wrong shape (unknown field, wrong type, missing field) → 400 `invalid_input`; over the
+/// size limit → 413 `payload_too_large`; wrong content type → 400 `invalid_json`.
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(ApiJson(v)),
+            Err(rej) => Err(json_rejection(rej)),
+        }
+    }
+}
+
+fn json_rejection(rej: JsonRejection) -> ApiError {
+    match rej {
+        JsonRejection::JsonDataError(e) => {
+            ApiError::invalid(format!("invalid request body: {}", e.body_text()))
+        }
+        JsonRejection::JsonSyntaxError(e) => {
+            ApiError::new(ErrorCode::InvalidJson, format!("malformed JSON: {}", e.body_text()))
+        }
+        JsonRejection::MissingJsonContentType(_) => ApiError::new(
+            ErrorCode::InvalidJson,
+            "expected a JSON body with Content-Type: application/json",
+        ),
+        JsonRejection::BytesRejection(e) => {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    ErrorCode::PayloadTooLarge,
+                    "request body is larger than the server's limit",
+                )
+            } else {
+                ApiError::invalid(format!("cannot read request body: {}", e.body_text()))
+            }
+        }
+        other => ApiError::invalid(other.body_text()),
+    }
+}
+
+/// `Query<T>` whose rejections are engram errors (400 `invalid_input`).
+pub struct ApiQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(ApiQuery(v)),
+            Err(e) => Err(query_rejection(e)),
+        }
+    }
+}
+
+fn query_rejection(e: QueryRejection) -> ApiError {
+    ApiError::invalid(format!("invalid query string: {}", e.body_text()))
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,153 @@
+//! The REST API (SPEC §4): router, shared state, authentication and the OpenAPI document.
+//!
+//! **API Boundary:** handlers only parse wire input into core types, call one
+//! [`engram_core::engine::Engine`] method with the caller's [`Principal`], and render the
+//! result; every rule lives in the engine.
+//!
+//! Authentication: `Authorization: Bearer <key>`; the key's SHA-256 is looked up in the store.
+//! With no active key in the store and a loopback listener, the server is in **local mode**:
+//! requests without a key act as admin of tenant `default`.
+
+pub mod conversations;
+pub mod dto;
+pub mod error;
+pub mod memories;
+pub mod other;
+pub mod search;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use engram_core::ErrorCode;
+use engram_core::engine::Engine;
+use engram_core::model::{KeyRole, Principal, TenantId};
+use utoipa::OpenApi;
+
+use crate::keys;
+use error::ApiError;
+
+/// State shared by every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Engine,
+    /// True when the listener is on a loopback address (local mode is allowed).
+    pub loopback: bool,
+}
+
+/// The authenticated caller of a request.
+pub struct Auth(pub Principal);
+
+impl FromRequestParts<Arc<AppState>> for Auth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let header = parts.headers.get(axum::http::header::AUTHORIZATION);
+        let store = state.engine.store();
+        match header {
+            Some(h) => {
+                let h = h.to_str().map_err(|_| {
+                    ApiError::new(ErrorCode::Unauthorized, "malformed Authorization header")
+                })?;
+                let Some(secret) =
+                    h.strip_prefix("Bearer ").map(str::trim).filter(|s| !s.is_empty())
+                else {
+                    return Err(ApiError::new(
+                        ErrorCode::Unauthorized,
+                        "expected 'Authorization: Bearer <key>'",
+                    ));
+                };
+                let key = store.find_api_key(&keys::hash(secret)).await?.ok_or_else(|| {
+                    ApiError::new(ErrorCode::Unauthorized, "unknown or revoked API key")
+                })?;
+                Ok(Auth(Principal { tenant: key.tenant, role: key.role }))
+            }
+            None => {
+                if state.loopback && store.count_active_api_keys().await? == 0 {
+                    Ok(Auth(Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin }))
+                } else {
+                    Err(ApiError::new(
+                        ErrorCode::Unauthorized,
+                        "missing API key: send 'Authorization: Bearer <key>'",
+                    ))
+                }
+            }
+        }
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "engram", description = "Long-term memory for LLM agents. Errors are {\"error\": {\"code\", \"message\"}}."),
+    paths(
+        memories::create, memories::batch, memories::list, memories::get_one, memories::patch, memories::delete,
+        memories::history, memories::rate, search::search, search::context, conversations::append,
+        conversations::browse, conversations::rate_message, other::put_agent, other::get_agent,
+        other::erase_user, other::export_user, other::stats, healthz
+    ),
+    components(schemas(error::ErrorBody, dto::MemoryDto, dto::EventDto, dto::MessageDto, dto::SearchResultDto, dto::ContextDto, dto::AgentDto)),
+    modifiers(&SecurityAddon)
+)]
+pub struct ApiDoc;
+
+struct SecurityAddon;
+impl utoipa::Modify for SecurityAddon {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// Liveness: 200 when the server can reach its store.
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "ok")))]
+pub async fn healthz(State(st): State<Arc<AppState>>) -> Result<Json<serde_json::Value>, ApiError> {
+    st.engine.store().count_active_api_keys().await?;
+    Ok(Json(serde_json::json!({ "status": "ok" })))
+}
+
+async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(ErrorCode::NotFound, "no such endpoint")
+}
+
+/// The whole HTTP application.
+pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/openapi.json", get(openapi_json))
+        .route("/v1/memories", post(memories::create).get(memories::list))
+        .route("/v1/memories/batch", post(memories::batch))
+        .route(
+            "/v1/memories/{id}",
+            get(memories::get_one).patch(memories::patch).delete(memories::delete),
+        )
+        .route("/v1/memories/{id}/history", get(memories::history))
+        .route("/v1/memories/{id}/rating", post(memories::rate))
+        .route("/v1/search", post(search::search))
+        .route("/v1/context", post(search::context))
+        .route(
+            "/v1/conversations/{id}/messages",
+            post(conversations::append).get(conversations::browse),
+        )
+        .route("/v1/messages/{id}/rating", post(conversations::rate_message))
+        .route("/v1/agents/{id}", get(other::get_agent).put(other::put_agent))
+        .route("/v1/users/{user_id}", axum::routing::delete(other::erase_user))
+        .route("/v1/users/{user_id}/export", get(other::export_user))
+        .route("/v1/stats", get(other::stats))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(Arc::new(state))
+}

@@ -1,0 +1,130 @@
+//! `/v1/agents/{id}`, `/v1/users/{user_id}` (GDPR erase and export) and `/v1/stats`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use engram_core::engine::AgentInput;
+use engram_core::model::{AgentId, UserId};
+use engram_core::store::EraseCounts;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::dto::{AgentDto, EventDto, MemoryDto, MessageDto};
+use super::error::{ApiJson, ApiResult, ErrorBody};
+use super::{AppState, Auth};
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentRequest {
+    /// Default true.
+    pub memory_enabled: Option<bool>,
+    /// Agents with the same cluster id share one memory pool for new writes.
+    pub cluster_id: Option<String>,
+    /// Cosine similarity at or above which a new fact is a duplicate (0.5–1.0, default 0.90).
+    pub dedup_threshold: Option<f32>,
+    /// Further settings (extraction policy, PII policy), kept as given.
+    #[schema(value_type = Option<Object>)]
+    pub settings: Option<serde_json::Value>,
+}
+
+/// Create or replace an agent's settings (admin).
+#[utoipa::path(put, path = "/v1/agents/{id}", request_body = AgentRequest,
+    responses((status = 200, body = AgentDto), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn put_agent(
+    State(st): State<Arc<AppState>>,
+    Auth(p): Auth,
+    Path(id): Path<String>,
+    ApiJson(b): ApiJson<AgentRequest>,
+) -> ApiResult<Json<AgentDto>> {
+    let input = AgentInput {
+        memory_enabled: b.memory_enabled.unwrap_or(true),
+        cluster_id: b.cluster_id,
+        dedup_threshold: b.dedup_threshold,
+        settings: b.settings.unwrap_or_else(|| serde_json::json!({})),
+    };
+    let a = st.engine.put_agent(&p, AgentId::parse(id)?, input).await?;
+    Ok(Json((&a).into()))
+}
+
+/// An agent's settings.
+#[utoipa::path(get, path = "/v1/agents/{id}", responses((status = 200, body = AgentDto), (status = 404, body = ErrorBody)))]
+pub async fn get_agent(
+    State(st): State<Arc<AppState>>,
+    Auth(p): Auth,
+    Path(id): Path<String>,
+) -> ApiResult<Json<AgentDto>> {
+    let a = st.engine.get_agent(&p, &AgentId::parse(id)?).await?;
+    Ok(Json((&a).into()))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Erased {
+    pub user_id: String,
+    /// Rows removed per table.
+    #[schema(value_type = Object)]
+    pub erased: EraseCounts,
+}
+
+/// GDPR erasure: every memory, event, message, conversation, summary, job, cursor, recall and
+/// cached context of the user in the tenant.
+#[utoipa::path(delete, path = "/v1/users/{user_id}", responses((status = 200, body = Erased), (status = 403, body = ErrorBody)))]
+pub async fn erase_user(
+    State(st): State<Arc<AppState>>,
+    Auth(p): Auth,
+    Path(user): Path<String>,
+) -> ApiResult<Json<Erased>> {
+    let user = UserId::parse(user)?;
+    let counts = st.engine.erase_user(&p, &user).await?;
+    Ok(Json(Erased { user_id: user.to_string(), erased: counts }))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserExportDto {
+    pub tenant_id: String,
+    pub user_id: String,
+    pub memories: Vec<MemoryDto>,
+    pub events: Vec<EventDto>,
+    pub messages: Vec<MessageDto>,
+}
+
+/// GDPR portability: everything stored about the user.
+#[utoipa::path(get, path = "/v1/users/{user_id}/export", responses((status = 200, body = UserExportDto), (status = 403, body = ErrorBody)))]
+pub async fn export_user(
+    State(st): State<Arc<AppState>>,
+    Auth(p): Auth,
+    Path(user): Path<String>,
+) -> ApiResult<Json<UserExportDto>> {
+    let x = st.engine.export_user(&p, &UserId::parse(user)?).await?;
+    Ok(Json(UserExportDto {
+        tenant_id: x.tenant_id.to_string(),
+        user_id: x.user_id.to_string(),
+        memories: x.memories.iter().map(Into::into).collect(),
+        events: x.events.iter().map(Into::into).collect(),
+        messages: x.messages.iter().map(Into::into).collect(),
+    }))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StatsDto {
+    #[schema(value_type = Object)]
+    #[serde(flatten)]
+    pub store: engram_core::store::StoreStats,
+    pub embedder: String,
+    pub embedder_dims: usize,
+    /// Automatic extraction status: `off` until an LLM is configured.
+    pub extraction: String,
+}
+
+/// Queue depth, failed jobs, embedding coverage, counts (admin).
+#[utoipa::path(get, path = "/v1/stats", responses((status = 200, body = StatsDto), (status = 403, body = ErrorBody)))]
+pub async fn stats(State(st): State<Arc<AppState>>, Auth(p): Auth) -> ApiResult<Json<StatsDto>> {
+    let s = st.engine.stats(&p).await?;
+    Ok(Json(StatsDto {
+        store: s,
+        embedder: st.engine.embedder().model_id().to_string(),
+        embedder_dims: st.engine.embedder().dims(),
+        extraction: "off: no LLM configured (automatic extraction is not available in this build)"
+            .to_string(),
+    }))
+}

@@ -1,0 +1,145 @@
+//! `/v1/search` (hybrid search) and `/v1/context` (the prompt block).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use engram_core::Error;
+use engram_core::engine::{ContextInput, SearchInput, SearchMode, SearchSource};
+use engram_core::model::{AgentId, Category, Kind, UserId};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::dto::{self, ContextDto, SearchResultDto};
+use super::error::{ApiJson, ApiResult, ErrorBody};
+use super::{AppState, Auth};
+
+/// Body of `POST /v1/search`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchRequest {
+    pub query: String,
+    pub user_id: String,
+    pub agent_id: Option<String>,
+    pub categories: Option<Vec<String>>,
+    pub kinds: Option<Vec<String>>,
+    /// `memories` (default) and/or `messages`.
+    pub sources: Option<Vec<String>>,
+    /// Only facts observed at or after this time.
+    pub since: Option<String>,
+    /// Only facts observed before this time.
+    pub until: Option<String>,
+    /// 1–200 (default 10).
+    pub limit: Option<usize>,
+    /// Include every score component.
+    pub explain: Option<bool>,
+    /// The caller's turn id: the returned memories are recorded for rating cascades.
+    pub turn_id: Option<String>,
+    /// `hybrid` (default), `vector` or `text`.
+    pub mode: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SearchResponse {
+    /// Best first.
+    pub results: Vec<SearchResultDto>,
+}
+
+fn list<T>(
+    v: Option<Vec<String>>,
+    parse: fn(&str) -> engram_core::Result<T>,
+) -> engram_core::Result<Option<Vec<T>>> {
+    v.map(|v| v.iter().map(|s| parse(s)).collect()).transpose()
+}
+
+/// Hybrid search: vector + BM25 fused by RRF (k = 60), then temporal decay, importance and rating.
+#[utoipa::path(post, path = "/v1/search", request_body = SearchRequest,
+    responses((status = 200, body = SearchResponse), (status = 400, body = ErrorBody)))]
+pub async fn search(
+    State(st): State<Arc<AppState>>,
+    Auth(p): Auth,
+    ApiJson(b): ApiJson<SearchRequest>,
+) -> ApiResult<Json<SearchResponse>> {
+    let explain = b.explain.unwrap_or(false);
+    let sources = match b.sources {
+        None => vec![SearchSource::Memories],
+        Some(v) => v
+            .iter()
+            .map(|s| match s.as_str() {
+                "memories" => Ok(SearchSource::Memories),
+                "messages" => Ok(SearchSource::Messages),
+                other => Err(Error::invalid(
+                    "sources",
+                    format!("unknown source '{other}'; expected memories or messages"),
+                )),
+            })
+            .collect::<engram_core::Result<Vec<_>>>()?,
+    };
+    let mode = match b.mode.as_deref() {
+        None | Some("hybrid") => SearchMode::Hybrid,
+        Some("vector") => SearchMode::VectorOnly,
+        Some("text") => SearchMode::TextOnly,
+        Some(other) => {
+            return Err(Error::invalid(
+                "mode",
+                format!("unknown mode '{other}'; expected hybrid, vector or text"),
+            )
+            .into());
+        }
+    };
+    let input = SearchInput {
+        query: b.query,
+        user_id: Some(UserId::parse(b.user_id)?),
+        agent_id: b.agent_id.map(AgentId::parse).transpose()?,
+        categories: list(b.categories, Category::parse)?,
+        kinds: list(b.kinds, Kind::parse)?,
+        sources,
+        since: dto::opt_ts("since", b.since.as_deref())?,
+        until: dto::opt_ts("until", b.until.as_deref())?,
+        limit: b.limit.unwrap_or(10),
+        explain,
+        turn_id: b.turn_id,
+        mode,
+    };
+    let hits = st.engine.search(&p, input).await?;
+    Ok(Json(SearchResponse {
+        results: hits.iter().map(|h| SearchResultDto::from_hit(h, explain)).collect(),
+    }))
+}
+
+/// Body of `POST /v1/context`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ContextRequest {
+    pub user_id: String,
+    pub agent_id: Option<String>,
+    /// Used to choose the most relevant facts when not all fit the budget.
+    pub query: Option<String>,
+    /// Default 4000.
+    pub token_budget: Option<usize>,
+    /// Same session id → same text, until `refresh`.
+    pub session_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub refresh: Option<bool>,
+}
+
+/// The prompt block: `Known facts about the user:` and a bullet list within a token budget.
+#[utoipa::path(post, path = "/v1/context", request_body = ContextRequest,
+    responses((status = 200, body = ContextDto), (status = 400, body = ErrorBody)))]
+pub async fn context(
+    State(st): State<Arc<AppState>>,
+    Auth(p): Auth,
+    ApiJson(b): ApiJson<ContextRequest>,
+) -> ApiResult<Json<ContextDto>> {
+    let input = ContextInput {
+        user_id: Some(UserId::parse(b.user_id)?),
+        agent_id: b.agent_id.map(AgentId::parse).transpose()?,
+        query: b.query,
+        token_budget: b.token_budget,
+        session_id: b.session_id,
+        turn_id: b.turn_id,
+        refresh: b.refresh.unwrap_or(false),
+    };
+    let block = st.engine.context(&p, input).await?;
+    Ok(Json((&block).into()))
+}

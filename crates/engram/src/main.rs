@@ -1,0 +1,32 @@
+//! `engram`: the one binary. Parses the command line, starts logging, dispatches.
+//!
+//! Modules: [`settings`] (layered configuration), [`app`] (wiring and server life cycle),
+//! [`http`] (REST API), [`cli`] (commands), [`keys`] (API keys).
+
+mod app;
+mod cli;
+mod http;
+mod keys;
+mod settings;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("ENGRAM_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = cli::Cli::parse();
+    match cli::run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

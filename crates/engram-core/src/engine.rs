@@ -1312,7 +1312,8 @@ fn best_match<'a>(
     list.map(|(i, w)| (i, crate::embed::dot(w, v))).max_by(|a, b| a.1.total_cmp(&b.1))
 }
 
-fn prefix_batch_error(e: Error, i: usize, n: usize) -> Error {
+/// Name the batch item an input error belongs to (`memories[i].field`).
+pub fn prefix_batch_error(e: Error, i: usize, n: usize) -> Error {
     if n == 1 {
         return e;
     }

@@ -7,11 +7,16 @@
 //! `rrf × temporal_weight × importance_weight × rating_weight` where
 //! - `rrf = Σ 1/(60 + rank)` over the vector and the full-text lists (rank from 1);
 //! - `temporal = e^(−0.05·days_since_access) · (1 + 0.02·access_count)` (SPEC §3), applied as
-//!   `temporal_weight = 0.7 + 0.3·min(temporal, 1.5)` so recency re-orders close candidates
-//!   but a fact not touched for months is not erased by an unrelated fresh one (RivetOS gives
-//!   the temporal term the same 0.3 weight);
-//! - `importance_weight = 0.75 + 0.05·importance` (1 → 0.80, 5 → 1.00, 10 → 1.25);
-//! - `rating_weight = 1 + 0.25·tanh(rating / 2)` (−1 → 0.88, +1 → 1.12, bounded in 0.75..1.25).
+//!   `temporal_weight = 0.95 + 0.05·min(temporal, 2)`;
+//! - `importance_weight = 1 + 0.01·(importance − 5)` (1 → 0.96, 5 → 1.00, 10 → 1.05);
+//! - `rating_weight = 1 + 0.05·tanh(rating / 2)` (−1 → 0.977, +1 → 1.023, bounded in 0.95..1.05).
+//!
+//! Why so gentle: adjacent RRF ranks differ by only 1–2 % (1/61 vs 1/62), and a fact found by
+//! both lists scores twice one found by one. Weights of ±5 % let recency, importance and
+//! feedback move a fact a few places among equally relevant candidates — a +1 rated second hit
+//! overtakes a −1 rated first (Platos) — without letting an important but unrelated fact
+//! outrank the relevant one, or a fact that merely filled out many earlier result lists
+//! (and so collected access counts) outrank a better match.
 
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -52,15 +57,15 @@ pub fn temporal(days_since_access: f64, access_count: i64) -> f64 {
 }
 
 pub fn temporal_weight(temporal: f64) -> f64 {
-    0.7 + 0.3 * temporal.min(1.5)
+    0.95 + 0.05 * temporal.min(2.0)
 }
 
 pub fn importance_weight(importance: u8) -> f64 {
-    0.75 + 0.05 * f64::from(importance)
+    1.0 + 0.01 * (f64::from(importance) - 5.0)
 }
 
 pub fn rating_weight(rating: i64) -> f64 {
-    1.0 + 0.25 * (rating as f64 / 2.0).tanh()
+    1.0 + 0.05 * (rating as f64 / 2.0).tanh()
 }
 
 /// Days between `since` and `now` (fractional, never negative).
@@ -110,8 +115,8 @@ mod tests {
         let mut fresh = base.clone();
         let mut stale = Explain { days_since_access: 60.0, ..base.clone() };
         assert!(finish(&mut fresh) > finish(&mut stale));
-        // Old but never below 70% of a fresh one.
-        assert!(stale.score > 0.7 * fresh.score - 1e-12);
+        // Old but never below 95% of a fresh one.
+        assert!(stale.score > 0.95 * fresh.score - 1e-12);
         let mut liked = Explain { rating: 1, ..base.clone() };
         let mut disliked = Explain { rating: -1, ..base.clone() };
         assert!(finish(&mut liked) > finish(&mut disliked));
@@ -128,6 +133,20 @@ mod tests {
         let mut second =
             Explain { vector_rank: Some(2), importance: 5, rating: 1, ..Default::default() };
         assert!(finish(&mut second) > finish(&mut top));
+    }
+
+    #[test]
+    fn relevance_dominates_importance() {
+        // Found by both lists beats found by one, whatever the importance.
+        let mut both = Explain {
+            vector_rank: Some(5),
+            text_rank: Some(5),
+            importance: 1,
+            ..Default::default()
+        };
+        let mut one =
+            Explain { vector_rank: Some(1), importance: 10, rating: 3, ..Default::default() };
+        assert!(finish(&mut both) > finish(&mut one));
     }
 
     #[test]

@@ -7,8 +7,10 @@ use engram_core::{Error, Result};
 use sqlx::{Row, SqlitePool};
 
 /// The SQLite migrations, in order. Never edit an applied one: append a new entry.
-pub const SQLITE: &[(i64, &str, &str)] =
-    &[(1, "init", include_str!("../migrations/sqlite/0001_init.sql"))];
+pub const SQLITE: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
+    (2, "fts_vocab", include_str!("../migrations/sqlite/0002_fts_vocab.sql")),
+];
 
 /// Apply pending migrations; returns the schema version.
 pub async fn run_sqlite(pool: &SqlitePool) -> Result<i64> {

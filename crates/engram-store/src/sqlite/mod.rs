@@ -56,16 +56,30 @@ fn blob_to_vec(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
+/// The words of a query as FTS5 sees them (lowercased; at most 64).
+pub fn query_terms(q: &str) -> Vec<String> {
+    let mut terms: Vec<String> = Vec::new();
+    for t in q.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()) {
+        let t = t.to_lowercase();
+        if !terms.contains(&t) {
+            terms.push(t);
+        }
+        if terms.len() == 64 {
+            break;
+        }
+    }
+    terms
+}
+
 /// Turn free text into an FTS5 query that can never be a syntax error: every word becomes a
 /// quoted term, terms are OR-ed (BM25 ranks documents matching more and rarer terms first).
 pub fn fts_query(q: &str) -> Option<String> {
-    let terms: Vec<String> = q
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|t| !t.is_empty())
-        .take(64)
-        .map(|t| format!("\"{}\"", t.to_lowercase()))
-        .collect();
-    if terms.is_empty() { None } else { Some(terms.join(" OR ")) }
+    let terms = query_terms(q);
+    if terms.is_empty() {
+        None
+    } else {
+        Some(terms.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(" OR "))
+    }
 }
 
 const MEMORY_COLS: &str = "id, tenant_id, user_id, agent_id, pool, kind, key, category, importance, rating, content, \
@@ -212,6 +226,54 @@ impl SqliteStore {
             Self::insert_event(tx, m.tenant_id.as_str(), m.user_id.as_str(), e).await?;
         }
         Ok(())
+    }
+
+    /// The query's terms minus those found in half the indexed rows or more (when the index
+    /// has at least 4 rows): FTS5 gives such terms an IDF of 1e-6, so a row matching only them
+    /// would enter the fusion with a meaningless rank. Returns the FTS5 query, or None.
+    async fn informative_query(
+        &self,
+        query: &str,
+        vocab: &'static str,
+        table: &'static str,
+    ) -> Result<Option<String>> {
+        let terms = query_terms(query);
+        if terms.is_empty() {
+            return Ok(None);
+        }
+        // max(rowid) is O(1) and close enough to the row count for a 50% cut.
+        let n: i64 = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT coalesce(max(rowid), 0) FROM {table}"
+        )))
+        .fetch_one(&self.read)
+        .await
+        .map_err(db)?
+        .get(0);
+        let mut keep = terms.clone();
+        if n >= 4 {
+            let mut q = QueryBuilder::<Sqlite>::new(format!(
+                "SELECT term, doc FROM {vocab} WHERE term IN ("
+            ));
+            let mut sep = q.separated(", ");
+            for t in &terms {
+                sep.push_bind(t.clone());
+            }
+            sep.push_unseparated(")");
+            let common: Vec<String> = q
+                .build()
+                .fetch_all(&self.read)
+                .await
+                .map_err(db)?
+                .iter()
+                .filter(|r| r.get::<i64, _>(1) * 2 >= n)
+                .map(|r| r.get::<String, _>(0))
+                .collect();
+            keep.retain(|t| !common.contains(t));
+        }
+        if keep.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(keep.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(" OR ")))
     }
 
     /// Bring the vector index of one user up to date with the database.
@@ -889,7 +951,10 @@ impl Store for SqliteStore {
         query: &str,
         k: usize,
     ) -> Result<Vec<(MemoryId, f64)>> {
-        let Some(fq) = fts_query(query) else { return Ok(vec![]) };
+        let Some(fq) = self.informative_query(query, "memories_fts_vocab", "memories").await?
+        else {
+            return Ok(vec![]);
+        };
         let now = ts(OffsetDateTime::now_utc());
         let mut q = QueryBuilder::<Sqlite>::new(
             "SELECT m.id AS id, bm25(memories_fts) AS score FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid \
@@ -1110,7 +1175,10 @@ impl Store for SqliteStore {
         query: &str,
         k: usize,
     ) -> Result<Vec<(MessageId, f64)>> {
-        let Some(fq) = fts_query(query) else { return Ok(vec![]) };
+        let Some(fq) = self.informative_query(query, "messages_fts_vocab", "messages").await?
+        else {
+            return Ok(vec![]);
+        };
         let rows = sqlx::query(
             "SELECT m.id AS id, bm25(messages_fts) AS score FROM messages_fts JOIN messages m ON m.rowid = messages_fts.rowid \
              WHERE messages_fts MATCH ? AND m.tenant_id = ? AND m.user_id = ? ORDER BY score LIMIT ?",

@@ -1,0 +1,7 @@
+//! The one integration-test binary of the `engram` crate: every test drives the real binary
+//! (a real HTTP server on a free port, a temp data dir, the real MiniLM model fetched by
+//! `scripts/fetch-model.sh`) the way a user would.
+
+mod helpers;
+
+mod api_memories;

@@ -5,3 +5,7 @@
 mod helpers;
 
 mod api_memories;
+mod auth;
+mod context;
+mod conversations;
+mod erase;

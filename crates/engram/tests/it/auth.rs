@@ -1,0 +1,231 @@
+//! Tenancy and roles: local mode, API keys, cross-tenant isolation (by id, search, list,
+//! export), agent-, user- and cluster-scoped visibility.
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::helpers::{Server, assert_error, contents, engram, run_cli};
+
+fn create_key(dir: &std::path::Path, args: &[&str]) -> String {
+    let mut a = vec!["keys", "create", "--json"];
+    a.extend_from_slice(args);
+    let (ok, out, err) = run_cli(dir, &a);
+    assert!(ok, "keys create failed: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    v["key"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn local_mode_until_a_key_exists_then_keys_are_required() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start_on(tmp.path(), &[]);
+    let (st, _) = s
+        .anon()
+        .post("/v1/memories", json!({ "content": "The user likes jazz.", "user_id": "u" }))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "local mode accepts requests without a key");
+    // Memories written in local mode belong to tenant `default`.
+    let admin = create_key(tmp.path(), &["--tenant", "default", "--role", "admin"]);
+    assert_error(&s.anon().get("/v1/memories?user_id=u").await, 401, "unauthorized");
+    assert_error(
+        &s.with_key("engram_not_a_real_key").get("/v1/memories?user_id=u").await,
+        401,
+        "unauthorized",
+    );
+    let (st, b) = s.with_key(&admin).get("/v1/memories?user_id=u").await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(
+        contents(
+            &json!({ "results": b["memories"].as_array().unwrap().iter().map(|m| json!({ "memory": m })).collect::<Vec<_>>() })
+        ),
+        ["The user likes jazz."]
+    );
+    // Revoked keys stop working.
+    let (ok, out, _) = run_cli(tmp.path(), &["keys", "list", "--json"]);
+    assert!(ok);
+    let id = serde_json::from_str::<serde_json::Value>(&out).unwrap()[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(run_cli(tmp.path(), &["keys", "revoke", &id]).0);
+    assert_error(&s.with_key(&admin).get("/v1/memories?user_id=u").await, 401, "unauthorized");
+    // /healthz stays open.
+    assert_eq!(s.anon().get("/healthz").await.0, StatusCode::OK);
+}
+
+#[test]
+fn refuses_a_non_loopback_address_without_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = engram(tmp.path()).args(["serve", "--addr", "0.0.0.0:0"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("without API keys"), "{err}");
+}
+
+#[tokio::test]
+async fn tenants_never_see_each_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = create_key(tmp.path(), &["--tenant", "acme", "--role", "admin"]);
+    let b = create_key(tmp.path(), &["--tenant", "globex", "--role", "admin"]);
+    let s = Server::start_on(tmp.path(), &[]);
+    let (a, b) = (s.with_key(&a), s.with_key(&b));
+    let (st, m) = a
+        .post(
+            "/v1/memories",
+            json!({ "content": "The user's salary is 90k.", "user_id": "same-user" }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    let id = m["memory"]["id"].as_str().unwrap();
+    // Same user id in another tenant: nothing, by any path.
+    assert_error(&b.get(&format!("/v1/memories/{id}")).await, 404, "not_found");
+    assert_error(&b.get(&format!("/v1/memories/{id}/history")).await, 404, "not_found");
+    assert_error(
+        &b.req("PATCH", &format!("/v1/memories/{id}"), Some(json!({ "content": "hacked" }))).await,
+        404,
+        "not_found",
+    );
+    assert_error(
+        &b.req("DELETE", &format!("/v1/memories/{id}?purge=true"), None).await,
+        404,
+        "not_found",
+    );
+    assert_error(
+        &b.post(&format!("/v1/memories/{id}/rating"), json!({ "value": -1 })).await,
+        404,
+        "not_found",
+    );
+    let (_, r) = b.post("/v1/search", json!({ "query": "salary", "user_id": "same-user" })).await;
+    assert_eq!(r["results"], json!([]));
+    let (_, l) = b.get("/v1/memories?user_id=same-user&include_superseded=true").await;
+    assert_eq!(l["memories"], json!([]));
+    let (_, l) = b.get("/v1/memories").await;
+    assert_eq!(l["memories"], json!([]));
+    let (_, x) = b.get("/v1/users/same-user/export").await;
+    assert_eq!((x["memories"].clone(), x["messages"].clone()), (json!([]), json!([])));
+    let (_, er) = b.req("DELETE", "/v1/users/same-user", None).await;
+    assert_eq!(er["erased"]["memories"], 0);
+    // The owner still has it, unchanged.
+    let (st, m) = a.get(&format!("/v1/memories/{id}")).await;
+    assert_eq!((st, m["content"].as_str()), (StatusCode::OK, Some("The user's salary is 90k.")));
+    assert_eq!(m["rating"], 0);
+    let (_, st_b) = b.get("/v1/stats").await;
+    assert_eq!(st_b["memories_active"], 0);
+}
+
+#[tokio::test]
+async fn agent_keys_see_their_pool_shared_and_user_wide_facts_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let admin = create_key(tmp.path(), &["--tenant", "t", "--role", "admin"]);
+    let support =
+        create_key(tmp.path(), &["--tenant", "t", "--role", "agent", "--agent", "support"]);
+    let sales = create_key(tmp.path(), &["--tenant", "t", "--role", "agent", "--agent", "sales"]);
+    let s = Server::start_on(tmp.path(), &[]);
+    let (admin, support, sales) = (s.with_key(&admin), s.with_key(&support), s.with_key(&sales));
+    let (st, m) = support
+        .post(
+            "/v1/memories",
+            json!({ "content": "The user reported a billing bug in March.", "user_id": "u" }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{m}");
+    assert_eq!(m["memory"]["agent_id"], "support", "an agent key writes as its agent");
+    let support_id = m["memory"]["id"].as_str().unwrap().to_string();
+    support.post("/v1/memories", json!({ "content": "The user prefers e-mail over phone calls.", "user_id": "u", "kind": "shared" })).await;
+    admin
+        .post(
+            "/v1/memories",
+            json!({ "content": "The user's company is Initech.", "user_id": "u" }),
+        )
+        .await;
+    // Acting for another agent is forbidden.
+    assert_error(
+        &support
+            .post("/v1/memories", json!({ "content": "x y", "user_id": "u", "agent_id": "sales" }))
+            .await,
+        403,
+        "forbidden",
+    );
+    // Sales sees shared and user-wide facts, not support's.
+    let (_, r) = sales
+        .post(
+            "/v1/search",
+            json!({ "query": "billing bug e-mail company", "user_id": "u", "limit": 10 }),
+        )
+        .await;
+    let mut got = contents(&r);
+    got.sort();
+    assert_eq!(
+        got,
+        ["The user prefers e-mail over phone calls.", "The user's company is Initech."]
+    );
+    assert_error(&sales.get(&format!("/v1/memories/{support_id}")).await, 404, "not_found");
+    let (_, l) = sales.get("/v1/memories?user_id=u").await;
+    assert_eq!(l["memories"].as_array().unwrap().len(), 2);
+    // Support sees all three; admin sees all three.
+    let (_, l) = support.get("/v1/memories?user_id=u").await;
+    assert_eq!(l["memories"].as_array().unwrap().len(), 3);
+    // Admin-only operations.
+    assert_error(
+        &sales.req("PUT", "/v1/agents/sales", Some(json!({ "memory_enabled": true }))).await,
+        403,
+        "forbidden",
+    );
+    assert_error(&sales.get("/v1/stats").await, 403, "forbidden");
+    assert_error(&sales.req("DELETE", "/v1/users/u", None).await, 403, "forbidden");
+}
+
+#[tokio::test]
+async fn user_keys_are_bound_to_their_user_and_clusters_share_new_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let admin = create_key(tmp.path(), &["--tenant", "t", "--role", "admin"]);
+    let alice_key = create_key(tmp.path(), &["--tenant", "t", "--role", "user", "--user", "alice"]);
+    let s = Server::start_on(tmp.path(), &[]);
+    let (admin, alice) = (s.with_key(&admin), s.with_key(&alice_key));
+    let (_, bob_m) = admin
+        .post("/v1/memories", json!({ "content": "Bob has a secret project.", "user_id": "bob" }))
+        .await;
+    let bob_id = bob_m["memory"]["id"].as_str().unwrap();
+    let (st, _) = alice
+        .post(
+            "/v1/memories",
+            json!({ "content": "Alice enjoys hiking in the Alps.", "user_id": "alice" }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    assert_error(
+        &alice.post("/v1/search", json!({ "query": "secret project", "user_id": "bob" })).await,
+        403,
+        "forbidden",
+    );
+    assert_error(&alice.get(&format!("/v1/memories/{bob_id}")).await, 404, "not_found");
+    let (_, l) = alice.get("/v1/memories").await;
+    assert_eq!(l["memories"].as_array().unwrap().len(), 1, "a user key lists only its user: {l}");
+    assert_error(&alice.req("DELETE", "/v1/users/bob", None).await, 403, "forbidden");
+    let (st, x) = alice.get("/v1/users/alice/export").await;
+    assert_eq!((st, x["memories"].as_array().unwrap().len()), (StatusCode::OK, 1));
+
+    // Cluster: two agents with one cluster id share new writes; a third agent does not.
+    for (a, c) in [("planner", Some("travel")), ("booker", Some("travel")), ("chef", None)] {
+        let (st, b) =
+            admin.req("PUT", &format!("/v1/agents/{a}"), Some(json!({ "cluster_id": c }))).await;
+        assert_eq!(st, StatusCode::OK, "{b}");
+    }
+    let (_, g) = admin.get("/v1/agents/planner").await;
+    assert_eq!(g["cluster_id"], "travel");
+    admin.post("/v1/memories", json!({ "content": "The user flies only with window seats.", "user_id": "carol", "agent_id": "planner" })).await;
+    let (_, r) = admin
+        .post(
+            "/v1/search",
+            json!({ "query": "window seat flights", "user_id": "carol", "agent_id": "booker" }),
+        )
+        .await;
+    assert_eq!(contents(&r), ["The user flies only with window seats."]);
+    let (_, r) = admin
+        .post(
+            "/v1/search",
+            json!({ "query": "window seat flights", "user_id": "carol", "agent_id": "chef" }),
+        )
+        .await;
+    assert_eq!(r["results"], json!([]));
+}

@@ -1,0 +1,84 @@
+//! GDPR erasure leaves nothing of the user in any table or full-text index, and export is
+//! complete.
+
+use reqwest::StatusCode;
+use serde_json::json;
+use sqlx::Row;
+
+use crate::helpers::Server;
+
+#[tokio::test]
+async fn erasure_removes_every_row_and_index_entry_of_the_user() {
+    let s = Server::start();
+    let id = s.remember("victim", "The user's passport number is ZX991 quokka.").await;
+    s.req(
+        "PATCH",
+        &format!("/v1/memories/{id}"),
+        Some(json!({ "content": "The user's passport expired; quokka trip cancelled." })),
+    )
+    .await;
+    s.post("/v1/conversations/conv-v/messages", json!({ "user_id": "victim", "messages": [{ "role": "user", "content": "my quokka photos", "turn_id": "t1" }] })).await;
+    s.post("/v1/search", json!({ "query": "quokka", "user_id": "victim", "turn_id": "t1" })).await;
+    s.post("/v1/context", json!({ "user_id": "victim", "session_id": "sess" })).await;
+    s.remember("keeper", "The user also likes quokka documentaries.").await;
+
+    let (_, x) = s.get("/v1/users/victim/export").await;
+    assert_eq!(x["memories"].as_array().unwrap().len(), 2, "export holds both versions: {x}");
+    assert_eq!(x["messages"].as_array().unwrap().len(), 1);
+    assert!(x["events"].as_array().unwrap().len() >= 3);
+
+    let (st, er) = s.req("DELETE", "/v1/users/victim", None).await;
+    assert_eq!(st, StatusCode::OK);
+    let e = &er["erased"];
+    assert_eq!(
+        (e["memories"].as_u64(), e["messages"].as_u64(), e["conversations"].as_u64()),
+        (Some(2), Some(1), Some(1)),
+        "{er}"
+    );
+    assert_eq!((e["recalls"].as_u64(), e["context_sessions"].as_u64()), (Some(1), Some(1)), "{er}");
+
+    // Look inside the database itself.
+    let url = format!("sqlite://{}?mode=ro", s.dir.join("engram.db").display());
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let tables: Vec<String> = sqlx::query("SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%user_id%' AND name NOT LIKE '%fts%'")
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(tables.len() >= 10, "{tables:?}");
+    for t in &tables {
+        let n: i64 = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {t} WHERE user_id = 'victim'"
+        )))
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get(0);
+        assert_eq!(n, 0, "table {t} still holds rows of the erased user");
+    }
+    for (fts, expect) in [("memories_fts", 1), ("messages_fts", 0)] {
+        let n: i64 = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {fts} WHERE {fts} MATCH 'quokka'"
+        )))
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get(0);
+        assert_eq!(n, expect, "{fts}: only the other user's row may match");
+    }
+    for (vocab, word) in [("memories_fts_vocab", "passport"), ("messages_fts_vocab", "photos")] {
+        let n: i64 = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {vocab} WHERE term = '{word}'"
+        )))
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get(0);
+        assert_eq!(n, 0, "{vocab} still indexes '{word}'");
+    }
+    // The other user is untouched and search works for them.
+    assert_eq!(s.search("keeper", "quokka").await, ["The user also likes quokka documentaries."]);
+    assert!(s.search("victim", "quokka").await.is_empty());
+}

@@ -297,6 +297,45 @@ impl Engine {
         Ok(Self { store, embedder, cfg })
     }
 
+    /// Re-embed every memory of every tenant with `embedder` (after a model change), then
+    /// record the new embedding space. Resumable: rows already carrying the new model's
+    /// vector are skipped, and the space changes only once every row is done. Run it with
+    /// no server on the store. Returns the number of rows re-embedded.
+    pub async fn reembed(
+        store: &Arc<dyn Store>,
+        embedder: &Arc<dyn Embedder>,
+        batch: usize,
+    ) -> Result<usize> {
+        let model = embedder.model_id().to_string();
+        let mut done = 0;
+        for tenant in store.list_tenants().await? {
+            loop {
+                let rows = store.rows_needing_vectors(&tenant, &model, batch.max(1)).await?;
+                if rows.is_empty() {
+                    break;
+                }
+                let texts: Vec<String> = rows.iter().map(|(_, c)| c.clone()).collect();
+                let vectors = embedder.embed(&texts).await?;
+                if vectors.len() != rows.len() || vectors.iter().any(|v| v.len() != embedder.dims())
+                {
+                    return Err(Error::internal(
+                        "embedder returned vectors of the wrong count or dimension",
+                    ));
+                }
+                done += rows.len();
+                store
+                    .set_vectors(
+                        &tenant,
+                        &model,
+                        rows.into_iter().map(|(id, _)| id).zip(vectors).collect(),
+                    )
+                    .await?;
+            }
+        }
+        store.reset_embedding_space(&model, embedder.dims()).await?;
+        Ok(done)
+    }
+
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }

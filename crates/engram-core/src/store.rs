@@ -131,6 +131,26 @@ pub trait Store: Send + Sync {
     /// dimension exist.
     async fn ensure_embedding_space(&self, model_id: &str, dims: usize) -> Result<()>;
 
+    /// Operator maintenance: every tenant id that holds memories.
+    async fn list_tenants(&self) -> Result<Vec<TenantId>>;
+    /// Up to `limit` rows of the tenant that need a vector of `model_id` (no vector, or one
+    /// made by another model); profile facts never need one.
+    async fn rows_needing_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<(MemoryId, String)>>;
+    /// Replace the vectors of these rows (one transaction), recording `model_id`.
+    async fn set_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        rows: Vec<(MemoryId, Vec<f32>)>,
+    ) -> Result<()>;
+    /// Record a new embedding space (after every row was re-embedded).
+    async fn reset_embedding_space(&self, model_id: &str, dims: usize) -> Result<()>;
+
     // ---- keys ----
     async fn create_api_key(&self, key: &ApiKey, secret_hash: &str) -> Result<()>;
     async fn list_api_keys(&self, tenant: Option<&TenantId>) -> Result<Vec<ApiKey>>;

@@ -1,23 +1,37 @@
 //! Wiring: settings → store + embedder → [`Engine`]; and the server's life cycle (bind,
 //! serve, graceful shutdown on ctrl-c / SIGTERM).
 
+use std::sync::Arc;
+
 use anyhow::{Context, bail};
+use engram_core::embed::Embedder;
 use engram_core::engine::{Engine, EngineConfig};
+use engram_core::store::Store;
 use tokio::net::TcpListener;
 
 use crate::http::{AppState, router};
 use crate::settings::Settings;
 
 /// Open the store and the embedder named by the settings.
-pub async fn engine(settings: &Settings) -> anyhow::Result<Engine> {
-    let store = engram_store::open_sqlite(&settings.data_dir)
-        .await
-        .with_context(|| format!("cannot open the store in {}", settings.data_dir.display()))?;
+pub async fn parts(settings: &Settings) -> anyhow::Result<(Arc<dyn Store>, Arc<dyn Embedder>)> {
+    let store = engram_store::open_sqlite(&settings.data_dir).await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot open the store in {}: {}",
+            settings.data_dir.display(),
+            e.public_message()
+        )
+    })?;
     let cfg = settings.embedder.clone();
     let embedder = tokio::task::spawn_blocking(move || engram_providers::build_embedder(&cfg))
         .await
         .context("embedder start-up panicked")?
         .map_err(|e| anyhow::anyhow!("cannot start the embedder: {}", e.message))?;
+    Ok((store, embedder))
+}
+
+/// Build the engine named by the settings.
+pub async fn engine(settings: &Settings) -> anyhow::Result<Engine> {
+    let (store, embedder) = parts(settings).await?;
     let engine_cfg =
         EngineConfig { max_content_bytes: settings.max_content_bytes, ..EngineConfig::default() };
     Engine::new(store, embedder, engine_cfg)

@@ -107,6 +107,12 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Re-embed every memory with the configured embedder (after changing --embedder).
+    /// Run with no server on the data dir; safe to interrupt and re-run.
+    Reembed {
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+    },
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -158,8 +164,9 @@ fn admin(tenant: &str) -> anyhow::Result<Principal> {
     Ok(Principal { tenant: TenantId::parse(tenant).map_err(err)?, role: KeyRole::Admin })
 }
 
+/// The CLI's user is the operator: show the whole message, internal causes included.
 fn err(e: engram_core::Error) -> anyhow::Error {
-    anyhow::anyhow!("{} ({})", e.public_message(), e.code().as_str())
+    anyhow::anyhow!("{e} ({})", e.code().as_str())
 }
 
 fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
@@ -346,6 +353,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Keys(k) => keys(&cli.common, k).await,
+        Command::Reembed { batch } => {
+            let (store, embedder) =
+                crate::app::parts(&Settings::resolve(&cli.common, &ServeArgs::default())?).await?;
+            let n = Engine::reembed(&store, &embedder, batch).await.map_err(err)?;
+            println!("re-embedded {n} memories with {}", embedder.model_id());
+            Ok(())
+        }
     }
 }
 

@@ -535,6 +535,85 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn list_tenants(&self) -> Result<Vec<TenantId>> {
+        let rows = sqlx::query("SELECT DISTINCT tenant_id FROM memories ORDER BY 1")
+            .fetch_all(&self.read)
+            .await
+            .map_err(db)?;
+        rows.iter().map(|r| TenantId::parse(r.get::<String, _>(0))).collect()
+    }
+
+    async fn rows_needing_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<(MemoryId, String)>> {
+        let rows = sqlx::query(
+            "SELECT id, content FROM memories WHERE tenant_id = ? AND kind != 'profile' \
+             AND (embedding IS NULL OR embedding_model IS NULL OR embedding_model != ?) ORDER BY id LIMIT ?",
+        )
+        .bind(tenant.as_str())
+        .bind(model_id)
+        .bind(limit as i64)
+        .fetch_all(&self.read)
+        .await
+        .map_err(db)?;
+        rows.iter()
+            .map(|r| Ok((MemoryId::parse(r.get("id"))?, r.get::<String, _>("content"))))
+            .collect()
+    }
+
+    async fn set_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        rows: Vec<(MemoryId, Vec<f32>)>,
+    ) -> Result<()> {
+        let mut tx = self.begin().await?;
+        let mut versions: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+        for (id, v) in rows {
+            let user: Option<String> =
+                sqlx::query("SELECT user_id FROM memories WHERE tenant_id = ? AND id = ?")
+                    .bind(tenant.as_str())
+                    .bind(id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(db)?
+                    .map(|r| r.get(0));
+            let Some(user) = user else { continue };
+            let version = match versions.get(&user) {
+                Some(v) => *v,
+                None => {
+                    let v = Self::bump(&mut tx, tenant.as_str(), &user).await?;
+                    versions.insert(user.clone(), v);
+                    v
+                }
+            };
+            sqlx::query("UPDATE memories SET embedding = ?, embedding_model = ?, version = ? WHERE tenant_id = ? AND id = ?")
+                .bind(vec_to_blob(&v))
+                .bind(model_id)
+                .bind(version)
+                .bind(tenant.as_str())
+                .bind(id.to_string())
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+        }
+        tx.commit().await.map_err(db)
+    }
+
+    async fn reset_embedding_space(&self, model_id: &str, dims: usize) -> Result<()> {
+        let mut tx = self.begin().await?;
+        sqlx::query("INSERT OR REPLACE INTO meta (key, value) VALUES ('embedding_model', ?), ('embedding_dims', ?)")
+            .bind(model_id)
+            .bind(dims.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        tx.commit().await.map_err(db)
+    }
+
     async fn create_api_key(&self, key: &ApiKey, secret_hash: &str) -> Result<()> {
         let (role, agent, user) = match &key.role {
             KeyRole::Admin => ("admin", None, None),

@@ -9,3 +9,4 @@ mod auth;
 mod context;
 mod conversations;
 mod erase;
+mod reembed;

@@ -6,6 +6,8 @@ mod helpers;
 
 mod api_memories;
 mod auth;
+mod bad_input;
+mod cli;
 mod context;
 mod conversations;
 mod erase;

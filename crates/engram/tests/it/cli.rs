@@ -1,0 +1,670 @@
+//! The CLI as a user scripts it: remember / recall / list / forget on a data dir, the JSONL
+//! export → import round trip (lossless, idempotent, all-or-nothing), API keys, bad input
+//! refused with a clear message, and the CLI writing beside a running server on one dir.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{Server, engram, run_cli};
+
+/// Run a command that must succeed; returns stdout.
+#[track_caller]
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let (success, out, err) = run_cli(dir, args);
+    assert!(success, "engram {args:?} failed\nstdout: {out}\nstderr: {err}");
+    out
+}
+
+/// Run a command that must succeed and print JSON.
+#[track_caller]
+fn ok_json(dir: &Path, args: &[&str]) -> Value {
+    let out = ok(dir, args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("engram {args:?}: not JSON ({e}): {out}"))
+}
+
+/// Run a command that must fail; returns stderr.
+#[track_caller]
+fn fails(dir: &Path, args: &[&str]) -> String {
+    let (success, out, err) = run_cli(dir, args);
+    assert!(!success, "engram {args:?} succeeded but should have failed\nstdout: {out}");
+    err
+}
+
+/// `remember` in plain output: returns (decision, id).
+#[track_caller]
+fn remember(dir: &Path, args: &[&str]) -> (String, String) {
+    let mut all = vec!["remember"];
+    all.extend_from_slice(args);
+    let out = ok(dir, &all);
+    let line = out.trim();
+    let (decision, id) =
+        line.split_once(' ').unwrap_or_else(|| panic!("remember printed {line:?}, not 'ADD <id>'"));
+    assert!(uuid::Uuid::parse_str(id).is_ok(), "remember printed a bad id: {line:?}");
+    assert_eq!(out.lines().count(), 1, "remember printed more than one line: {out:?}");
+    (decision.to_string(), id.to_string())
+}
+
+/// The whole tenant as JSONL (the lossless export).
+#[track_caller]
+fn export(dir: &Path) -> String {
+    ok(dir, &["export"])
+}
+
+/// Memories of a `list --json` page.
+fn listed(v: &Value) -> Vec<Value> {
+    v["memories"].as_array().cloned().unwrap_or_default()
+}
+
+fn ids_of(list: &[Value]) -> Vec<String> {
+    list.iter().map(|m| m["id"].as_str().unwrap().to_string()).collect()
+}
+
+/// Contents of a `recall --json`, best first (every result checked for its shape).
+#[track_caller]
+fn recalled(v: &Value) -> Vec<String> {
+    let results = v["results"].as_array().unwrap_or_else(|| panic!("no results array: {v}"));
+    let mut last = f64::INFINITY;
+    results
+        .iter()
+        .map(|r| {
+            assert_eq!(r["type"], "memory", "{r}");
+            let score = r["score"].as_f64().unwrap_or_else(|| panic!("score not a number: {r}"));
+            assert!(score <= last, "results not best first: {v}");
+            last = score;
+            r["memory"]["content"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn remember_recall_list_and_forget_from_the_shell() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+
+    let (dec, home) = remember(
+        d,
+        &[
+            "The user lives in Bengaluru.",
+            "--user",
+            "alice",
+            "--category",
+            "fact",
+            "--importance",
+            "8",
+        ],
+    );
+    assert_eq!(dec, "ADD");
+    let (_, violin) = remember(
+        d,
+        &[
+            "The user's daughter Maya plays the violin.",
+            "--user",
+            "alice",
+            "--category",
+            "relationship",
+        ],
+    );
+    let (_, editor) =
+        remember(d, &["The user prefers dark mode in every code editor.", "--user", "alice"]);
+    let (_, lisbon) = remember(d, &["The user lives in Lisbon.", "--user", "bob"]);
+    // A restated fact is confirmed, not duplicated: same id, NONE.
+    assert_eq!(
+        remember(d, &["the user lives in Bengaluru", "--user", "alice"]),
+        ("NONE".to_string(), home.clone())
+    );
+    // --json prints the decision and the stored memory, as the REST API does.
+    let j = ok_json(
+        d,
+        &[
+            "remember",
+            "The user's timezone is Asia/Kolkata.",
+            "--user",
+            "alice",
+            "--kind",
+            "profile",
+            "--key",
+            "timezone",
+            "--importance",
+            "9",
+            "--json",
+        ],
+    );
+    assert_eq!(j["decision"], "ADD", "{j}");
+    assert_eq!(j["memory"]["kind"], "profile");
+    assert_eq!(j["memory"]["key"], "timezone");
+    assert_eq!(j["memory"]["importance"], 9);
+    assert_eq!(j["memory"]["user_id"], "alice");
+    assert_eq!(j["memory"]["source"]["kind"], "manual");
+    let tz = j["memory"]["id"].as_str().unwrap().to_string();
+
+    // Recall finds a fact by paraphrase, best first, only the user's own.
+    let r = ok_json(d, &["recall", "where does the user live?", "--user", "alice", "--json"]);
+    let hits = recalled(&r);
+    assert_eq!(hits.first().map(String::as_str), Some("The user lives in Bengaluru."), "{r}");
+    assert!(!hits.iter().any(|c| c.contains("Lisbon")), "bob's fact recalled for alice: {hits:?}");
+    let top = &r["results"][0];
+    let keys: BTreeSet<&str> = top.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, BTreeSet::from(["type", "score", "memory"]), "{top}");
+    assert_eq!(top["memory"]["id"], home.as_str());
+    assert_eq!(top["memory"]["category"], "fact");
+    assert_eq!(top["memory"]["importance"], 8);
+    let r = ok_json(d, &["recall", "violin", "--user", "alice", "--limit", "1", "--json"]);
+    assert_eq!(recalled(&r), ["The user's daughter Maya plays the violin."]);
+    // --explain shows the score components, in JSON and in plain output.
+    let r = ok_json(d, &["recall", "violin lessons", "--user", "alice", "--explain", "--json"]);
+    let e = &r["results"][0]["explain"];
+    assert_eq!(e["vector_rank"], 1, "{r}");
+    assert!(e["rrf"].as_f64().is_some_and(|x| x > 0.0), "{e}");
+    assert!(
+        (e["score"].as_f64().unwrap() - r["results"][0]["score"].as_f64().unwrap()).abs() < 1e-9,
+        "{r}"
+    );
+    let plain = ok(d, &["recall", "violin", "--user", "alice", "--explain"]);
+    let first = plain.lines().next().unwrap_or_default();
+    assert!(first.contains(&violin) && first.contains("violin"), "{plain}");
+    assert!(plain.contains("\"vector_rank\""), "plain --explain shows no components: {plain}");
+    // Nothing matches for a user with no memories.
+    assert_eq!(ok(d, &["recall", "violin", "--user", "nobody"]).trim(), "no memories found");
+
+    // List: every active memory, newest first; --limit/--cursor pages through all of them.
+    let all = listed(&ok_json(d, &["list", "--json"]));
+    assert_eq!(ids_of(&all), [tz.as_str(), &lisbon, &editor, &violin, &home]);
+    let alice = listed(&ok_json(d, &["list", "--user", "alice", "--json"]));
+    assert_eq!(alice.len(), 4);
+    let mut paged = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..10 {
+        let mut args = vec!["list", "--limit", "2", "--json"];
+        if let Some(c) = &cursor {
+            args.extend(["--cursor", c.as_str()]);
+        }
+        let page = ok_json(d, &args);
+        let mems = listed(&page);
+        assert!(mems.len() <= 2, "page over --limit: {page}");
+        paged.extend(ids_of(&mems));
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(paged, ids_of(&all), "pages do not add up to the full list");
+    // Plain output tells the user how to get the next page.
+    let plain = ok(d, &["list", "--limit", "2"]);
+    let next = plain.lines().last().unwrap_or_default();
+    let c = next.strip_prefix("next page: --cursor ").unwrap_or_else(|| panic!("{plain}"));
+    assert_eq!(
+        ids_of(&listed(&ok_json(d, &["list", "--limit", "2", "--cursor", c, "--json"]))),
+        paged[2..4]
+    );
+
+    // Forget: gone from recall and list, still listed with --include-superseded.
+    assert_eq!(ok(d, &["forget", &violin]).trim(), format!("forgotten {violin}"));
+    let r = ok_json(d, &["recall", "violin", "--user", "alice", "--json"]);
+    assert!(!recalled(&r).iter().any(|c| c.contains("violin")), "forgotten fact recalled: {r}");
+    let active = ids_of(&listed(&ok_json(d, &["list", "--user", "alice", "--json"])));
+    assert!(!active.contains(&violin), "{active:?}");
+    let with_old =
+        listed(&ok_json(d, &["list", "--user", "alice", "--include-superseded", "--json"]));
+    let old = with_old.iter().find(|m| m["id"] == violin.as_str()).expect("kept in history");
+    assert!(old["superseded_at"].is_string(), "{old}");
+    assert!(old["superseded_by"].is_null(), "forget has no successor: {old}");
+    assert!(ok(d, &["list", "--include-superseded"]).contains("(superseded)"));
+    // Forgetting it again is refused.
+    let err = fails(d, &["forget", &violin]);
+    assert!(err.contains("already"), "{err}");
+
+    // Purge: the row is gone even from history; --json reports it.
+    let j = ok_json(d, &["forget", &editor, "--purge", "--json"]);
+    assert_eq!(j, json!({ "id": editor, "status": "purged" }));
+    let with_old = ids_of(&listed(&ok_json(d, &["list", "--include-superseded", "--json"])));
+    assert!(!with_old.contains(&editor), "purged row still listed: {with_old:?}");
+    assert!(!export(d).contains(&editor), "purged row still exported");
+    let err = fails(d, &["forget", &editor]);
+    assert!(err.contains("not found"), "{err}");
+    // A forgotten row can still be purged.
+    ok(d, &["forget", &violin, "--purge"]);
+    assert!(!export(d).contains(&violin));
+}
+
+#[tokio::test]
+async fn export_then_import_into_a_fresh_dir_is_lossless_and_idempotent() {
+    let a = tempfile::tempdir().unwrap();
+    let da = a.path();
+
+    // A history made with the CLI ...
+    let (_, home) = remember(
+        da,
+        &[
+            "The user lives in Bengaluru.",
+            "--user",
+            "alice",
+            "--category",
+            "fact",
+            "--importance",
+            "8",
+        ],
+    );
+    remember(da, &["the user lives in Bengaluru", "--user", "alice"]); // confirmed
+    let (_, violin) =
+        remember(da, &["The user's daughter Maya plays the violin.", "--user", "alice"]);
+    let (_, editor) =
+        remember(da, &["The user prefers dark mode in every code editor.", "--user", "alice"]);
+    let (_, tz) = remember(
+        da,
+        &[
+            "The user's timezone is Asia/Kolkata.",
+            "--user",
+            "alice",
+            "--kind",
+            "profile",
+            "--key",
+            "timezone",
+        ],
+    );
+    let (_, gym) = remember(da, &["The user goes to the gym on Mondays.", "--user", "bob"]);
+    remember(da, &["The user lives in Lisbon.", "--user", "bob"]);
+
+    // ... and with the REST API on a server over the same dir.
+    let (old_id, new_id, rich) = {
+        let s = Server::start_on(da, &[]);
+        let (st, edited) = s
+            .req(
+                "PATCH",
+                &format!("/v1/memories/{editor}"),
+                Some(json!({ "content": "The user prefers light mode in every code editor.", "importance": 6 })),
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "{edited}");
+        let new_id = edited["id"].as_str().unwrap().to_string();
+        let (st, b) = s
+            .post(
+                "/v1/memories",
+                json!({
+                    "content": "The user is planning a trip to Kyoto in April.",
+                    "user_id": "alice",
+                    "agent_id": "planner",
+                    "category": "event",
+                    "importance": 7,
+                    "metadata": { "origin": "onboarding", "tags": ["travel", "japan"], "n": 3 },
+                    "source_conversation_id": "conv-7",
+                    "observed_at": "2024-03-01T10:00:00Z",
+                    "expires_at": "2099-01-01T00:00:00Z"
+                }),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{b}");
+        let rich = b["memory"]["id"].as_str().unwrap().to_string();
+        for (id, v) in [(&home, 1), (&home, 1), (&violin, -1), (&tz, 1)] {
+            let (st, b) = s.post(&format!("/v1/memories/{id}/rating"), json!({ "value": v })).await;
+            assert_eq!(st, StatusCode::OK, "{b}");
+        }
+        // Searches bump access counts.
+        assert_eq!(
+            s.search("alice", "where does the user live?").await[0],
+            "The user lives in Bengaluru."
+        );
+        s.search("alice", "Kyoto trip").await;
+        let (st, b) = s.req("DELETE", &format!("/v1/memories/{violin}"), None).await;
+        assert_eq!(st, StatusCode::OK, "{b}");
+        (editor.clone(), new_id, rich)
+    };
+    // A forget through the CLI too.
+    ok(da, &["forget", &gym]);
+
+    let exported = export(da);
+    let lines: Vec<Value> =
+        exported.lines().map(|l| serde_json::from_str(l).expect("JSONL line")).collect();
+    assert_eq!(lines.len(), 8, "{exported}");
+    let row = |id: &str| -> &Value {
+        &lines
+            .iter()
+            .find(|l| l["memory"]["id"] == id)
+            .unwrap_or_else(|| panic!("{id} not exported"))["memory"]
+    };
+    // The export carries the history the user made.
+    assert_eq!(row(&old_id)["superseded_by"], new_id.as_str());
+    assert!(row(&old_id)["superseded_at"].is_string());
+    assert_eq!(row(&new_id)["importance"], 6);
+    assert_eq!(row(&home)["rating"], 2);
+    assert_eq!(row(&home)["mention_count"], 2);
+    assert!(row(&home)["access_count"].as_i64().unwrap() >= 1);
+    assert!(row(&home)["last_accessed_at"].is_string());
+    assert_eq!(row(&violin)["rating"], -1);
+    assert!(row(&violin)["superseded_at"].is_string() && row(&violin)["superseded_by"].is_null());
+    assert!(row(&gym)["superseded_at"].is_string());
+    assert_eq!(row(&tz)["key"], "timezone");
+    assert_eq!(
+        row(&rich)["metadata"],
+        json!({ "origin": "onboarding", "tags": ["travel", "japan"], "n": 3 })
+    );
+    assert_eq!(row(&rich)["observed_at"], "2024-03-01T10:00:00Z");
+    assert_eq!(row(&rich)["expires_at"], "2099-01-01T00:00:00Z");
+    assert_eq!(row(&rich)["source"]["conversation_id"], "conv-7");
+    assert_eq!(row(&rich)["agent_id"], "planner");
+    let events: BTreeSet<String> = lines
+        .iter()
+        .flat_map(|l| l["events"].as_array().unwrap().iter())
+        .map(|e| e["event"].as_str().unwrap().to_string())
+        .collect();
+    for kind in ["created", "confirmed", "superseded", "forgotten", "rated"] {
+        assert!(events.contains(kind), "no '{kind}' event exported: {events:?}");
+    }
+    // --out writes the same bytes and says how many rows.
+    let file = a.path().join("export.jsonl");
+    let (success, out, err) = run_cli(da, &["export", "--out", file.to_str().unwrap()]);
+    assert!(success, "{err}");
+    assert!(out.is_empty(), "export --out also printed to stdout: {out}");
+    assert!(err.contains("exported 8 memories"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), exported);
+    // --user exports one user.
+    let alice = ok(da, &["export", "--user", "alice"]);
+    assert_eq!(alice.lines().count(), 6);
+    assert!(alice.lines().all(|l| l.contains(r#""user_id":"alice""#)));
+
+    // Import into a fresh dir, export again: byte-identical.
+    let b = tempfile::tempdir().unwrap();
+    let db = b.path();
+    let out = ok(db, &["import", file.to_str().unwrap()]);
+    assert_eq!(out.trim(), "imported 8 memories, skipped 0 already present");
+    assert_eq!(export(db), exported, "export → import → export is not lossless");
+
+    // The same file again skips everything and changes nothing (also from stdin).
+    let j = ok_json(db, &["import", file.to_str().unwrap(), "--json"]);
+    assert_eq!(j, json!({ "imported": 0, "skipped": 8 }));
+    let mut child = engram(db)
+        .args(["import", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(exported.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "imported 0 memories, skipped 8 already present"
+    );
+    assert_eq!(export(db), exported, "a second import changed the store");
+
+    // The imported store works: history and supersession hold, recall finds by paraphrase.
+    let listed_b = listed(&ok_json(db, &["list", "--user", "alice", "--json"]));
+    let active: BTreeSet<String> = ids_of(&listed_b).into_iter().collect();
+    assert_eq!(active, BTreeSet::from([home.clone(), new_id.clone(), tz.clone(), rich.clone()]));
+    let r = ok_json(db, &["recall", "where does the user live?", "--user", "alice", "--json"]);
+    assert_eq!(recalled(&r)[0], "The user lives in Bengaluru.");
+    let r =
+        ok_json(db, &["recall", "light or dark theme in the editor", "--user", "alice", "--json"]);
+    let hits = recalled(&r);
+    assert_eq!(hits[0], "The user prefers light mode in every code editor.");
+    assert!(!hits.iter().any(|c| c.contains("dark mode")), "superseded row recalled: {hits:?}");
+}
+
+/// A paraphrase must not lose to a fact that shares only a function word with the query.
+/// Here "is" is in one fact of four, so the full-text side keeps it as a term and ranks the
+/// colour fact first there; fused with an equal weight, that beat the right answer.
+#[test]
+fn recall_is_not_swayed_by_a_function_word_the_query_shares_with_a_fact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    for f in [
+        "The user lives in Bengaluru.",
+        "The user's favourite colour is teal.",
+        "The user's daughter Maya plays the violin.",
+        "The user prefers dark mode in every code editor.",
+    ] {
+        remember(d, &[f, "--user", "alice"]);
+    }
+    let r = ok_json(d, &["recall", "which city is her home?", "--user", "alice", "--json"]);
+    assert_eq!(recalled(&r)[0], "The user lives in Bengaluru.", "{r}");
+}
+
+#[test]
+fn a_malformed_import_line_is_named_and_nothing_is_imported() {
+    let src = tempfile::tempdir().unwrap();
+    remember(src.path(), &["The user lives in Bengaluru.", "--user", "alice"]);
+    remember(src.path(), &["The user owns a cat named Miso.", "--user", "alice"]);
+    let good = export(src.path());
+    let good: Vec<&str> = good.lines().collect();
+    assert_eq!(good.len(), 2);
+    let bad_category = good[1].replace(r#""category":"general""#, r#""category":"hobby""#);
+    assert_ne!(bad_category, good[1]);
+    let bad_id = good[1].replacen(r#""id":""#, r#""id":"x"#, 1);
+    let mut summary: Value = serde_json::from_str(good[0]).unwrap();
+    summary["type"] = json!("summary");
+    let cases: Vec<(String, &str, &[&str])> = vec![
+        (format!("{}\n{}\n{{\"type\":\"memory\",\"memory\":", good[0], good[1]), "line 3", &[]),
+        (format!("{}\nthis is not json\n{}", good[0], good[1]), "line 2", &[]),
+        (format!("{}\n{}\n", good[0], bad_category), "line 2", &["category", "hobby"]),
+        (format!("{}\n\n{}\n", good[0], bad_id), "line 3", &["id"]),
+        (format!("{summary}\n{}", good[1]), "line 1", &["summary"]),
+        (format!("{}\n[1,2,3]\n", good[0]), "line 2", &[]),
+    ];
+    for (text, line, words) in cases {
+        let dst = tempfile::tempdir().unwrap();
+        let file = dst.path().join("in.jsonl");
+        std::fs::write(&file, &text).unwrap();
+        let (success, out, err) = run_cli(dst.path(), &["import", file.to_str().unwrap()]);
+        assert!(!success, "import of a bad file succeeded: {out}\n--- file:\n{text}");
+        assert!(err.contains(line), "error does not name {line}: {err}\n--- file:\n{text}");
+        for w in words {
+            assert!(err.contains(w), "error does not mention {w}: {err}");
+        }
+        assert!(!out.contains("imported"), "{out}");
+        assert_eq!(export(dst.path()), "", "a failed import stored rows; error was: {err}");
+        assert!(
+            listed(&ok_json(dst.path(), &["list", "--include-superseded", "--json"])).is_empty()
+        );
+    }
+    // The good lines alone import fine.
+    let dst = tempfile::tempdir().unwrap();
+    let file = dst.path().join("in.jsonl");
+    std::fs::write(&file, format!("{}\n{}\n", good[0], good[1])).unwrap();
+    assert_eq!(
+        ok(dst.path(), &["import", file.to_str().unwrap()]).trim(),
+        "imported 2 memories, skipped 0 already present"
+    );
+}
+
+#[tokio::test]
+async fn keys_are_printed_once_listed_without_secret_and_revocable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (success, out, err) = run_cli(d, &["keys", "create", "--tenant", "t1", "--role", "admin"]);
+    assert!(success, "{err}");
+    let secret = out.trim().to_string();
+    assert_eq!(out.lines().count(), 1, "the secret should be the only stdout line: {out}");
+    assert!(secret.starts_with("engram_") && secret.len() >= 32, "{secret}");
+    assert!(err.contains("not shown again"), "{err}");
+    let key_id = err
+        .split_whitespace()
+        .find(|w| w.starts_with("key_"))
+        .unwrap_or_else(|| panic!("no key id on stderr: {err}"))
+        .to_string();
+
+    let listing = ok(d, &["keys", "list"]);
+    let line = listing.lines().find(|l| l.contains(&key_id)).unwrap_or_else(|| panic!("{listing}"));
+    assert!(line.contains("t1") && line.contains("admin") && line.contains("active"), "{line}");
+    assert!(!listing.contains(&secret), "keys list shows the secret: {listing}");
+    let j = ok_json(d, &["keys", "list", "--json"]);
+    assert!(!j.to_string().contains(&secret), "keys list --json shows the secret: {j}");
+    let k = j.as_array().unwrap().iter().find(|k| k["id"] == key_id.as_str()).unwrap();
+    assert_eq!((k["tenant"].as_str(), k["role"].as_str()), (Some("t1"), Some("admin")), "{k}");
+    assert!(k["revoked_at"].is_null());
+    // The secret is not derivable from what is listed: the listed prefix is short.
+    assert!(k["prefix"].as_str().unwrap().len() < secret.len() / 2, "{k}");
+
+    // Bound keys: agent and user.
+    let j = ok_json(
+        d,
+        &["keys", "create", "--tenant", "t1", "--role", "user", "--user", "u9", "--json"],
+    );
+    assert!(j["key"].as_str().unwrap().starts_with("engram_"), "{j}");
+    let listing = ok_json(d, &["keys", "list", "--tenant", "t1", "--json"]);
+    assert!(
+        listing.as_array().unwrap().iter().any(|k| k["role"] == "user" && k["bound_to"] == "u9")
+    );
+    assert!(
+        ok_json(d, &["keys", "list", "--tenant", "t2", "--json"]).as_array().unwrap().is_empty()
+    );
+
+    // The key works on a server over the dir; no key, or a wrong one, does not.
+    let s = Server::start_on(d, &[]);
+    let k1 = s.with_key(&secret);
+    let (st, b) = k1
+        .post("/v1/memories", json!({ "content": "The user likes jazz.", "user_id": "u1" }))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{b}");
+    assert_eq!(s.anon().get("/v1/memories").await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(s.with_key("engram_wrong").get("/v1/memories").await.0, StatusCode::UNAUTHORIZED);
+    // The memory landed in tenant t1, not in the default tenant.
+    assert_eq!(listed(&ok_json(d, &["list", "--tenant", "t1", "--json"])).len(), 1);
+    assert!(listed(&ok_json(d, &["list", "--json"])).is_empty());
+
+    // Revoke: listed as revoked, and the server refuses it.
+    assert_eq!(ok(d, &["keys", "revoke", &key_id]).trim(), format!("revoked {key_id}"));
+    let listing = ok(d, &["keys", "list"]);
+    let line = listing.lines().find(|l| l.contains(&key_id)).unwrap();
+    assert!(line.contains("revoked"), "{line}");
+    let (st, b) = k1.get("/v1/memories").await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED, "revoked key still accepted: {b}");
+    let err = fails(d, &["keys", "revoke", &key_id]);
+    assert!(err.contains("not found"), "revoking twice: {err}");
+}
+
+#[test]
+fn bad_cli_input_fails_with_a_clear_message_and_stores_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, seed) = remember(d, &["The user lives in Bengaluru.", "--user", "alice"]);
+    ok(d, &["keys", "create", "--tenant", "t1", "--role", "admin"]);
+    let unknown = "01a20297-0000-7000-8000-000000000000";
+    let long = "x".repeat(65);
+    let before = (export(d), ok(d, &["keys", "list", "--json"]));
+    let cases: Vec<(Vec<&str>, &[&str])> = vec![
+        (
+            vec!["remember", "The user likes tea.", "--user", "alice", "--importance", "11"],
+            &["importance must be 1 to 10"],
+        ),
+        (
+            vec!["remember", "The user likes tea.", "--user", "alice", "--importance", "0"],
+            &["importance must be 1 to 10"],
+        ),
+        (
+            vec!["remember", "The user likes tea.", "--user", "alice", "--importance", "high"],
+            &["high", "importance"],
+        ),
+        (
+            vec!["remember", "The user likes tea.", "--user", "alice", "--category", "hobby"],
+            &["unknown category 'hobby'", "preference"],
+        ),
+        (
+            vec!["remember", "The user likes tea.", "--user", "alice", "--kind", "secret"],
+            &["unknown kind 'secret'"],
+        ),
+        (vec!["remember", "The user likes tea.", "--user", "alice", "--kind", "profile"], &["key"]),
+        (vec!["remember", "The user likes tea.", "--user", "alice", "--key", "drink"], &["key"]),
+        (vec!["remember", "", "--user", "alice"], &["content must not be empty"]),
+        (vec!["remember", "  \t ", "--user", "alice"], &["content must not be empty"]),
+        (
+            vec!["--max-content-bytes", "64", "remember", &long, "--user", "alice"],
+            &["65 bytes", "64"],
+        ),
+        (vec!["remember", "The user likes tea.", "--user", ""], &["user_id"]),
+        (vec!["remember", "The user likes tea."], &["--user"]),
+        (vec!["forget", "not-a-uuid"], &["not-a-uuid", "not a valid memory id"]),
+        (vec!["forget", unknown], &["not found"]),
+        (vec!["forget", unknown, "--purge"], &["not found"]),
+        (vec!["recall", "  ", "--user", "alice"], &["query must not be empty"]),
+        (vec!["list", "--limit", "0"], &["limit must be 1 to"]),
+        (vec!["list", "--limit", "10000"], &["limit must be 1 to"]),
+        (vec!["list", "--cursor", "bogus"], &["bogus"]),
+        (
+            vec!["import", "/nonexistent/engram-export.jsonl"],
+            &["cannot open", "/nonexistent/engram-export.jsonl"],
+        ),
+        (vec!["keys", "create", "--tenant", "t1", "--role", "agent"], &["--agent"]),
+        (vec!["keys", "create", "--tenant", "t1", "--role", "user"], &["--user"]),
+        (
+            vec!["keys", "create", "--tenant", "t1", "--role", "admin", "--agent", "a1"],
+            &["admin key"],
+        ),
+        (vec!["keys", "create", "--tenant", "t1", "--role", "root"], &["root"]),
+        (vec!["keys", "create", "--role", "admin"], &["--tenant"]),
+        (vec!["keys", "revoke", "key_000000000000"], &["not found"]),
+    ];
+    for (args, words) in &cases {
+        let (success, out, err) = run_cli(d, args);
+        assert!(!success, "engram {args:?} succeeded: {out}");
+        assert!(out.trim().is_empty(), "engram {args:?} printed to stdout on failure: {out}");
+        assert!(err.contains("error"), "engram {args:?}: no error on stderr: {err}");
+        for w in *words {
+            assert!(err.contains(w), "engram {args:?}: stderr does not mention {w:?}: {err}");
+        }
+        let after = (export(d), ok(d, &["keys", "list", "--json"]));
+        assert_eq!(after, before, "engram {args:?} changed the store");
+    }
+    assert!(before.0.contains(&seed));
+    // The 64-byte limit is a limit, not an off-by-one: 64 bytes are accepted.
+    let exact = "y".repeat(64);
+    let (dec, _) = remember(d, &["--max-content-bytes", "64", &exact, "--user", "alice"]);
+    assert_eq!(dec, "ADD");
+}
+
+#[tokio::test]
+async fn the_cli_and_a_running_server_share_one_data_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let s = Server::start_on(d, &[]);
+    let from_server = s.remember("alice", "The user is allergic to peanuts.").await;
+
+    // The CLI writes while the server runs: the server's next search sees it.
+    let (dec, from_cli) =
+        remember(d, &["The user's daughter Maya plays the violin.", "--user", "alice"]);
+    assert_eq!(dec, "ADD");
+    assert_eq!(
+        s.search("alice", "what instrument does her child play?").await[0],
+        "The user's daughter Maya plays the violin."
+    );
+    let (st, m) = s.get(&format!("/v1/memories/{from_cli}")).await;
+    assert_eq!(st, StatusCode::OK, "{m}");
+    assert_eq!(m["source"]["kind"], "manual");
+
+    // The CLI sees the server's writes, dedups against them ...
+    let ids = ids_of(&listed(&ok_json(d, &["list", "--user", "alice", "--json"])));
+    assert!(ids.contains(&from_server), "{ids:?}");
+    assert_eq!(
+        remember(d, &["the user is allergic to peanuts", "--user", "alice"]),
+        ("NONE".to_string(), from_server.clone())
+    );
+    let (_, m) = s.get(&format!("/v1/memories/{from_server}")).await;
+    assert_eq!(m["mention_count"], 2, "{m}");
+
+    // ... and its forget is seen by the server at once.
+    ok(d, &["forget", &from_server]);
+    let (_, m) = s.get(&format!("/v1/memories/{from_server}")).await;
+    assert!(m["superseded_at"].is_string(), "server does not see the CLI's forget: {m}");
+    assert!(!s.search("alice", "peanut allergy").await.iter().any(|c| c.contains("peanuts")));
+    let (_, list) = s.get("/v1/memories?user_id=alice").await;
+    assert_eq!(ids_of(list["memories"].as_array().unwrap()), std::slice::from_ref(&from_cli));
+
+    // The server's edit is seen by the CLI.
+    let (st, b) = s
+        .req(
+            "PATCH",
+            &format!("/v1/memories/{from_cli}"),
+            Some(json!({ "content": "The user's daughter Maya plays the cello." })),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    let r = ok_json(
+        d,
+        &["recall", "what instrument does her child play?", "--user", "alice", "--json"],
+    );
+    assert_eq!(recalled(&r), ["The user's daughter Maya plays the cello."]);
+}

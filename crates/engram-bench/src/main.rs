@@ -1,0 +1,77 @@
+//! `engram-bench`: throughput, latency and retrieval-quality measurements of engram.
+//!
+//! Three subcommands, each printing a Markdown table (or JSON with `--json`):
+//!
+//! - `remember`: batch remember throughput through `Engine::remember_batch` into a fresh
+//!   SQLite store, with or without dedup ([`remember`]).
+//! - `search`: `Engine::search` latency percentiles with one user's scope filled with N
+//!   memories, and optionally the same through the real HTTP server ([`search`], [`http`]).
+//! - `locomo`: turn Recall@k on the public LoCoMo conversations ([`locomo`]).
+//!
+//! Results and the exact commands that produced them are in `benches/README.md`.
+
+mod corpus;
+mod embedder;
+mod http;
+mod locomo;
+mod remember;
+mod report;
+mod search;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Benchmarks and retrieval-quality evaluation of engram.
+#[derive(Debug, Parser)]
+#[command(name = "engram-bench", version)]
+struct Cli {
+    /// Print the results as JSON instead of Markdown.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Batch remember throughput (memories/s) into a fresh temp-dir SQLite store.
+    Remember(remember::Args),
+    /// Search latency (p50/p95/p99) with one user's scope filled with N memories.
+    Search(search::Args),
+    /// Retrieval quality on LoCoMo: turn Recall@1/5/10/20 per category.
+    Locomo(locomo::Args),
+}
+
+/// Common option: where scratch data dirs go (default: the system temp dir).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ScratchArgs {
+    /// Parent directory of the temporary data dirs (removed afterwards).
+    #[arg(long)]
+    pub tmp_dir: Option<PathBuf>,
+}
+
+impl ScratchArgs {
+    /// A fresh temporary directory, removed when the returned guard drops.
+    pub fn tempdir(&self) -> anyhow::Result<tempfile::TempDir> {
+        let b = tempfile::Builder::new()
+            .prefix("engram-bench-")
+            .tempdir_in(self.tmp_dir.clone().unwrap_or_else(std::env::temp_dir))?;
+        Ok(b)
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // reqwest is built without a default crypto provider (plain http is all we need, but the
+    // client builder still wants one installed).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        match cli.cmd {
+            Cmd::Remember(a) => remember::run(a, cli.json).await,
+            Cmd::Search(a) => search::run(a, cli.json).await,
+            Cmd::Locomo(a) => locomo::run(a, cli.json).await,
+        }
+    })
+}

@@ -1,0 +1,155 @@
+//! `remember`: batch remember throughput through `Engine::remember_batch`.
+//!
+//! N synthetic facts ([`crate::corpus::facts`]) for one user go in batches of `--batch` into a
+//! fresh SQLite store in a temp dir, with or without dedup. The clock covers
+//! `remember_batch` only (validation, embedding, dedup, the insert transaction). An
+//! "embed only" pass over the same batches, timed separately, shows how much of it is the
+//! embedder.
+
+use std::time::{Duration, Instant};
+
+use engram_core::engine::{Decision, Engine, EngineConfig, RememberInput};
+use engram_core::model::{KeyRole, Principal, TenantId, UserId};
+use serde::Serialize;
+
+use crate::embedder::EmbedderChoice;
+use crate::report::{self, Latency};
+use crate::{ScratchArgs, corpus};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[arg(long, value_enum, default_value = "builtin")]
+    embedder: EmbedderChoice,
+    /// Number of memories to remember.
+    #[arg(long, default_value_t = 10_000)]
+    n: usize,
+    /// Memories per `remember_batch` call.
+    #[arg(long, default_value_t = 500)]
+    batch: usize,
+    /// Deduplicate (each item checked against the store and the earlier items of its batch).
+    #[arg(long)]
+    dedup: bool,
+    /// Skip the embed-only baseline pass.
+    #[arg(long)]
+    no_baseline: bool,
+    /// Seed of the synthetic facts.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    #[command(flatten)]
+    scratch: ScratchArgs,
+}
+
+#[derive(Debug, Serialize)]
+struct Output {
+    environment: String,
+    embedder: EmbedderChoice,
+    model_id: String,
+    n: usize,
+    batch: usize,
+    dedup: bool,
+    seconds: f64,
+    memories_per_s: f64,
+    added: usize,
+    deduplicated: usize,
+    batch_latency: Latency,
+    embed_only_seconds: Option<f64>,
+    embed_only_per_s: Option<f64>,
+}
+
+pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(a.n > 0 && a.batch > 0, "--n and --batch must be positive");
+    let embedder = a.embedder.build()?;
+    let facts = corpus::facts(a.n, a.seed);
+    let chunks: Vec<&[String]> = facts.chunks(a.batch).collect();
+
+    let mut embed_only = None;
+    if !a.no_baseline {
+        let t = Instant::now();
+        for c in &chunks {
+            let v = embedder.embed(c).await?;
+            anyhow::ensure!(v.len() == c.len(), "embedder returned {} vectors", v.len());
+        }
+        embed_only = Some(t.elapsed().as_secs_f64());
+    }
+
+    let dir = a.scratch.tempdir()?;
+    let store = engram_store::open_sqlite(dir.path()).await?;
+    let engine = Engine::new(store, embedder.clone(), EngineConfig::default()).await?;
+    let p = Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin };
+    let user = UserId::parse("bench-user")?;
+
+    let mut added = 0;
+    let mut deduplicated = 0;
+    let mut batch_times: Vec<Duration> = Vec::with_capacity(chunks.len());
+    let total = Instant::now();
+    for c in &chunks {
+        let inputs: Vec<RememberInput> = c
+            .iter()
+            .map(|content| RememberInput {
+                user_id: Some(user.clone()),
+                content: content.clone(),
+                ..Default::default()
+            })
+            .collect();
+        let t = Instant::now();
+        let out = engine.remember_batch(&p, inputs, a.dedup).await?;
+        batch_times.push(t.elapsed());
+        for r in out {
+            match r.decision {
+                Decision::Add | Decision::Update => added += 1,
+                Decision::None => deduplicated += 1,
+            }
+        }
+    }
+    let seconds = total.elapsed().as_secs_f64();
+    drop(engine);
+
+    let out = Output {
+        environment: report::environment(),
+        embedder: a.embedder,
+        model_id: embedder.model_id().to_string(),
+        n: a.n,
+        batch: a.batch,
+        dedup: a.dedup,
+        seconds,
+        memories_per_s: a.n as f64 / seconds,
+        added,
+        deduplicated,
+        batch_latency: Latency::of(&batch_times),
+        embed_only_seconds: embed_only,
+        embed_only_per_s: embed_only.map(|s| a.n as f64 / s),
+    };
+    if json {
+        return report::print_json(&out);
+    }
+    println!("remember_batch throughput ({})\n", out.environment);
+    let rows = vec![vec![
+        out.embedder.name().to_string(),
+        out.n.to_string(),
+        out.batch.to_string(),
+        if out.dedup { "yes" } else { "no" }.to_string(),
+        format!("{:.2}", out.seconds),
+        format!("{:.0}", out.memories_per_s),
+        format!("{:.1} / {:.1}", out.batch_latency.p50_ms, out.batch_latency.p95_ms),
+        format!("{} / {}", out.added, out.deduplicated),
+        out.embed_only_per_s.map_or_else(|| "-".to_string(), |v| format!("{v:.0}")),
+    ]];
+    print!(
+        "{}",
+        report::table(
+            &[
+                "embedder",
+                "n",
+                "batch",
+                "dedup",
+                "seconds",
+                "memories/s",
+                "batch p50 / p95 (ms)",
+                "added / deduplicated",
+                "embed only (texts/s)",
+            ],
+            &rows
+        )
+    );
+    Ok(())
+}

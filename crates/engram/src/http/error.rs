@@ -2,7 +2,7 @@
 //! of its code, and the JSON/query extractors that turn every rejection into that form.
 
 use axum::Json;
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
@@ -49,6 +49,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
         ErrorCode::Forbidden => StatusCode::FORBIDDEN,
         ErrorCode::NotFound => StatusCode::NOT_FOUND,
+        ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         ErrorCode::Conflict => StatusCode::CONFLICT,
         ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorCode::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
@@ -76,9 +77,10 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// `Json<T>` whose rejections are engram errors: malformed JSON → 400 `invalid_json`; a body
-/// of the wrong shape (unknown field, wrong type, missing field) → 400 `invalid_input`; over the
-/// size limit → 413 `payload_too_large`; wrong content type → 400 `invalid_json`.
+/// A JSON request body whose rejections are engram errors: malformed JSON → 400
+/// `invalid_json`; a body of the wrong shape (not an object, unknown, duplicate, missing or
+/// mistyped field) → 400 `invalid_input`; over the size limit → 413 `payload_too_large`;
+/// wrong content type → 400 `invalid_json`.
 pub struct ApiJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for ApiJson<T>
@@ -89,26 +91,22 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(ApiJson(v)),
-            Err(rej) => Err(json_rejection(rej)),
+        let json_type = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|m| {
+                let m = m.trim();
+                m.eq_ignore_ascii_case("application/json") || m.ends_with("+json")
+            });
+        if !json_type {
+            return Err(ApiError::new(
+                ErrorCode::InvalidJson,
+                "expected a JSON body with Content-Type: application/json",
+            ));
         }
-    }
-}
-
-fn json_rejection(rej: JsonRejection) -> ApiError {
-    match rej {
-        JsonRejection::JsonDataError(e) => {
-            ApiError::invalid(format!("invalid request body: {}", e.body_text()))
-        }
-        JsonRejection::JsonSyntaxError(e) => {
-            ApiError::new(ErrorCode::InvalidJson, format!("malformed JSON: {}", e.body_text()))
-        }
-        JsonRejection::MissingJsonContentType(_) => ApiError::new(
-            ErrorCode::InvalidJson,
-            "expected a JSON body with Content-Type: application/json",
-        ),
-        JsonRejection::BytesRejection(e) => {
+        let bytes = axum::body::Bytes::from_request(req, state).await.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
                     ErrorCode::PayloadTooLarge,
@@ -117,9 +115,42 @@ fn json_rejection(rej: JsonRejection) -> ApiError {
             } else {
                 ApiError::invalid(format!("cannot read request body: {}", e.body_text()))
             }
-        }
-        other => ApiError::invalid(other.body_text()),
+        })?;
+        parse_body(&bytes).map(ApiJson)
     }
+}
+
+/// Parse a JSON object body: syntax errors are `invalid_json`; a body that is not an object
+/// (serde would accept a positional array for a struct), unknown, duplicate, missing or
+/// mistyped fields are `invalid_input` naming the field.
+pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|b| *b != b'{') {
+        // Still report malformed JSON as such.
+        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+            return Err(ApiError::new(ErrorCode::InvalidJson, format!("malformed JSON: {e}")));
+        }
+        return Err(ApiError::invalid("the request body must be a JSON object"));
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        match inner.classify() {
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                ApiError::new(ErrorCode::InvalidJson, format!("malformed JSON: {inner}"))
+            }
+            serde_json::error::Category::Data | serde_json::error::Category::Io => {
+                if path == "." {
+                    ApiError::invalid(format!("invalid request body: {inner}"))
+                } else {
+                    ApiError::invalid(format!("invalid request body: {path}: {inner}"))
+                }
+            }
+        }
+    })?;
+    de.end().map_err(|e| ApiError::new(ErrorCode::InvalidJson, format!("malformed JSON: {e}")))?;
+    Ok(value)
 }
 
 /// `Query<T>` whose rejections are engram errors (400 `invalid_input`).

@@ -122,6 +122,10 @@ async fn not_found() -> ApiError {
     ApiError::new(ErrorCode::NotFound, "no such endpoint")
 }
 
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(ErrorCode::MethodNotAllowed, format!("{method} is not allowed on {}", uri.path()))
+}
+
 /// The whole HTTP application.
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
     Router::new()
@@ -147,6 +151,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route("/v1/users/{user_id}/export", get(other::export_user))
         .route("/v1/stats", get(other::stats))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(Arc::new(state))

@@ -81,12 +81,9 @@ impl Server {
                 }
             }
         });
-        let base = match rx.recv_timeout(Duration::from_secs(120)) {
-            Ok(b) => b,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("engram serve did not start within 120 s");
-            }
+        let Ok(base) = rx.recv_timeout(Duration::from_secs(120)) else {
+            let _ = child.kill();
+            panic!("engram serve did not start within 120 s");
         };
         Server {
             base,

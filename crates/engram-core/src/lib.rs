@@ -12,3 +12,4 @@ pub mod engine;
 pub mod model;
 pub mod retrieval;
 pub mod store;
+pub mod llm;

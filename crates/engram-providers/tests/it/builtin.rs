@@ -61,3 +61,97 @@ fn table_matches_tokenizer() {
     assert!(table.row(0).iter().any(|x| *x != 0.0));
     assert_unit(&embed(&e, ""));
 }
+
+#[test]
+fn token_ids_match_the_tokenizer() {
+    let e = BuiltinEmbedder::new().unwrap();
+    let mut tok = tokenizers::Tokenizer::from_bytes(BuiltinEmbedder::tokenizer_json()).unwrap();
+    // MiniLM's tokenizer.json pads and truncates to 128: the static embedder does neither.
+    tok.with_truncation(None).unwrap();
+    tok.with_padding(None);
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/minilm_golden.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut texts: Vec<String> = golden["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["text"].as_str().unwrap().to_owned())
+        .collect();
+    texts.extend(
+        [
+            "",
+            "(1:56 pm on 8 May, 2023) Caroline: Hey Mel! Good to see you! How have you been? [shares a photo of a sunset]",
+            "unaffable supercalifragilisticexpialidocious antidisestablishmentarianism",
+            "[CLS] literal special tokens [SEP] and [MASK] [PAD] [UNK] [unused3]",
+            "东京 is in 日本; Москва; Ελλάδα; مرحبا; नमस्ते",
+            "ﬁne ligatures, full‑width ＡＢＣ, tabs\tand\nnewlines\r\n, zero\u{200b}width",
+            "##hash ##tags and e-mail@example.com http://x.y/z?q=1&r=2",
+            &"a".repeat(150),
+            "I've   multiple    spaces   and 3.14159 numbers 1,000,000",
+        ]
+        .map(str::to_owned),
+    );
+    for t in &texts {
+        let want = tok.encode(t.as_str(), false).unwrap().get_ids().to_vec();
+        assert_eq!(e.token_ids(t).unwrap(), want, "{t:?}");
+    }
+}
+
+/// Random texts over all of ASCII (control characters included) plus some non-ASCII, built
+/// from a fixed-seed generator: the fast tokenization paths must give the tokenizer's ids.
+#[test]
+fn token_ids_match_the_tokenizer_on_random_text() {
+    let e = BuiltinEmbedder::new().unwrap();
+    let mut tok = tokenizers::Tokenizer::from_bytes(BuiltinEmbedder::tokenizer_json()).unwrap();
+    tok.with_truncation(None).unwrap();
+    tok.with_padding(None);
+    let words = [
+        "the",
+        "User",
+        "LIVES",
+        "in",
+        "Bengaluru",
+        "unaffable",
+        "don't",
+        "e.g.",
+        "3.14",
+        "naïve",
+        "café",
+        "über",
+        "東京",
+        "🐶",
+        "x",
+        "##ab",
+        "[",
+        "]",
+        "[CLS]",
+        "ﬁ",
+        "\u{301}",
+        "Zoë",
+    ];
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    for _ in 0..20_000 {
+        let mut text = String::new();
+        for _ in 0..next(12) {
+            match next(4) {
+                0 => text.push(char::from(next(128) as u8)),
+                1 => text.push(' '),
+                _ => text.push_str(words[next(words.len())]),
+            }
+        }
+        let want = tok.encode(text.as_str(), false).unwrap().get_ids().to_vec();
+        assert_eq!(e.token_ids(&text).unwrap(), want, "{text:?}");
+    }
+}

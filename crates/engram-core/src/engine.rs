@@ -20,11 +20,15 @@ use time::OffsetDateTime;
 
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
+use crate::llm::Llm;
+use crate::metrics::Metrics;
 use crate::model::{
-    Agent, AgentId, Category, Content, ConversationId, EventKind, Importance, KeyRole, Kind,
-    Memory, MemoryEvent, MemoryId, Message, MessageId, MessageRole, Principal, Source, SourceKind,
-    TenantId, UserId, default_pool,
+    Agent, AgentId, Category, Content, ConversationId, EventKind, Importance, Job, JobKind,
+    KeyRole, Kind, Memory, MemoryEvent, MemoryId, Message, MessageId, MessageRole, Principal,
+    Source, SourceKind, TenantId, UserId, default_pool,
 };
+use crate::pipeline::extract::{ExtractionMode, MemoryPolicy, resume_index};
+use crate::pipeline::pii::{self, Filtered};
 use crate::retrieval::{self, Explain};
 use crate::store::{
     ContextSession, EraseCounts, MemoryFilter, MemoryPage, NewMemory, Store, StoreStats,
@@ -261,6 +265,9 @@ pub struct AgentInput {
 pub struct Engine {
     store: Arc<dyn Store>,
     embedder: Arc<dyn Embedder>,
+    /// None: automatic extraction, summaries and tool-call synthesis are off.
+    llm: Option<Arc<dyn Llm>>,
+    metrics: Arc<Metrics>,
     cfg: EngineConfig,
 }
 
@@ -294,7 +301,21 @@ impl Engine {
                 embedder.dims()
             )));
         }
-        Ok(Self { store, embedder, cfg })
+        Ok(Self { store, embedder, llm: None, metrics: Arc::new(Metrics::default()), cfg })
+    }
+
+    /// Turn on automatic extraction with this LLM.
+    pub fn with_llm(mut self, llm: Arc<dyn Llm>) -> Self {
+        self.llm = Some(llm);
+        self
+    }
+
+    pub fn llm(&self) -> Option<&Arc<dyn Llm>> {
+        self.llm.as_ref()
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Re-embed every memory of every tenant with `embedder` (after a model change), then
@@ -445,6 +466,28 @@ impl Engine {
 
     // ------------------------------------------------------------------ writes
 
+    /// Explicit writes go through the writer agent's PII policy (default: redact).
+    async fn apply_pii(&self, v: &View, mut m: Memory) -> Result<Memory> {
+        let agent_row = match &v.agent {
+            Some(a) => self.store.get_agent(&v.tenant, a).await?,
+            None => None,
+        };
+        let policy = MemoryPolicy::of(agent_row.as_ref(), self.cfg.dedup_threshold).pii;
+        match pii::filter(&m.content, policy) {
+            Filtered::Keep(text) => {
+                m.content = text;
+                Ok(m)
+            }
+            Filtered::Rejected(kinds) => {
+                let kinds: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+                Err(Error::Unprocessable(format!(
+                    "the content holds personal data ({}) and the agent's PII policy is reject",
+                    kinds.join(", ")
+                )))
+            }
+        }
+    }
+
     fn build_memory(&self, v: &View, input: &RememberInput, now: OffsetDateTime) -> Result<Memory> {
         let content = Content::parse(&input.content, self.cfg.max_content_bytes)?;
         let user =
@@ -553,6 +596,8 @@ impl Engine {
             let m = self
                 .build_memory(v, input, now)
                 .map_err(|e| prefix_batch_error(e, i, inputs.len()))?;
+            let m =
+                self.apply_pii(v, m).await.map_err(|e| prefix_batch_error(e, i, inputs.len()))?;
             prepared.push((key, m));
         }
         // Embed every non-profile item in one call.
@@ -1100,7 +1145,111 @@ impl Engine {
                 rating: 0,
             });
         }
-        self.store.append_messages(&v.tenant, rows).await
+        let stored = self.store.append_messages(&v.tenant, rows).await?;
+        self.after_append(&v.tenant, &user, v.agent.as_ref(), &conversation, &stored).await?;
+        Ok(stored)
+    }
+
+    /// Enqueue the background work an append calls for (never runs it here).
+    async fn after_append(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        agent: Option<&AgentId>,
+        conversation: &ConversationId,
+        stored: &[Message],
+    ) -> Result<()> {
+        if self.llm.is_none() {
+            return Ok(());
+        }
+        for m in stored.iter().filter(|m| m.tool_name.is_some() && m.content.is_empty()) {
+            let mut job = Job::new(
+                tenant.clone(),
+                Some(user.clone()),
+                JobKind::SynthesizeToolCall,
+                serde_json::json!({ "message_id": m.id.to_string() }),
+            );
+            job.dedup_key = Some(format!("tool:{}", m.id));
+            self.store.enqueue_job(&job).await?;
+        }
+        let agent_row = match agent {
+            Some(a) => self.store.get_agent(tenant, a).await?,
+            None => None,
+        };
+        let policy = MemoryPolicy::of(agent_row.as_ref(), self.cfg.dedup_threshold);
+        if !policy.memory_enabled {
+            return Ok(());
+        }
+        let due = match policy.mode {
+            ExtractionMode::Off => false,
+            ExtractionMode::PostTurn => true,
+            ExtractionMode::Batched { min_turns } => {
+                self.user_turns_since_cursor(tenant, conversation).await? >= min_turns
+            }
+        };
+        if due {
+            self.enqueue_extraction(tenant, user, conversation).await?;
+        }
+        Ok(())
+    }
+
+    async fn user_turns_since_cursor(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<i64> {
+        let messages = self.store.conversation_messages(tenant, conversation).await?;
+        let cursor = self.store.extraction_cursor(tenant, conversation).await?;
+        let start = resume_index(&messages, cursor.as_deref());
+        Ok(messages[start..].iter().filter(|m| m.role == MessageRole::User).count() as i64)
+    }
+
+    /// Enqueue an extraction of a conversation (one pending per conversation; one running
+    /// per conversation: single writer).
+    pub async fn enqueue_extraction(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        conversation: &ConversationId,
+    ) -> Result<bool> {
+        let mut job = Job::new(
+            tenant.clone(),
+            Some(user.clone()),
+            JobKind::Extract,
+            serde_json::json!({ "conversation_id": conversation.as_str() }),
+        );
+        job.dedup_key = Some(format!("extract:{conversation}"));
+        job.lock_key = Some(format!("conversation:{conversation}"));
+        self.store.enqueue_job(&job).await
+    }
+
+    /// Enqueue tool-call synthesis for every old tool-call message with empty content
+    /// (idempotent: one pending job per message; done messages are skipped by the job).
+    pub async fn backfill_tool_calls(&self, p: &Principal) -> Result<usize> {
+        Self::require_admin(p, "backfill")?;
+        if self.llm.is_none() {
+            return Err(Error::Unprocessable(
+                "no LLM is configured: tool-call synthesis needs one".into(),
+            ));
+        }
+        let mut n = 0;
+        for user in self.store.list_users(&p.tenant).await? {
+            for m in self.store.user_messages(&p.tenant, &user).await? {
+                if m.tool_name.is_some() && m.content.is_empty() {
+                    let mut job = Job::new(
+                        p.tenant.clone(),
+                        Some(user.clone()),
+                        JobKind::SynthesizeToolCall,
+                        serde_json::json!({ "message_id": m.id.to_string() }),
+                    );
+                    job.dedup_key = Some(format!("tool:{}", m.id));
+                    if self.store.enqueue_job(&job).await? {
+                        n += 1;
+                    }
+                }
+            }
+        }
+        Ok(n)
     }
 
     /// Browse a transcript chronologically.
@@ -1177,6 +1326,17 @@ impl Engine {
             .get_message(&p.tenant, id)
             .await?
             .ok_or_else(|| Error::not_found(format!("message {id}")))?;
+        // Batched extraction also runs when the user rates a reply.
+        if self.llm.is_some() {
+            let agent_row = match &msg.agent_id {
+                Some(a) => self.store.get_agent(&p.tenant, a).await?,
+                None => None,
+            };
+            let policy = MemoryPolicy::of(agent_row.as_ref(), self.cfg.dedup_threshold);
+            if policy.memory_enabled && matches!(policy.mode, ExtractionMode::Batched { .. }) {
+                self.enqueue_extraction(&p.tenant, &msg.user_id, &msg.conversation_id).await?;
+            }
+        }
         Ok((msg, rated))
     }
 
@@ -1206,6 +1366,7 @@ impl Engine {
         if !input.settings.is_object() {
             return Err(Error::invalid("settings", "settings must be a JSON object"));
         }
+        MemoryPolicy::from_settings(input.memory_enabled, threshold, &input.settings)?;
         if let Some(c) = &input.cluster_id
             && (c.is_empty() || c.len() > 256)
         {
@@ -1377,6 +1538,11 @@ fn clamp_limit(limit: usize, max: usize) -> Result<usize> {
         return Err(Error::invalid("limit", format!("limit must be 1 to {max}")));
     }
     Ok(limit)
+}
+
+/// How the automatic extractor is named in the audit trail.
+pub fn actor_name_system() -> String {
+    "system:extractor".to_string()
 }
 
 /// How a principal is named in the audit trail.

@@ -9,7 +9,10 @@ pub mod error;
 
 pub use error::{Error, ErrorCode, FaultSource, Result};
 pub mod engine;
+pub mod jobs;
+pub mod llm;
+pub mod metrics;
 pub mod model;
+pub mod pipeline;
 pub mod retrieval;
 pub mod store;
-pub mod llm;

@@ -416,3 +416,73 @@ pub struct Principal {
     pub tenant: TenantId,
     pub role: KeyRole,
 }
+
+closed_enum!(
+    /// Kinds of background jobs. **Stored in the DB.**
+    JobKind, "kind", default = Extract, {
+        Extract => "extract",
+        Summarize => "summarize",
+        SynthesizeToolCall => "synthesize_tool_call",
+    }
+);
+
+closed_enum!(
+    /// Life cycle of a job. **Stored in the DB.**
+    JobStatus, "status", default = Pending, {
+        Pending => "pending",
+        Running => "running",
+        Done => "done",
+        Failed => "failed",
+    }
+);
+
+/// A durable background job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    pub id: String,
+    pub tenant_id: TenantId,
+    pub user_id: Option<UserId>,
+    pub kind: JobKind,
+    /// At most one *pending* job per key (e.g. `extract:<conversation>`).
+    pub dedup_key: Option<String>,
+    /// At most one *running* job per key (e.g. the conversation: single writer).
+    pub lock_key: Option<String>,
+    pub payload: serde_json::Value,
+    pub status: JobStatus,
+    pub attempts: i64,
+    pub max_attempts: i64,
+    pub run_after: OffsetDateTime,
+    pub lease_until: Option<OffsetDateTime>,
+    pub last_error: Option<String>,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+}
+
+impl Job {
+    /// A new pending job, runnable now, with three attempts.
+    pub fn new(
+        tenant: TenantId,
+        user: Option<UserId>,
+        kind: JobKind,
+        payload: serde_json::Value,
+    ) -> Self {
+        let now = OffsetDateTime::now_utc();
+        Job {
+            id: uuid::Uuid::now_v7().to_string(),
+            tenant_id: tenant,
+            user_id: user,
+            kind,
+            dedup_key: None,
+            lock_key: None,
+            payload,
+            status: JobStatus::Pending,
+            attempts: 0,
+            max_attempts: 3,
+            run_after: now,
+            lease_until: None,
+            last_error: None,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+}

@@ -21,8 +21,8 @@ use time::OffsetDateTime;
 
 use crate::error::Result;
 use crate::model::{
-    Agent, AgentId, Category, ConversationId, KeyRole, Kind, Memory, MemoryEvent, MemoryId,
-    Message, MessageId, TenantId, UserId,
+    Agent, AgentId, Category, ConversationId, Job, JobStatus, KeyRole, Kind, Memory, MemoryEvent,
+    MemoryId, Message, MessageId, TenantId, UserId,
 };
 
 /// Which memories a read sees.
@@ -119,6 +119,17 @@ pub struct ContextSession {
     pub text: String,
     pub memory_ids: Vec<MemoryId>,
     pub created_at: OffsetDateTime,
+}
+
+/// All writes of one extraction batch.
+#[derive(Debug, Clone, Default)]
+pub struct ExtractionBatch {
+    pub adds: Vec<NewMemory>,
+    /// `(old, successor, event on old)`: successor None forgets `old`.
+    pub supersedes: Vec<(MemoryId, Option<NewMemory>, MemoryEvent)>,
+    pub confirms: Vec<(MemoryId, MemoryEvent)>,
+    /// The new cursor (content hash of the last processed message).
+    pub cursor: String,
 }
 
 /// Persistence for the engine. See the module docs for the contract.
@@ -306,6 +317,78 @@ pub trait Store: Send + Sync {
         tenant: &TenantId,
         user: &UserId,
     ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)>;
+
+    // ---- jobs ----
+    /// Enqueue a job; returns false when a pending job with the same dedup key exists (the
+    /// new one is dropped: the pending one will see the same data).
+    async fn enqueue_job(&self, job: &Job) -> Result<bool>;
+    /// Claim the oldest runnable job of any tenant: pending and due, or running with an
+    /// expired lease (its worker died), and whose lock key no other running job holds.
+    /// The claim sets `running`, bumps `attempts` and sets the lease.
+    async fn claim_job(
+        &self,
+        now: OffsetDateTime,
+        lease_until: OffsetDateTime,
+    ) -> Result<Option<Job>>;
+    /// Extend the lease of a running job.
+    async fn heartbeat_job(&self, id: &str, lease_until: OffsetDateTime) -> Result<()>;
+    async fn complete_job(&self, id: &str) -> Result<()>;
+    /// Record a failure: back to pending at `retry_at`, or `failed` for good when `None`.
+    async fn fail_job(&self, id: &str, error: &str, retry_at: Option<OffsetDateTime>)
+    -> Result<()>;
+    /// Jobs of a tenant (all tenants with `None`), newest first.
+    async fn list_jobs(
+        &self,
+        tenant: Option<&TenantId>,
+        status: Option<JobStatus>,
+        limit: usize,
+    ) -> Result<Vec<Job>>;
+    /// Put a failed job back in the queue with its attempts reset; `NotFound` unless failed.
+    async fn retry_job(&self, tenant: Option<&TenantId>, id: &str) -> Result<()>;
+
+    // ---- conversation state used by extraction ----
+    /// Every message of a conversation, in order.
+    async fn conversation_messages(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Vec<Message>>;
+    /// The extraction cursor (hash of the last processed message).
+    async fn extraction_cursor(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Option<String>>;
+    /// The rolling summary and the number of user turns it covered.
+    async fn rolling_summary(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<(Option<String>, i64)>;
+    async fn set_rolling_summary(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        summary: &str,
+        user_turns: i64,
+    ) -> Result<()>;
+    /// Apply an extraction batch in ONE transaction: insert `adds`, supersede each
+    /// `(old, successor)` pair (successor None = forget), confirm `confirms`, then move the
+    /// cursor to `cursor`. Either everything is applied or nothing.
+    async fn apply_extraction(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        user: &UserId,
+        batch: ExtractionBatch,
+    ) -> Result<()>;
+    /// Replace the content of a message whose content is empty (tool-call synthesis).
+    async fn set_message_content(
+        &self,
+        tenant: &TenantId,
+        id: MessageId,
+        content: &str,
+    ) -> Result<bool>;
 
     // ---- stats ----
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats>;

@@ -10,6 +10,7 @@ use sqlx::{Row, SqlitePool};
 pub const SQLITE: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
     (2, "fts_vocab", include_str!("../migrations/sqlite/0002_fts_vocab.sql")),
+    (3, "jobs_locks_summary", include_str!("../migrations/sqlite/0003_jobs_locks_summary.sql")),
 ];
 
 /// Apply pending migrations; returns the schema version.

@@ -16,11 +16,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use engram_core::error::{Error, Result};
 use engram_core::model::{
-    Agent, AgentId, Category, ConversationId, EventKind, Importance, KeyRole, Kind, Memory,
-    MemoryEvent, MemoryId, Message, MessageId, MessageRole, Source, SourceKind, TenantId, UserId,
+    Agent, AgentId, Category, ConversationId, EventKind, Importance, Job, JobKind, JobStatus,
+    KeyRole, Kind, Memory, MemoryEvent, MemoryId, Message, MessageId, MessageRole, Source,
+    SourceKind, TenantId, UserId,
 };
 use engram_core::store::{
-    ApiKey, ContextSession, EraseCounts, MemoryFilter, MemoryPage, NewMemory, Store, StoreStats,
+    ApiKey, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter, MemoryPage, NewMemory,
+    Store, StoreStats,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
@@ -294,6 +296,71 @@ impl SqliteStore {
         Ok(Some(keep.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(" OR ")))
     }
 
+    /// Supersede `old` inside a write transaction (see `Store::supersede`).
+    async fn supersede_tx(
+        tx: &mut Transaction<'static, Sqlite>,
+        tenant: &TenantId,
+        old: MemoryId,
+        new: Option<&NewMemory>,
+        event: &MemoryEvent,
+    ) -> Result<()> {
+        let row = sqlx::query(
+            "SELECT user_id, superseded_at FROM memories WHERE tenant_id = ? AND id = ?",
+        )
+        .bind(tenant.as_str())
+        .bind(old.to_string())
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| Error::not_found(format!("memory {old}")))?;
+        if row.get::<Option<i64>, _>("superseded_at").is_some() {
+            return Err(Error::Conflict(format!("memory {old} is already superseded")));
+        }
+        let user: String = row.get("user_id");
+        let v = Self::bump(tx, tenant.as_str(), &user).await?;
+        let now = ts(event.at);
+        if let Some(n) = new {
+            if n.memory.tenant_id != *tenant || n.memory.user_id.as_str() != user {
+                return Err(Error::internal("successor of another tenant or user"));
+            }
+            Self::insert_row(tx, n, v).await?;
+        }
+        sqlx::query(
+            "UPDATE memories SET superseded_at = ?, superseded_by = ?, updated_at = ?, version = ? WHERE tenant_id = ? AND id = ?",
+        )
+        .bind(now)
+        .bind(new.map(|n| n.memory.id.to_string()))
+        .bind(now)
+        .bind(v)
+        .bind(tenant.as_str())
+        .bind(old.to_string())
+        .execute(&mut **tx)
+        .await
+        .map_err(db)?;
+        Self::insert_event(tx, tenant.as_str(), &user, event).await
+    }
+
+    /// Confirm a restated fact inside a write transaction.
+    async fn confirm_tx(
+        tx: &mut Transaction<'static, Sqlite>,
+        tenant: &TenantId,
+        id: MemoryId,
+        event: &MemoryEvent,
+    ) -> Result<()> {
+        let user: Option<String> = sqlx::query(
+            "UPDATE memories SET updated_at = ?, mention_count = mention_count + 1 WHERE tenant_id = ? AND id = ? RETURNING user_id",
+        )
+        .bind(ts(event.at))
+        .bind(tenant.as_str())
+        .bind(id.to_string())
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(db)?
+        .map(|r| r.get(0));
+        let user = user.ok_or_else(|| Error::not_found(format!("memory {id}")))?;
+        Self::insert_event(tx, tenant.as_str(), &user, event).await
+    }
+
     /// Bring the vector index of one user up to date with the database.
     async fn catch_up(
         &self,
@@ -473,6 +540,27 @@ fn key_from_row(r: &SqliteRow) -> Result<ApiKey> {
         prefix: r.get("prefix"),
         created_at: from_ts(r.get("created_at")),
         revoked_at: opt_ts(r.get("revoked_at")),
+    })
+}
+
+fn job_from_row(r: &SqliteRow) -> Result<Job> {
+    Ok(Job {
+        id: r.get("id"),
+        tenant_id: TenantId::parse(r.get::<String, _>("tenant_id"))?,
+        user_id: r.get::<Option<String>, _>("user_id").map(UserId::parse).transpose()?,
+        kind: JobKind::parse(r.get("kind"))?,
+        dedup_key: r.get("dedup_key"),
+        lock_key: r.get("lock_key"),
+        payload: serde_json::from_str(r.get::<&str, _>("payload"))
+            .unwrap_or_else(|_| serde_json::json!({})),
+        status: JobStatus::parse(r.get("status"))?,
+        attempts: r.get("attempts"),
+        max_attempts: r.get("max_attempts"),
+        run_after: from_ts(r.get("run_after")),
+        lease_until: opt_ts(r.get("lease_until")),
+        last_error: r.get("last_error"),
+        created_at: from_ts(r.get("created_at")),
+        updated_at: from_ts(r.get("updated_at")),
     })
 }
 
@@ -849,38 +937,7 @@ impl Store for SqliteStore {
         event: MemoryEvent,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
-        let row = sqlx::query(
-            "SELECT user_id, superseded_at FROM memories WHERE tenant_id = ? AND id = ?",
-        )
-        .bind(tenant.as_str())
-        .bind(old.to_string())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| Error::not_found(format!("memory {old}")))?;
-        if row.get::<Option<i64>, _>("superseded_at").is_some() {
-            return Err(Error::Conflict(format!("memory {old} is already superseded")));
-        }
-        let user: String = row.get("user_id");
-        let v = Self::bump(&mut tx, tenant.as_str(), &user).await?;
-        let now = ts(event.at);
-        if let Some(n) = &new {
-            if n.memory.tenant_id != *tenant || n.memory.user_id.as_str() != user {
-                return Err(Error::internal("successor of another tenant or user"));
-            }
-            Self::insert_row(&mut tx, n, v).await?;
-        }
-        sqlx::query("UPDATE memories SET superseded_at = ?, superseded_by = ?, updated_at = ?, version = ? WHERE tenant_id = ? AND id = ?")
-            .bind(now)
-            .bind(new.as_ref().map(|n| n.memory.id.to_string()))
-            .bind(now)
-            .bind(v)
-            .bind(tenant.as_str())
-            .bind(old.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        Self::insert_event(&mut tx, tenant.as_str(), &user, &event).await?;
+        Self::supersede_tx(&mut tx, tenant, old, new.as_ref(), &event).await?;
         tx.commit().await.map_err(db)
     }
 
@@ -891,18 +948,7 @@ impl Store for SqliteStore {
         event: MemoryEvent,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
-        let user: Option<String> = sqlx::query(
-            "UPDATE memories SET updated_at = ?, mention_count = mention_count + 1 WHERE tenant_id = ? AND id = ? RETURNING user_id",
-        )
-        .bind(ts(event.at))
-        .bind(tenant.as_str())
-        .bind(id.to_string())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db)?
-        .map(|r| r.get(0));
-        let user = user.ok_or_else(|| Error::not_found(format!("memory {id}")))?;
-        Self::insert_event(&mut tx, tenant.as_str(), &user, &event).await?;
+        Self::confirm_tx(&mut tx, tenant, id, &event).await?;
         tx.commit().await.map_err(db)
     }
 
@@ -1472,6 +1518,284 @@ impl Store for SqliteStore {
         .map_err(db)?;
         let events = rows.iter().map(event_from_row).collect::<Result<Vec<_>>>()?;
         Ok((memories, events))
+    }
+
+    async fn enqueue_job(&self, job: &Job) -> Result<bool> {
+        let mut tx = self.begin().await?;
+        let n = sqlx::query(
+            "INSERT OR IGNORE INTO jobs (id, tenant_id, user_id, kind, dedup_key, lock_key, payload, status, attempts, \
+             max_attempts, run_after, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?)",
+        )
+        .bind(&job.id)
+        .bind(job.tenant_id.as_str())
+        .bind(job.user_id.as_ref().map(UserId::as_str))
+        .bind(job.kind.as_str())
+        .bind(job.dedup_key.as_deref())
+        .bind(job.lock_key.as_deref())
+        .bind(job.payload.to_string())
+        .bind(job.max_attempts)
+        .bind(ts(job.run_after))
+        .bind(ts(job.created_at))
+        .bind(ts(job.updated_at))
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?
+        .rows_affected();
+        tx.commit().await.map_err(db)?;
+        Ok(n == 1)
+    }
+
+    async fn claim_job(
+        &self,
+        now: OffsetDateTime,
+        lease_until: OffsetDateTime,
+    ) -> Result<Option<Job>> {
+        let mut tx = self.begin().await?;
+        let row = sqlx::query(
+            "UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_until = ?1, updated_at = ?2 \
+             WHERE id = (SELECT j.id FROM jobs j \
+               WHERE ((j.status = 'pending' AND j.run_after <= ?2) OR (j.status = 'running' AND j.lease_until <= ?2)) \
+                 AND (j.lock_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs r WHERE r.tenant_id = j.tenant_id \
+                      AND r.lock_key = j.lock_key AND r.status = 'running' AND r.lease_until > ?2 AND r.id != j.id)) \
+               ORDER BY j.run_after, j.id LIMIT 1) \
+             RETURNING *",
+        )
+        .bind(ts(lease_until))
+        .bind(ts(now))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    async fn heartbeat_job(&self, id: &str, lease_until: OffsetDateTime) -> Result<()> {
+        let mut tx = self.begin().await?;
+        sqlx::query("UPDATE jobs SET lease_until = ? WHERE id = ? AND status = 'running'")
+            .bind(ts(lease_until))
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        tx.commit().await.map_err(db)
+    }
+
+    async fn complete_job(&self, id: &str) -> Result<()> {
+        let mut tx = self.begin().await?;
+        sqlx::query("UPDATE jobs SET status = 'done', lease_until = NULL, last_error = NULL, updated_at = ? WHERE id = ?")
+            .bind(ts(OffsetDateTime::now_utc()))
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        tx.commit().await.map_err(db)
+    }
+
+    async fn fail_job(
+        &self,
+        id: &str,
+        error: &str,
+        retry_at: Option<OffsetDateTime>,
+    ) -> Result<()> {
+        let mut tx = self.begin().await?;
+        let now = ts(OffsetDateTime::now_utc());
+        match retry_at {
+            Some(at) => {
+                // Back to pending; if another pending job took the dedup key meanwhile, that
+                // one covers the same data and this one is closed.
+                let r = sqlx::query(
+                    "UPDATE OR IGNORE jobs SET status = 'pending', run_after = ?, lease_until = NULL, last_error = ?, updated_at = ? WHERE id = ?",
+                )
+                .bind(ts(at))
+                .bind(error)
+                .bind(now)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+                if r.rows_affected() == 0 {
+                    sqlx::query("UPDATE jobs SET status = 'done', lease_until = NULL, last_error = ?, updated_at = ? WHERE id = ?")
+                        .bind(format!("superseded by a newer pending job after: {error}"))
+                        .bind(now)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(db)?;
+                }
+            }
+            None => {
+                sqlx::query("UPDATE jobs SET status = 'failed', lease_until = NULL, last_error = ?, updated_at = ? WHERE id = ?")
+                    .bind(error)
+                    .bind(now)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            }
+        }
+        tx.commit().await.map_err(db)
+    }
+
+    async fn list_jobs(
+        &self,
+        tenant: Option<&TenantId>,
+        status: Option<JobStatus>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        let rows = sqlx::query(
+            "SELECT * FROM jobs WHERE (?1 IS NULL OR tenant_id = ?1) AND (?2 IS NULL OR status = ?2) ORDER BY created_at DESC, id DESC LIMIT ?3",
+        )
+        .bind(tenant.map(TenantId::as_str))
+        .bind(status.map(JobStatus::as_str))
+        .bind(limit as i64)
+        .fetch_all(&self.read)
+        .await
+        .map_err(db)?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    async fn retry_job(&self, tenant: Option<&TenantId>, id: &str) -> Result<()> {
+        let mut tx = self.begin().await?;
+        let n = sqlx::query(
+            "UPDATE OR IGNORE jobs SET status = 'pending', attempts = 0, run_after = ?1, last_error = NULL, updated_at = ?1 \
+             WHERE id = ?2 AND status = 'failed' AND (?3 IS NULL OR tenant_id = ?3)",
+        )
+        .bind(ts(OffsetDateTime::now_utc()))
+        .bind(id)
+        .bind(tenant.map(TenantId::as_str))
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?
+        .rows_affected();
+        tx.commit().await.map_err(db)?;
+        if n == 0 {
+            return Err(Error::not_found(format!("failed job {id}")));
+        }
+        Ok(())
+    }
+
+    async fn conversation_messages(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Vec<Message>> {
+        let rows = sqlx::query(
+            "SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? ORDER BY seq",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.as_str())
+        .fetch_all(&self.read)
+        .await
+        .map_err(db)?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    async fn extraction_cursor(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Option<String>> {
+        Ok(sqlx::query(
+            "SELECT last_hash FROM extraction_cursors WHERE tenant_id = ? AND conversation_id = ?",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.as_str())
+        .fetch_optional(&self.read)
+        .await
+        .map_err(db)?
+        .map(|r| r.get(0)))
+    }
+
+    async fn rolling_summary(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<(Option<String>, i64)> {
+        Ok(sqlx::query("SELECT rolling_summary, summary_user_turns FROM conversations WHERE tenant_id = ? AND id = ?")
+            .bind(tenant.as_str())
+            .bind(conversation.as_str())
+            .fetch_optional(&self.read)
+            .await
+            .map_err(db)?
+            .map_or((None, 0), |r| (r.get(0), r.get(1))))
+    }
+
+    async fn set_rolling_summary(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        summary: &str,
+        user_turns: i64,
+    ) -> Result<()> {
+        let mut tx = self.begin().await?;
+        sqlx::query("UPDATE conversations SET rolling_summary = ?, summary_user_turns = ? WHERE tenant_id = ? AND id = ?")
+            .bind(summary)
+            .bind(user_turns)
+            .bind(tenant.as_str())
+            .bind(conversation.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        tx.commit().await.map_err(db)
+    }
+
+    async fn apply_extraction(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        user: &UserId,
+        batch: ExtractionBatch,
+    ) -> Result<()> {
+        let mut tx = self.begin().await?;
+        if !batch.adds.is_empty() {
+            let v = Self::bump(&mut tx, tenant.as_str(), user.as_str()).await?;
+            for row in &batch.adds {
+                if row.memory.tenant_id != *tenant || row.memory.user_id != *user {
+                    return Err(Error::internal("extracted memory of another tenant or user"));
+                }
+                Self::insert_row(&mut tx, row, v).await?;
+            }
+        }
+        for (old, new, event) in &batch.supersedes {
+            Self::supersede_tx(&mut tx, tenant, *old, new.as_ref(), event).await?;
+        }
+        for (id, event) in &batch.confirms {
+            Self::confirm_tx(&mut tx, tenant, *id, event).await?;
+        }
+        sqlx::query(
+            "INSERT INTO extraction_cursors (tenant_id, conversation_id, user_id, last_hash, updated_at) VALUES (?, ?, ?, ?, ?) \
+             ON CONFLICT (tenant_id, conversation_id) DO UPDATE SET last_hash = excluded.last_hash, updated_at = excluded.updated_at",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.as_str())
+        .bind(user.as_str())
+        .bind(&batch.cursor)
+        .bind(ts(OffsetDateTime::now_utc()))
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)
+    }
+
+    async fn set_message_content(
+        &self,
+        tenant: &TenantId,
+        id: MessageId,
+        content: &str,
+    ) -> Result<bool> {
+        let mut tx = self.begin().await?;
+        let n = sqlx::query(
+            "UPDATE messages SET content = ? WHERE tenant_id = ? AND id = ? AND content = ''",
+        )
+        .bind(content)
+        .bind(tenant.as_str())
+        .bind(id.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?
+        .rows_affected();
+        tx.commit().await.map_err(db)?;
+        Ok(n == 1)
     }
 
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {

@@ -1,0 +1,632 @@
+//! Job handlers of the memory pipeline: extraction (cursor → pass 1 → PII → embed → pass 2 →
+//! persist), rolling summaries and tool-call synthesis.
+//!
+//! Exactly-once: an extraction batch and the cursor that follows it are written in one
+//! transaction (`Store::apply_extraction`). A job killed before that commit re-runs from the
+//! old cursor; one killed after it re-runs, finds nothing new after the cursor, and stops.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+
+use super::parse::{self, Candidate, Judgement};
+use super::pii::{self, Filtered, PiiPolicy};
+use super::prompts;
+use crate::engine::{Engine, actor_name_system};
+use crate::error::{Error, FaultSource};
+use crate::jobs::JobError;
+use crate::llm::{ChatMessage, ChatRequest, ChatRole, Tier};
+use crate::model::{
+    Agent, ConversationId, EventKind, Job, JobKind, Kind, Memory, MemoryEvent, MemoryId, Message,
+    MessageRole, Source, SourceKind, TenantId, UserId, default_pool,
+};
+use crate::store::{ExtractionBatch, MemoryFilter, NewMemory};
+
+/// Messages given to the extractor at most per batch (seed 000: the last fifteen).
+pub const WINDOW: usize = 15;
+/// A rolling summary is regenerated after this many new user turns.
+pub const SUMMARY_EVERY: i64 = 10;
+
+/// When an agent's conversations are extracted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExtractionMode {
+    /// After every appended turn.
+    PostTurn,
+    /// After `min_turns` user turns since the last extraction, or when a reply is rated.
+    Batched {
+        min_turns: i64,
+    },
+    Off,
+}
+
+/// An agent's memory settings, read from its `settings` JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryPolicy {
+    pub memory_enabled: bool,
+    pub mode: ExtractionMode,
+    pub max_tokens: u32,
+    pub prompt: Option<String>,
+    pub pii: PiiPolicy,
+    pub dedup_threshold: f32,
+}
+
+impl MemoryPolicy {
+    /// Parse and validate `settings` (`{"extraction": {"mode", "min_turns",
+    /// "max_tokens_per_extraction", "prompt"}, "pii_policy"}`).
+    pub fn from_settings(
+        memory_enabled: bool,
+        dedup_threshold: f32,
+        settings: &serde_json::Value,
+    ) -> Result<Self, Error> {
+        let ex = settings.get("extraction").cloned().unwrap_or(serde_json::Value::Null);
+        if !ex.is_null() && !ex.is_object() {
+            return Err(Error::invalid(
+                "settings.extraction",
+                "settings.extraction must be an object",
+            ));
+        }
+        let mode = match ex.get("mode").and_then(|v| v.as_str()).unwrap_or("post-turn") {
+            "post-turn" => ExtractionMode::PostTurn,
+            "batched" => {
+                let n = ex.get("min_turns").and_then(serde_json::Value::as_i64).unwrap_or(3);
+                if !(1..=1000).contains(&n) {
+                    return Err(Error::invalid(
+                        "settings.extraction.min_turns",
+                        "min_turns must be 1 to 1000",
+                    ));
+                }
+                ExtractionMode::Batched { min_turns: n }
+            }
+            "off" => ExtractionMode::Off,
+            other => {
+                return Err(Error::invalid(
+                    "settings.extraction.mode",
+                    format!(
+                        "unknown extraction mode '{other}'; expected post-turn, batched or off"
+                    ),
+                ));
+            }
+        };
+        let max_tokens =
+            ex.get("max_tokens_per_extraction").and_then(serde_json::Value::as_u64).unwrap_or(1024);
+        if !(64..=32_000).contains(&max_tokens) {
+            return Err(Error::invalid(
+                "settings.extraction.max_tokens_per_extraction",
+                "max_tokens_per_extraction must be 64 to 32000",
+            ));
+        }
+        let prompt = match ex.get("prompt") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
+            Some(_) => {
+                return Err(Error::invalid(
+                    "settings.extraction.prompt",
+                    "prompt must be a non-empty string or null",
+                ));
+            }
+        };
+        let pii = match settings.get("pii_policy") {
+            None | Some(serde_json::Value::Null) => PiiPolicy::default(),
+            Some(v) => v.as_str().and_then(PiiPolicy::parse).ok_or_else(|| {
+                Error::invalid("settings.pii_policy", "pii_policy must be allow, redact or reject")
+            })?,
+        };
+        Ok(MemoryPolicy {
+            memory_enabled,
+            mode,
+            max_tokens: max_tokens as u32,
+            prompt,
+            pii,
+            dedup_threshold,
+        })
+    }
+
+    /// The policy of an agent (defaults for no agent or an agent without settings).
+    pub fn of(agent: Option<&Agent>, default_threshold: f32) -> Self {
+        match agent {
+            Some(a) => Self::from_settings(a.memory_enabled, a.dedup_threshold, &a.settings)
+                .unwrap_or_else(|_| {
+                    Self::from_settings(a.memory_enabled, a.dedup_threshold, &serde_json::json!({}))
+                        .expect("defaults parse")
+                }),
+            None => Self::from_settings(true, default_threshold, &serde_json::json!({}))
+                .expect("defaults parse"),
+        }
+    }
+}
+
+/// `sha256(role + ":" + content)`: the content-hash cursor of a message.
+pub fn message_hash(m: &Message) -> String {
+    hex::encode(Sha256::digest(format!("{}:{}", m.role.as_str(), m.content).as_bytes()))
+}
+
+/// Where extraction resumes: after the cursor message; from the start when there is no
+/// cursor, or when the cursor message is gone (the conversation was summarized).
+pub fn resume_index(messages: &[Message], cursor: Option<&str>) -> usize {
+    match cursor {
+        None => 0,
+        Some(h) => messages.iter().rposition(|m| message_hash(m) == h).map_or(0, |i| i + 1),
+    }
+}
+
+/// `User:` / `Assistant:` lines for the extractor.
+pub fn transcript(messages: &[Message]) -> String {
+    let mut out = String::new();
+    for m in messages {
+        let who = match m.role {
+            MessageRole::User => "User",
+            MessageRole::Assistant => "Assistant",
+            MessageRole::System => "System",
+            MessageRole::Tool => "Tool",
+        };
+        let mut text = m.content.trim().to_string();
+        if let Some(tool) = &m.tool_name {
+            let args = m.tool_args.as_ref().map(ToString::to_string).unwrap_or_default();
+            text = format!("[called {tool} {args}] {text}").trim().to_string();
+            if let Some(r) = &m.tool_result {
+                text.push_str(&format!(" → {r}"));
+            }
+        }
+        if text.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("{who}: {text}\n"));
+    }
+    out
+}
+
+/// What one extraction run did (for metrics and the benchmark).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExtractionReport {
+    pub batches: usize,
+    pub llm_calls: usize,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub added: usize,
+    pub updated: usize,
+    pub deleted: usize,
+    pub confirmed: usize,
+    pub rejected_pii: usize,
+}
+
+impl Engine {
+    async fn call(
+        &self,
+        req: ChatRequest,
+        stage: &'static str,
+        report: &mut ExtractionReport,
+    ) -> Result<String, JobError> {
+        let llm = self.llm().ok_or_else(|| JobError::user("no LLM is configured"))?;
+        let started = Instant::now();
+        let res = llm.chat(&req).await;
+        self.metrics().observe_llm(stage, started.elapsed(), res.as_ref().ok());
+        let res = res?;
+        report.llm_calls += 1;
+        report.prompt_tokens += res.prompt_tokens;
+        report.completion_tokens += res.completion_tokens;
+        Ok(res.content)
+    }
+
+    /// Run one job.
+    pub async fn run_job(&self, job: &Job) -> Result<(), JobError> {
+        match job.kind {
+            JobKind::Extract => self.run_extract(job).await.map(|_| ()),
+            JobKind::Summarize => self.run_summarize(job).await,
+            JobKind::SynthesizeToolCall => self.run_tool_synthesis(job).await,
+        }
+    }
+
+    fn job_conversation(job: &Job) -> Result<ConversationId, JobError> {
+        let c = job.payload.get("conversation_id").and_then(|v| v.as_str()).unwrap_or_default();
+        ConversationId::parse(c)
+            .map_err(|e| JobError::bug(format!("job {} has no valid conversation_id: {e}", job.id)))
+    }
+
+    /// Extraction: everything after the cursor, in windows of [`WINDOW`] messages.
+    #[tracing::instrument(skip_all, fields(job = %job.id, tenant = %job.tenant_id))]
+    pub async fn run_extract(&self, job: &Job) -> Result<ExtractionReport, JobError> {
+        let tenant = &job.tenant_id;
+        let conv = Self::job_conversation(job)?;
+        let mut report = ExtractionReport::default();
+        let Some((user, agent_id)) = self.store().conversation_owner(tenant, &conv).await? else {
+            return Ok(report); // erased meanwhile
+        };
+        let agent = match &agent_id {
+            Some(a) => self.store().get_agent(tenant, a).await?,
+            None => None,
+        };
+        let policy = MemoryPolicy::of(agent.as_ref(), self.config().dedup_threshold);
+        if !policy.memory_enabled || policy.mode == ExtractionMode::Off {
+            return Ok(report);
+        }
+        let pool = match (&agent, &agent_id) {
+            (Some(a), _) => Some(a.pool()),
+            (None, Some(a)) => Some(default_pool(a)),
+            (None, None) => None,
+        };
+        let messages = self.store().conversation_messages(tenant, &conv).await?;
+        let cursor = self.store().extraction_cursor(tenant, &conv).await?;
+        let start = resume_index(&messages, cursor.as_deref());
+        let new = &messages[start..];
+        for window in new.chunks(WINDOW) {
+            self.extract_window(
+                tenant,
+                &conv,
+                &user,
+                agent_id.as_ref(),
+                pool.as_deref(),
+                &policy,
+                window,
+                &mut report,
+            )
+            .await?;
+            report.batches += 1;
+        }
+        // Refresh the rolling summary every SUMMARY_EVERY user turns.
+        let user_turns = messages.iter().filter(|m| m.role == MessageRole::User).count() as i64;
+        let (_, covered) = self.store().rolling_summary(tenant, &conv).await?;
+        if user_turns - covered >= SUMMARY_EVERY {
+            self.enqueue_summary(tenant, &user, &conv).await?;
+        }
+        self.metrics().observe_extraction(&report);
+        Ok(report)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn extract_window(
+        &self,
+        tenant: &TenantId,
+        conv: &ConversationId,
+        user: &UserId,
+        agent_id: Option<&crate::model::AgentId>,
+        pool: Option<&str>,
+        policy: &MemoryPolicy,
+        window: &[Message],
+        report: &mut ExtractionReport,
+    ) -> Result<(), JobError> {
+        let Some(last) = window.last() else { return Ok(()) };
+        let cursor = message_hash(last);
+        let has_user_text =
+            window.iter().any(|m| m.role == MessageRole::User && !m.content.trim().is_empty());
+        if !has_user_text {
+            // Nothing the user said: no LLM call, just move the cursor.
+            self.store()
+                .apply_extraction(
+                    tenant,
+                    conv,
+                    user,
+                    ExtractionBatch { cursor, ..Default::default() },
+                )
+                .await?;
+            return Ok(());
+        }
+        let observed_at = last.created_at;
+        // ---- pass 1: extract
+        let t = Instant::now();
+        let (summary, _) = self.store().rolling_summary(tenant, conv).await?;
+        let mut input = String::new();
+        if let Some(s) = summary.filter(|s| !s.trim().is_empty()) {
+            input.push_str("Conversation summary so far:\n");
+            input.push_str(s.trim());
+            input.push_str("\n\n");
+        }
+        input.push_str("Conversation:\n");
+        input.push_str(&transcript(window));
+        let req = ChatRequest {
+            tier: Tier::Fast,
+            system: prompts::extraction(policy.prompt.as_deref(), observed_at.date()),
+            messages: vec![ChatMessage { role: ChatRole::User, content: input }],
+            max_tokens: policy.max_tokens,
+            json: true,
+            temperature: 0.0,
+        };
+        let answer = self.call(req, "extract", report).await?;
+        let candidates = parse::parse_candidates(&answer).map_err(JobError::runtime)?;
+        self.metrics().observe_stage("extract", t.elapsed(), true);
+        // ---- PII
+        let mut kept: Vec<Candidate> = Vec::new();
+        for mut c in candidates {
+            match pii::filter(&c.content, policy.pii) {
+                Filtered::Keep(text) => {
+                    c.content = text;
+                    kept.push(c);
+                }
+                Filtered::Rejected(_) => report.rejected_pii += 1,
+            }
+        }
+        if kept.is_empty() {
+            self.store()
+                .apply_extraction(
+                    tenant,
+                    conv,
+                    user,
+                    ExtractionBatch { cursor, ..Default::default() },
+                )
+                .await?;
+            return Ok(());
+        }
+        // ---- embed
+        let t = Instant::now();
+        let texts: Vec<String> = kept.iter().map(|c| c.content.clone()).collect();
+        let vectors = self.embedder().embed(&texts).await.map_err(|e| JobError {
+            fault: e.fault,
+            message: e.message,
+            retry_after: None,
+        })?;
+        self.store()
+            .ensure_embedding_space(self.embedder().model_id(), self.embedder().dims())
+            .await?;
+        self.metrics().observe_stage("embed", t.elapsed(), true);
+        // ---- pass 2: consolidate
+        let t = Instant::now();
+        let filter = MemoryFilter {
+            user_id: Some(user.clone()),
+            pool: pool.map(str::to_string),
+            ..Default::default()
+        };
+        let now = OffsetDateTime::now_utc();
+        let actor = actor_name_system();
+        let message_ids: Vec<_> = window.iter().map(|m| m.id).collect();
+        let new_memory = |c: &Candidate| Memory {
+            id: MemoryId::new(),
+            tenant_id: tenant.clone(),
+            user_id: user.clone(),
+            agent_id: agent_id.cloned(),
+            pool: pool.map(str::to_string),
+            kind: Kind::Knowledge,
+            key: None,
+            category: c.category,
+            importance: c.importance,
+            rating: 0,
+            content: c.content.clone(),
+            source: Source {
+                kind: SourceKind::Conversation,
+                conversation_id: Some(conv.clone()),
+                message_ids: message_ids.clone(),
+            },
+            observed_at,
+            created_at: now,
+            updated_at: now,
+            last_accessed_at: None,
+            access_count: 0,
+            mention_count: 1,
+            expires_at: None,
+            superseded_at: None,
+            superseded_by: None,
+            metadata: serde_json::json!({}),
+            embedding_model: Some(self.embedder().model_id().to_string()),
+        };
+        let event = |id: MemoryId, kind: EventKind, related: Option<MemoryId>| MemoryEvent {
+            memory_id: id,
+            event: kind,
+            related_id: related,
+            actor: actor.clone(),
+            detail: serde_json::json!({ "conversation_id": conv.as_str() }),
+            at: now,
+        };
+        let mut batch = ExtractionBatch { cursor, ..Default::default() };
+        // Candidates that need the LLM: (candidate index, neighbour ids).
+        let mut to_judge: Vec<(usize, Vec<(MemoryId, String)>)> = Vec::new();
+        let mut accepted: Vec<usize> = Vec::new();
+        for (i, v) in vectors.iter().enumerate() {
+            // A repeat inside the batch.
+            if accepted.iter().any(|&j| crate::embed::dot(&vectors[j], v) >= policy.dedup_threshold)
+            {
+                continue;
+            }
+            let hits = self.store().vector_search(tenant, &filter, v, 5).await?;
+            if let Some((id, sim)) = hits.first()
+                && *sim >= policy.dedup_threshold
+            {
+                if !batch.confirms.iter().any(|(c, _)| c == id) {
+                    batch.confirms.push((*id, event(*id, EventKind::Confirmed, None)));
+                    report.confirmed += 1;
+                }
+                continue;
+            }
+            accepted.push(i);
+            if hits.is_empty() {
+                continue; // nothing to compare with: ADD without asking
+            }
+            let ids: Vec<MemoryId> = hits.iter().map(|h| h.0).collect();
+            let rows = self.store().get_memories(tenant, &ids).await?;
+            let by_id: HashMap<MemoryId, String> =
+                rows.into_iter().map(|m| (m.id, m.content)).collect();
+            to_judge.push((
+                i,
+                ids.iter().filter_map(|id| by_id.get(id).map(|c| (*id, c.clone()))).collect(),
+            ));
+        }
+        let mut judgements: HashMap<usize, Judgement> = HashMap::new();
+        let mut short_ids: Vec<MemoryId> = Vec::new();
+        if !to_judge.is_empty() {
+            let mut prompt = String::new();
+            for (n, (i, neighbours)) in to_judge.iter().enumerate() {
+                prompt.push_str(&format!(
+                    "NEW FACT {}: {}\nEXISTING FACTS:\n",
+                    n + 1,
+                    kept[*i].content
+                ));
+                for (id, content) in neighbours {
+                    let short = match short_ids.iter().position(|s| s == id) {
+                        Some(p) => p + 1,
+                        None => {
+                            short_ids.push(*id);
+                            short_ids.len()
+                        }
+                    };
+                    prompt.push_str(&format!("[{short}] {content}\n"));
+                }
+                prompt.push('\n');
+            }
+            let req = ChatRequest {
+                tier: Tier::Main,
+                system: prompts::CONSOLIDATE.to_string(),
+                messages: vec![ChatMessage { role: ChatRole::User, content: prompt }],
+                max_tokens: policy.max_tokens,
+                json: true,
+                temperature: 0.0,
+            };
+            let answer = self.call(req, "consolidate", report).await?;
+            let parsed = parse::parse_judgements(&answer, to_judge.len(), short_ids.len())
+                .map_err(JobError::runtime)?;
+            for (n, j) in parsed.into_iter().enumerate() {
+                judgements.insert(to_judge[n].0, j);
+            }
+        }
+        let mut touched: Vec<MemoryId> = Vec::new();
+        for i in accepted {
+            let c = &kept[i];
+            let vector = vectors[i].clone();
+            match judgements.get(&i).copied().unwrap_or(Judgement::Add) {
+                Judgement::Add => {
+                    let m = new_memory(c);
+                    let ev = event(m.id, EventKind::Created, None);
+                    batch.adds.push(NewMemory {
+                        memory: m,
+                        vector: Some(vector),
+                        events: vec![ev],
+                    });
+                    report.added += 1;
+                }
+                Judgement::Update(short) => {
+                    let old = short_ids[short - 1];
+                    if touched.contains(&old) {
+                        continue;
+                    }
+                    touched.push(old);
+                    let m = new_memory(c);
+                    let new_ev = event(m.id, EventKind::Created, Some(old));
+                    let old_ev = event(old, EventKind::Superseded, Some(m.id));
+                    batch.supersedes.push((
+                        old,
+                        Some(NewMemory { memory: m, vector: Some(vector), events: vec![new_ev] }),
+                        old_ev,
+                    ));
+                    report.updated += 1;
+                }
+                Judgement::Delete(short) => {
+                    let old = short_ids[short - 1];
+                    if touched.contains(&old) {
+                        continue;
+                    }
+                    touched.push(old);
+                    batch.supersedes.push((old, None, event(old, EventKind::Forgotten, None)));
+                    report.deleted += 1;
+                }
+                Judgement::None(short) => {
+                    if let Some(s) = short {
+                        let id = short_ids[s - 1];
+                        if !batch.confirms.iter().any(|(c, _)| *c == id) && !touched.contains(&id) {
+                            batch.confirms.push((id, event(id, EventKind::Confirmed, None)));
+                            report.confirmed += 1;
+                        }
+                    }
+                }
+            }
+        }
+        self.metrics().observe_stage("consolidate", t.elapsed(), true);
+        // ---- persist (one transaction, cursor included)
+        let t = Instant::now();
+        let res = self.store().apply_extraction(tenant, conv, user, batch).await;
+        self.metrics().observe_stage("persist", t.elapsed(), res.is_ok());
+        res.map_err(JobError::from)
+    }
+
+    pub(crate) async fn enqueue_summary(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        conv: &ConversationId,
+    ) -> Result<(), Error> {
+        let mut job = Job::new(
+            tenant.clone(),
+            Some(user.clone()),
+            JobKind::Summarize,
+            serde_json::json!({ "conversation_id": conv.as_str() }),
+        );
+        job.dedup_key = Some(format!("summarize:{conv}"));
+        self.store().enqueue_job(&job).await.map(|_| ())
+    }
+
+    /// Regenerate a conversation's rolling summary from its recent messages.
+    #[tracing::instrument(skip_all, fields(job = %job.id, tenant = %job.tenant_id))]
+    pub async fn run_summarize(&self, job: &Job) -> Result<(), JobError> {
+        let t = Instant::now();
+        let conv = Self::job_conversation(job)?;
+        let messages = self.store().conversation_messages(&job.tenant_id, &conv).await?;
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let recent = &messages[messages.len().saturating_sub(60)..];
+        let mut report = ExtractionReport::default();
+        let req = ChatRequest {
+            tier: Tier::Main,
+            system: prompts::SUMMARY.to_string(),
+            messages: vec![ChatMessage { role: ChatRole::User, content: transcript(recent) }],
+            max_tokens: 400,
+            json: false,
+            temperature: 0.0,
+        };
+        let summary = self.call(req, "summary", &mut report).await?;
+        let summary = summary.trim();
+        if summary.is_empty() {
+            return Err(JobError::runtime("the LLM returned an empty summary"));
+        }
+        let user_turns = messages.iter().filter(|m| m.role == MessageRole::User).count() as i64;
+        self.store().set_rolling_summary(&job.tenant_id, &conv, summary, user_turns).await?;
+        self.metrics().observe_stage("summary", t.elapsed(), true);
+        Ok(())
+    }
+
+    /// Give an empty tool-call message a one-sentence description, so search can find it.
+    pub async fn run_tool_synthesis(&self, job: &Job) -> Result<(), JobError> {
+        let id = job.payload.get("message_id").and_then(|v| v.as_str()).unwrap_or_default();
+        let id = crate::model::MessageId::parse(id)
+            .map_err(|e| JobError::bug(format!("bad message id in job {}: {e}", job.id)))?;
+        let Some(msg) = self.store().get_message(&job.tenant_id, id).await? else { return Ok(()) };
+        if !msg.content.is_empty() || msg.tool_name.is_none() {
+            return Ok(()); // already done (idempotent)
+        }
+        let mut report = ExtractionReport::default();
+        let req = ChatRequest {
+            tier: Tier::Fast,
+            system: prompts::TOOL_CALL.to_string(),
+            messages: vec![ChatMessage {
+                role: ChatRole::User,
+                content: transcript(std::slice::from_ref(&msg)),
+            }],
+            max_tokens: 100,
+            json: false,
+            temperature: 0.0,
+        };
+        let sentence = self.call(req, "synthesize", &mut report).await?;
+        let sentence = sentence.trim();
+        if sentence.is_empty() {
+            return Err(JobError::runtime("the LLM returned an empty description"));
+        }
+        self.store().set_message_content(&job.tenant_id, id, sentence).await?;
+        Ok(())
+    }
+}
+
+/// Faults of a job run map onto the job's retry decision.
+impl From<Error> for JobError {
+    fn from(e: Error) -> Self {
+        let fault = match &e {
+            Error::Embedder(x) => x.fault,
+            // A fact edited or purged by someone else meanwhile: the next attempt re-reads.
+            Error::Internal(_) | Error::Conflict(_) | Error::NotFound { .. } => {
+                FaultSource::Runtime
+            }
+            Error::InvalidInput { .. }
+            | Error::TooLarge(_)
+            | Error::Forbidden(_)
+            | Error::Unauthorized(_)
+            | Error::Unprocessable(_) => FaultSource::Bug,
+        };
+        JobError { fault, message: e.to_string(), retry_after: None }
+    }
+}

@@ -90,3 +90,6 @@ pub fn build_embedder(cfg: &EmbedderConfig) -> Result<Arc<dyn Embedder>, EmbedEr
         }
     }
 }
+
+pub mod llm;
+pub use llm::{LlmConfig, build_llm};

@@ -3,7 +3,8 @@
 //! 1. Every vocabulary token `t` goes through MiniLM (candle) as `[CLS] t [SEP]`; its vector
 //!    is the mean of the three output positions (`--pooling mean`, what model2vec does) or the
 //!    output at `t` alone (`--pooling token`). The empty text (`[CLS] [SEP]`) is embedded too.
-//!    These raw vectors are cached (`--raw-cache`), since the rest is cheap to redo.
+//!    These raw vectors are cached (`--raw-cache`, default a temp file named after the
+//!    model's id), since the rest is cheap to redo.
 //! 2. Optionally each raw vector is L2-normalised first (`--prenorm`).
 //! 3. PCA (`--pca-dims N`, 0 = off): centre on the mean token vector and project on the top N
 //!    principal axes (N = 384 keeps every dimension: centring only).
@@ -61,7 +62,8 @@ struct Design {
 struct Args {
     model: PathBuf,
     out: PathBuf,
-    raw_cache: PathBuf,
+    /// Default: a file in the temp dir named after the model's id (folder + fingerprint).
+    raw_cache: Option<PathBuf>,
     data: PathBuf,
     sweep: bool,
     design: Design,
@@ -71,7 +73,7 @@ fn parse_args() -> Args {
     let mut args = Args {
         model: engram_providers::testing::minilm_dir_candidate(),
         out: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/minilm-static.bin")),
-        raw_cache: std::env::temp_dir().join("engram-minilm-token-vectors-v1.bin"),
+        raw_cache: None,
         data: PathBuf::from(locomo::DEFAULT_DATA),
         sweep: false,
         design: Design {
@@ -88,7 +90,7 @@ fn parse_args() -> Args {
         match a.as_str() {
             "--model" => args.model = val().into(),
             "--out" => args.out = val().into(),
-            "--raw-cache" => args.raw_cache = val().into(),
+            "--raw-cache" => args.raw_cache = Some(val().into()),
             "--data" => args.data = val().into(),
             "--sweep" => args.sweep = true,
             "--pooling" => {
@@ -313,17 +315,14 @@ fn build(raw: &Raw, meaningful: &[bool], d: Design) -> (Vec<Vec<f32>>, usize, St
     };
     let base: Vec<Vec<f32>> = source.iter().map(pick).collect();
     let empty = pick(&raw.empty);
-    let (transform, dims, explained): (Box<dyn Fn(&[f32]) -> Vec<f32>>, usize, Option<f64>) =
-        if d.pca_dims == 0 {
-            (Box::new(|x: &[f32]| x.to_vec()), raw.dims, None)
-        } else {
-            let fit: Vec<&Vec<f32>> =
-                base.iter().zip(meaningful).filter(|(_, m)| **m).map(|(v, _)| v).collect();
-            let pca = Pca::fit(&fit, d.pca_dims.min(raw.dims));
-            let explained = pca.explained;
-            let k = pca.k;
-            (Box::new(move |x: &[f32]| pca.apply(x)), k, Some(explained))
-        };
+    let pca = (d.pca_dims > 0).then(|| {
+        let fit: Vec<&Vec<f32>> =
+            base.iter().zip(meaningful).filter(|(_, m)| **m).map(|(v, _)| v).collect();
+        Pca::fit(&fit, d.pca_dims.min(raw.dims))
+    });
+    let transform = |x: &[f32]| pca.as_ref().map_or_else(|| x.to_vec(), |p| p.apply(x));
+    let dims = pca.as_ref().map_or(raw.dims, |p| p.k);
+    let explained = pca.as_ref().map(|p| p.explained);
     let n = base.len();
     let harmonic: f64 = (0..n).map(|i| 1.0 / (i as f64 + 2.0)).sum();
     let mut rows: Vec<Vec<f32>> = base
@@ -395,15 +394,21 @@ fn main() {
             !(tok.starts_with('[') && tok.ends_with(']'))
         })
         .collect();
-    let dims = 384;
-    let raw = match Raw::load(&args.raw_cache, rows, dims) {
+    let dims = engram_core::embed::Embedder::dims(&model);
+    let raw_cache = args.raw_cache.clone().unwrap_or_else(|| {
+        let id = engram_core::embed::Embedder::model_id(&model);
+        let safe: String =
+            id.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+        std::env::temp_dir().join(format!("engram-token-vectors-{safe}.bin"))
+    });
+    let raw = match Raw::load(&raw_cache, rows, dims) {
         Some(raw) => {
-            eprintln!("raw token vectors from {}", args.raw_cache.display());
+            eprintln!("raw token vectors from {}", raw_cache.display());
             raw
         }
         None => {
             let raw = Raw::compute(&model, rows);
-            raw.save(&args.raw_cache);
+            raw.save(&raw_cache);
             raw
         }
     };

@@ -116,10 +116,8 @@ pub fn load(path: &Path) -> Vec<Conversation> {
             if evidence.is_empty() {
                 continue;
             }
-            let text = match &qa["question"] {
-                serde_json::Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
+            let text =
+                qa["question"].as_str().map_or_else(|| qa["question"].to_string(), str::to_owned);
             queries.push(Query { text, evidence });
         }
         out.push(Conversation { docs, queries });
@@ -155,12 +153,15 @@ pub fn recall(
     sums.map(|s| s / n.max(1) as f64)
 }
 
+/// Vectors of each conversation's texts.
+pub type Vectors = Vec<Vec<Vec<f32>>>;
+
 /// Embed every doc and query of `convs` with `embed` (called once per conversation and
 /// kind, with all its texts).
 pub fn embed_all(
     convs: &[Conversation],
     mut embed: impl FnMut(&[String]) -> Vec<Vec<f32>>,
-) -> (Vec<Vec<Vec<f32>>>, Vec<Vec<Vec<f32>>>) {
+) -> (Vectors, Vectors) {
     let docs = convs.iter().map(|c| embed(&c.docs)).collect();
     let queries = convs
         .iter()

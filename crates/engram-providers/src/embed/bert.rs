@@ -178,7 +178,7 @@ impl BertEmbedder {
         }
         if config.hidden_size == 0
             || config.num_attention_heads == 0
-            || config.hidden_size % config.num_attention_heads != 0
+            || !config.hidden_size.is_multiple_of(config.num_attention_heads)
         {
             return Err(EmbedError::user(format!(
                 "local embedder: {}: hidden_size {} is not a multiple of num_attention_heads {}",

@@ -2,8 +2,8 @@
 //!
 //! The server is an axum app on a `127.0.0.1:0` listener, run by a current-thread tokio
 //! runtime on a thread of its own (see the crate doc for why). State shared between the
-//! handle and the handlers lives in [`Shared`]: the rules, the default rule and the
-//! recordings sit behind one `std::sync::Mutex` ([`Script`]) that is held only to pick a rule
+//! handle and the handlers lives in `Shared`: the rules, the default rule and the
+//! recordings sit behind one `std::sync::Mutex` (`Script`) that is held only to pick a rule
 //! and record a request, never across an `.await`; a `watch` channel tells hanging and
 //! delayed handlers that the server is shutting down (the handle is dropped), so that no
 //! request outlives the test.

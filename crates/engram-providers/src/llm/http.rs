@@ -1,20 +1,20 @@
 //! The HTTP part both LLM providers share: one JSON POST with a timeout, in-call retries and
 //! failures classified by [`FaultSource`].
 //!
-//! Policy ([`HttpPolicy`], defaults in brackets):
-//! - each attempt has a timeout covering connect, send and reading the body [60 s];
+//! Policy ([`HttpPolicy`], defaults in parentheses):
+//! - each attempt has a timeout covering connect, send and reading the body (60 s);
 //! - timeouts, connection errors, 408, 429 and 5xx are retried, up to `max_attempts` in all
-//!   [3]. The wait is the server's `Retry-After` (seconds, or OpenAI's `retry-after-ms`)
-//!   when it sends one, else exponential backoff from `backoff` [0.5 s, 1 s, …] with ±25 %
+//!   (3). The wait is the server's `Retry-After` (seconds, or OpenAI's `retry-after-ms`)
+//!   when it sends one, else exponential backoff from `backoff` (0.5 s, 1 s, …) with ±25 %
 //!   jitter (so that workers hitting the same limit do not retry in lockstep);
-//! - a `Retry-After` longer than `max_retry_after` [30 s] is not waited for in the call: the
+//! - a `Retry-After` longer than `max_retry_after` (30 s) is not waited for in the call: the
 //!   call fails at once as `Runtime` with `retry_after` set, and the job runner (which can
 //!   wait minutes without holding a worker) schedules the retry;
 //! - when attempts run out → `Runtime`, with the last `Retry-After` if there was one;
 //! - any other non-2xx (400, 401, 403, 404, 422, …) → `User` at once with the provider's own
 //!   message: a wrong key, model or URL does not get better by retrying.
 //!
-//! Decoding the 2xx body is the caller's job ([`parse_json`] helps): a body that is not the
+//! Decoding the 2xx body is the caller's job (`parse_json` helps): a body that is not the
 //! expected JSON is `Runtime` (not retried here; the job runner retries or repairs).
 //!
 //! The API key travels in the headers the caller passes and is never part of a message.

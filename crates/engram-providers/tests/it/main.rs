@@ -4,10 +4,12 @@
 //! - `builtin`: the compiled-in static embedder (contract, quality sanity, speed floor).
 //! - `openai`: the HTTP embedder against a real local server speaking the OpenAI protocol.
 //! - `config`: `build_embedder` and `EmbedderConfig`.
+//! - `llm`: the OpenAI and Anthropic LLM clients against `testkit::ScriptedLlm`.
 
 mod bert;
 mod builtin;
 mod config;
+mod llm;
 mod openai;
 
 /// Cosine of two vectors (not assumed normalised).

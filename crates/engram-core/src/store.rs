@@ -106,6 +106,10 @@ pub struct StoreStats {
     pub jobs_pending: u64,
     pub jobs_running: u64,
     pub jobs_failed: u64,
+    pub jobs_done: u64,
+    /// Extraction jobs done and failed for good (extraction health).
+    pub extractions_done: u64,
+    pub extractions_failed: u64,
     pub embedding_model: Option<String>,
     pub embedding_dims: Option<u64>,
 }

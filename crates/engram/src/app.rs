@@ -1,13 +1,20 @@
-//! Wiring: settings → store + embedder → [`Engine`]; and the server's life cycle (bind,
-//! serve, graceful shutdown on ctrl-c / SIGTERM).
+//! Wiring: settings → store + embedder (+ LLM) → [`Engine`]; and the life cycle of the
+//! server and the workers (bind, serve, run jobs, graceful shutdown on ctrl-c / SIGTERM:
+//! the listener stops, workers stop claiming, in-flight jobs get their grace period).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use engram_core::embed::Embedder;
 use engram_core::engine::{Engine, EngineConfig};
+use engram_core::jobs::{WorkerConfig, run_workers};
+use engram_core::llm::Llm;
 use engram_core::store::Store;
+use engram_providers::LlmConfig;
+use engram_providers::llm::HttpPolicy;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::http::{AppState, router};
 use crate::settings::Settings;
@@ -15,11 +22,7 @@ use crate::settings::Settings;
 /// Open the store and the embedder named by the settings.
 pub async fn parts(settings: &Settings) -> anyhow::Result<(Arc<dyn Store>, Arc<dyn Embedder>)> {
     let store = engram_store::open_sqlite(&settings.data_dir).await.map_err(|e| {
-        anyhow::anyhow!(
-            "cannot open the store in {}: {}",
-            settings.data_dir.display(),
-            e.public_message()
-        )
+        anyhow::anyhow!("cannot open the store in {}: {e}", settings.data_dir.display())
     })?;
     let cfg = settings.embedder.clone();
     let embedder = tokio::task::spawn_blocking(move || engram_providers::build_embedder(&cfg))
@@ -29,17 +32,72 @@ pub async fn parts(settings: &Settings) -> anyhow::Result<(Arc<dyn Store>, Arc<d
     Ok((store, embedder))
 }
 
+/// The LLM named by the settings (None: extraction off).
+pub fn llm(settings: &Settings) -> anyhow::Result<Option<Arc<dyn Llm>>> {
+    let Some(l) = &settings.llm else { return Ok(None) };
+    let cfg = match l.provider.as_str() {
+        "anthropic" => LlmConfig::Anthropic {
+            base_url: l.base_url.clone(),
+            api_key: l.api_key.clone().unwrap_or_default(),
+            model: l.model.clone(),
+            fast_model: l.fast_model.clone(),
+        },
+        _ => LlmConfig::OpenAi {
+            base_url: l.base_url.clone(),
+            api_key: l.api_key.clone(),
+            model: l.model.clone(),
+            fast_model: l.fast_model.clone(),
+        },
+    };
+    let policy =
+        HttpPolicy { timeout: Duration::from_secs(l.timeout_secs), ..HttpPolicy::default() };
+    let llm = engram_providers::llm::build_llm_with(&cfg, policy)
+        .map_err(|e| anyhow::anyhow!("cannot set up the LLM: {}", e.message))?;
+    Ok(Some(llm))
+}
+
 /// Build the engine named by the settings.
 pub async fn engine(settings: &Settings) -> anyhow::Result<Engine> {
     let (store, embedder) = parts(settings).await?;
     let engine_cfg =
         EngineConfig { max_content_bytes: settings.max_content_bytes, ..EngineConfig::default() };
-    Engine::new(store, embedder, engine_cfg)
+    let engine = Engine::new(store, embedder, engine_cfg)
         .await
-        .map_err(|e| anyhow::anyhow!("{}", e.public_message()))
+        .map_err(|e| anyhow::anyhow!("{}", e.public_message()))?;
+    Ok(match llm(settings)? {
+        Some(l) => engine.with_llm(l),
+        None => engine,
+    })
 }
 
-/// Run the HTTP server until ctrl-c or SIGTERM.
+fn worker_config(settings: &Settings) -> WorkerConfig {
+    WorkerConfig {
+        concurrency: settings.workers,
+        lease: settings.job_lease,
+        backoff: settings.job_backoff,
+        ..WorkerConfig::default()
+    }
+}
+
+/// Run background workers alone (`engram worker`) until ctrl-c or SIGTERM.
+pub async fn worker(settings: Settings) -> anyhow::Result<()> {
+    let engine = engine(&settings).await?;
+    if engine.llm().is_none() {
+        tracing::warn!(
+            "no LLM configured: extraction, summary and tool-call jobs fail with a configuration error"
+        );
+    }
+    let shutdown = CancellationToken::new();
+    let workers = tokio::spawn(run_workers(engine, worker_config(&settings), shutdown.clone()));
+    println!("engram worker running ({} at once)", settings.workers);
+    shutdown_signal().await;
+    tracing::info!("stopping workers");
+    shutdown.cancel();
+    workers.await.context("worker task panicked")?;
+    Ok(())
+}
+
+/// Run the HTTP server (and, unless `--no-workers`, the workers) until ctrl-c or SIGTERM.
 pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     let engine = engine(&settings).await?;
     let loopback = settings.addr.ip().is_loopback();
@@ -59,16 +117,29 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         %addr,
         data_dir = %settings.data_dir.display(),
         embedder = engine.embedder().model_id(),
+        llm = engine.llm().map_or_else(|| "none (extraction off)".to_string(), |l| l.describe()),
         mode = if keys == 0 { "local (no API keys: tenant 'default', loopback only)" } else { "API keys" },
         "engram listening"
     );
+    let shutdown = CancellationToken::new();
+    let workers = settings.run_workers.then(|| {
+        tokio::spawn(run_workers(engine.clone(), worker_config(&settings), shutdown.clone()))
+    });
     // Machine-readable readiness line for scripts and tests.
     println!("engram listening on http://{addr}");
     let app = router(AppState { engine, loopback }, settings.max_body_bytes);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("server error")?;
+    let server_shutdown = shutdown.clone();
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            server_shutdown.cancel();
+        })
+        .await;
+    shutdown.cancel();
+    if let Some(w) = workers {
+        let _ = w.await;
+    }
+    served.context("server error")?;
     tracing::info!("engram stopped");
     Ok(())
 }

@@ -10,8 +10,9 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use engram_core::engine::{Engine, ListInput, RememberInput, SearchInput};
 use engram_core::model::{
-    AgentId, Category, Importance, KeyRole, Kind, MemoryId, Principal, TenantId, UserId,
+    AgentId, Category, Importance, JobStatus, KeyRole, Kind, MemoryId, Principal, TenantId, UserId,
 };
+use engram_core::store::Store;
 
 use crate::http::dto::{self, ExportLine, MemoryDto, SearchResultDto};
 use crate::settings::{CommonArgs, ServeArgs, Settings};
@@ -107,6 +108,14 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Run background workers alone (for several processes on one store).
+    Worker(ServeArgs),
+    /// Inspect and re-run background jobs.
+    #[command(subcommand)]
+    Jobs(JobsCommand),
+    /// Backfill work for old rows.
+    #[command(subcommand)]
+    Backfill(BackfillCommand),
     /// Re-embed every memory with the configured embedder (after changing --embedder).
     /// Run with no server on the data dir; safe to interrupt and re-run.
     Reembed {
@@ -130,6 +139,33 @@ pub enum RoleArg {
     Admin,
     Agent,
     User,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// List jobs, newest first.
+    List {
+        /// pending, running, done or failed.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put a failed job back in the queue.
+    Retry { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BackfillCommand {
+    /// Describe old tool-call messages that have no content (idempotent).
+    ToolCalls {
+        #[arg(long, default_value = "default")]
+        tenant: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -353,11 +389,63 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Keys(k) => keys(&cli.common, k).await,
+        Command::Worker(args) => crate::app::worker(Settings::resolve(&cli.common, &args)?).await,
+        Command::Jobs(j) => jobs(&cli.common, j).await,
+        Command::Backfill(BackfillCommand::ToolCalls { tenant }) => {
+            let engine = open(&cli.common).await?;
+            let n = engine.backfill_tool_calls(&admin(&tenant)?).await.map_err(err)?;
+            println!("enqueued {n} tool-call messages for synthesis");
+            Ok(())
+        }
         Command::Reembed { batch } => {
             let (store, embedder) =
                 crate::app::parts(&Settings::resolve(&cli.common, &ServeArgs::default())?).await?;
             let n = Engine::reembed(&store, &embedder, batch).await.map_err(err)?;
             println!("re-embedded {n} memories with {}", embedder.model_id());
+            Ok(())
+        }
+    }
+}
+
+async fn jobs(common: &CommonArgs, j: JobsCommand) -> anyhow::Result<()> {
+    let settings = Settings::resolve(common, &ServeArgs::default())?;
+    let store = engram_store::open_sqlite(&settings.data_dir).await.map_err(err)?;
+    match j {
+        JobsCommand::List { status, tenant, limit, json } => {
+            let status = status.as_deref().map(JobStatus::parse).transpose().map_err(err)?;
+            let tenant = tenant.map(TenantId::parse).transpose().map_err(err)?;
+            let list = Store::list_jobs(store.as_ref(), tenant.as_ref(), status, limit)
+                .await
+                .map_err(err)?;
+            let rows: Vec<serde_json::Value> = list
+                .iter()
+                .map(|j| {
+                    serde_json::json!({ "id": j.id, "tenant": j.tenant_id.to_string(), "kind": j.kind.as_str(),
+                        "status": j.status.as_str(), "attempts": j.attempts, "max_attempts": j.max_attempts,
+                        "payload": j.payload, "last_error": j.last_error, "created_at": dto::fmt_ts(j.created_at),
+                        "updated_at": dto::fmt_ts(j.updated_at) })
+                })
+                .collect();
+            if json {
+                return print_json(&rows);
+            }
+            for r in &rows {
+                println!(
+                    "{}  {}  {:<20} {:<8} {}/{}  {}",
+                    r["id"].as_str().unwrap_or(""),
+                    r["tenant"].as_str().unwrap_or(""),
+                    r["kind"].as_str().unwrap_or(""),
+                    r["status"].as_str().unwrap_or(""),
+                    r["attempts"],
+                    r["max_attempts"],
+                    r["last_error"].as_str().unwrap_or("")
+                );
+            }
+            Ok(())
+        }
+        JobsCommand::Retry { id } => {
+            Store::retry_job(store.as_ref(), None, &id).await.map_err(err)?;
+            println!("job {id} queued again");
             Ok(())
         }
     }
@@ -394,9 +482,7 @@ async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
         }
         KeysCommand::List { tenant, json } => {
             let tenant = tenant.map(TenantId::parse).transpose().map_err(err)?;
-            let list = engram_core::store::Store::list_api_keys(store.as_ref(), tenant.as_ref())
-                .await
-                .map_err(err)?;
+            let list = Store::list_api_keys(store.as_ref(), tenant.as_ref()).await.map_err(err)?;
             let rows: Vec<serde_json::Value> = list
                 .iter()
                 .map(|k| {
@@ -426,7 +512,7 @@ async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
             Ok(())
         }
         KeysCommand::Revoke { id } => {
-            engram_core::store::Store::revoke_api_key(store.as_ref(), &id).await.map_err(err)?;
+            Store::revoke_api_key(store.as_ref(), &id).await.map_err(err)?;
             println!("revoked {id}");
             Ok(())
         }

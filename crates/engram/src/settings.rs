@@ -37,6 +37,25 @@ pub struct CommonArgs {
     /// Largest memory or message content, in bytes.
     #[arg(long, env = "ENGRAM_MAX_CONTENT_BYTES", global = true)]
     pub max_content_bytes: Option<usize>,
+    /// LLM protocol for automatic extraction: `openai` (any OpenAI-compatible endpoint) or
+    /// `anthropic`. Unset: extraction is off.
+    #[arg(long, env = "ENGRAM_LLM_PROVIDER", global = true)]
+    pub llm_provider: Option<String>,
+    /// Base URL of the LLM endpoint (default: the provider's public API).
+    #[arg(long, env = "ENGRAM_LLM_BASE_URL", global = true)]
+    pub llm_base_url: Option<String>,
+    /// API key of the LLM endpoint.
+    #[arg(long, env = "ENGRAM_LLM_API_KEY", global = true, hide_env_values = true)]
+    pub llm_api_key: Option<String>,
+    /// Main model (consolidation, summaries).
+    #[arg(long, env = "ENGRAM_LLM_MODEL", global = true)]
+    pub llm_model: Option<String>,
+    /// Fast model (extraction); default: the main model.
+    #[arg(long, env = "ENGRAM_LLM_FAST_MODEL", global = true)]
+    pub llm_fast_model: Option<String>,
+    /// LLM request timeout in seconds.
+    #[arg(long, env = "ENGRAM_LLM_TIMEOUT_SECS", global = true)]
+    pub llm_timeout_secs: Option<u64>,
 }
 
 /// The `[engram]`-less flat TOML file.
@@ -57,6 +76,10 @@ struct FileConfig {
     llm_api_key: Option<String>,
     llm_model: Option<String>,
     llm_fast_model: Option<String>,
+    llm_timeout_secs: Option<u64>,
+    workers: Option<usize>,
+    job_lease_secs: Option<u64>,
+    job_backoff_ms: Option<u64>,
 }
 
 /// Fully resolved settings.
@@ -67,6 +90,14 @@ pub struct Settings {
     pub embedder: EmbedderConfig,
     pub max_content_bytes: usize,
     pub max_body_bytes: usize,
+    /// None: no LLM, automatic extraction off.
+    pub llm: Option<LlmSettings>,
+    /// Background jobs run at once by this process.
+    pub workers: usize,
+    /// Run background workers in this process (`serve` without `--no-workers`).
+    pub run_workers: bool,
+    pub job_lease: std::time::Duration,
+    pub job_backoff: std::time::Duration,
     /// Problems found while loading that did not stop start-up (reported after logging starts).
     pub warnings: Vec<String>,
 }
@@ -86,6 +117,26 @@ pub struct ServeArgs {
     /// Do not run background workers in this process.
     #[arg(long)]
     pub no_workers: bool,
+    /// Background jobs run at once.
+    #[arg(long, env = "ENGRAM_WORKERS")]
+    pub workers: Option<usize>,
+    /// Lease of a claimed job in seconds: after a crash its job runs again this much later.
+    #[arg(long, env = "ENGRAM_JOB_LEASE_SECS")]
+    pub job_lease_secs: Option<u64>,
+    /// First retry delay of a failed job in milliseconds (doubles per attempt).
+    #[arg(long, env = "ENGRAM_JOB_BACKOFF_MS")]
+    pub job_backoff_ms: Option<u64>,
+}
+
+/// The LLM endpoint.
+#[derive(Debug, Clone)]
+pub struct LlmSettings {
+    pub provider: String,
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub model: String,
+    pub fast_model: Option<String>,
+    pub timeout_secs: u64,
 }
 
 pub const DEFAULT_ADDR: &str = "127.0.0.1:8420";
@@ -126,15 +177,65 @@ impl Settings {
         if max_body_bytes < 1024 {
             bail!("max_body_bytes must be at least 1024, got {max_body_bytes}");
         }
-        if file.llm_provider.is_some() || file.llm_base_url.is_some() || file.llm_model.is_some() {
-            warnings.push(
-                "LLM settings are present but automatic extraction is not available in this build; \
-                 explicit memories, transcripts and search work without it"
-                    .to_string(),
-            );
+        let llm = match common.llm_provider.clone().or(file.llm_provider) {
+            None => {
+                if common.llm_model.is_some() || file.llm_model.is_some() {
+                    warnings.push("an LLM model is set but no LLM provider (ENGRAM_LLM_PROVIDER): extraction is off".to_string());
+                }
+                None
+            }
+            Some(provider) => {
+                let default_url = match provider.as_str() {
+                    "openai" => "https://api.openai.com/v1",
+                    "anthropic" => "https://api.anthropic.com",
+                    other => bail!("unknown LLM provider '{other}'; expected openai or anthropic"),
+                };
+                let model = common.llm_model.clone().or(file.llm_model).context(
+                    "an LLM provider is set but no model: set ENGRAM_LLM_MODEL (or --llm-model)",
+                )?;
+                let timeout_secs = common.llm_timeout_secs.or(file.llm_timeout_secs).unwrap_or(60);
+                if !(1..=600).contains(&timeout_secs) {
+                    bail!("llm_timeout_secs must be 1 to 600, got {timeout_secs}");
+                }
+                Some(LlmSettings {
+                    base_url: common
+                        .llm_base_url
+                        .clone()
+                        .or(file.llm_base_url)
+                        .unwrap_or_else(|| default_url.to_string()),
+                    api_key: common.llm_api_key.clone().or(file.llm_api_key),
+                    model,
+                    fast_model: common.llm_fast_model.clone().or(file.llm_fast_model),
+                    timeout_secs,
+                    provider,
+                })
+            }
+        };
+        let job_lease_secs = serve.job_lease_secs.or(file.job_lease_secs).unwrap_or(300);
+        if !(1..=86_400).contains(&job_lease_secs) {
+            bail!("job_lease_secs must be 1 to 86400, got {job_lease_secs}");
         }
-        let _ = (file.llm_api_key, file.llm_fast_model);
-        Ok(Settings { addr, data_dir, embedder, max_content_bytes, max_body_bytes, warnings })
+        let job_backoff_ms = serve.job_backoff_ms.or(file.job_backoff_ms).unwrap_or(2000);
+        if job_backoff_ms > 3_600_000 {
+            bail!("job_backoff_ms must be at most 3600000, got {job_backoff_ms}");
+        }
+        let workers = serve.workers.or(file.workers).unwrap_or(2);
+        if !(1..=64).contains(&workers) {
+            bail!("workers must be 1 to 64, got {workers}");
+        }
+        Ok(Settings {
+            addr,
+            data_dir,
+            embedder,
+            max_content_bytes,
+            max_body_bytes,
+            llm,
+            workers,
+            run_workers: !serve.no_workers,
+            job_lease: std::time::Duration::from_secs(job_lease_secs),
+            job_backoff: std::time::Duration::from_millis(job_backoff_ms),
+            warnings,
+        })
     }
 }
 

@@ -630,3 +630,94 @@ impl From<Error> for JobError {
         JobError { fault, message: e.to_string(), retry_after: None }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{MessageId, TenantId};
+
+    fn msg(role: MessageRole, content: &str) -> Message {
+        Message {
+            id: MessageId::new(),
+            tenant_id: TenantId::default_tenant(),
+            conversation_id: ConversationId::parse("c").unwrap(),
+            user_id: UserId::parse("u").unwrap(),
+            agent_id: None,
+            seq: 0,
+            role,
+            content: content.into(),
+            tool_name: None,
+            tool_args: None,
+            tool_result: None,
+            turn_id: None,
+            metadata: serde_json::json!({}),
+            created_at: OffsetDateTime::UNIX_EPOCH,
+            rating: 0,
+        }
+    }
+
+    #[test]
+    fn cursor_three_cases() {
+        let conv = vec![
+            msg(MessageRole::User, "a"),
+            msg(MessageRole::Assistant, "b"),
+            msg(MessageRole::User, "c"),
+        ];
+        // No cursor: everything.
+        assert_eq!(resume_index(&conv, None), 0);
+        // Cursor found: what follows it.
+        assert_eq!(resume_index(&conv, Some(&message_hash(&conv[1]))), 2);
+        assert_eq!(resume_index(&conv, Some(&message_hash(&conv[2]))), 3);
+        // Cursor gone (the conversation was summarized): the whole current conversation.
+        let summarized = vec![
+            msg(MessageRole::System, "[Previous conversation summary] …"),
+            msg(MessageRole::User, "c"),
+        ];
+        assert_eq!(resume_index(&summarized, Some(&message_hash(&conv[1]))), 0);
+        // The hash is over role and content: the same text from another role is another message.
+        assert_ne!(message_hash(&msg(MessageRole::User, "b")), message_hash(&conv[1]));
+        assert_eq!(message_hash(&conv[0]), hex::encode(Sha256::digest(b"user:a")));
+    }
+
+    #[test]
+    fn transcript_prefixes_roles_and_describes_tool_calls() {
+        let mut tool = msg(MessageRole::Assistant, "");
+        tool.tool_name = Some("weather".into());
+        tool.tool_args = Some(serde_json::json!({ "city": "Porto" }));
+        let t = transcript(&[
+            msg(MessageRole::User, "Hi, I live in Porto."),
+            tool,
+            msg(MessageRole::Assistant, "  "),
+        ]);
+        assert_eq!(
+            t,
+            "User: Hi, I live in Porto.\nAssistant: [called weather {\"city\":\"Porto\"}]\n"
+        );
+    }
+
+    #[test]
+    fn policies_parse_and_reject_nonsense() {
+        let p = MemoryPolicy::from_settings(true, 0.9, &serde_json::json!({ "extraction": { "mode": "batched", "min_turns": 4 }, "pii_policy": "reject" })).unwrap();
+        assert_eq!((p.mode, p.pii), (ExtractionMode::Batched { min_turns: 4 }, PiiPolicy::Reject));
+        assert!(
+            MemoryPolicy::from_settings(
+                true,
+                0.9,
+                &serde_json::json!({ "extraction": { "mode": "sometimes" } })
+            )
+            .is_err()
+        );
+        assert!(
+            MemoryPolicy::from_settings(true, 0.9, &serde_json::json!({ "pii_policy": "shred" }))
+                .is_err()
+        );
+        assert!(
+            MemoryPolicy::from_settings(
+                true,
+                0.9,
+                &serde_json::json!({ "extraction": { "max_tokens_per_extraction": 5 } })
+            )
+            .is_err()
+        );
+    }
+}

@@ -1804,7 +1804,7 @@ impl Store for SqliteStore {
             "SELECT \
               (SELECT count(*) FROM memories WHERE tenant_id = ?1 AND superseded_at IS NULL) AS active, \
               (SELECT count(*) FROM memories WHERE tenant_id = ?1 AND superseded_at IS NOT NULL) AS superseded, \
-              (SELECT count(*) FROM memories WHERE tenant_id = ?1 AND embedding IS NOT NULL AND superseded_at IS NULL) AS with_vec, \
+              (SELECT count(*) FROM memories WHERE tenant_id = ?1 AND (embedding IS NOT NULL OR kind = 'profile') AND superseded_at IS NULL) AS with_vec, \
               (SELECT count(DISTINCT user_id) FROM memories WHERE tenant_id = ?1) AS users, \
               (SELECT count(*) FROM conversations WHERE tenant_id = ?1) AS convs, \
               (SELECT count(*) FROM messages WHERE tenant_id = ?1) AS msgs, \
@@ -1814,7 +1814,10 @@ impl Store for SqliteStore {
               (SELECT coalesce(max(depth) + 1, 0) FROM summaries WHERE tenant_id = ?1) AS depth, \
               (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND status = 'pending') AS pending, \
               (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND status = 'running') AS running, \
-              (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND status = 'failed') AS failed",
+              (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND status = 'failed') AS failed, \
+              (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND status = 'done') AS done, \
+              (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND kind = 'extract' AND status = 'done') AS ex_done, \
+              (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND kind = 'extract' AND status = 'failed') AS ex_failed",
         )
         .bind(t)
         .fetch_one(&self.read)
@@ -1835,6 +1838,9 @@ impl Store for SqliteStore {
             jobs_pending: g("pending"),
             jobs_running: g("running"),
             jobs_failed: g("failed"),
+            jobs_done: g("done"),
+            extractions_done: g("ex_done"),
+            extractions_failed: g("ex_failed"),
             embedding_model: space.as_ref().map(|s| s.0.clone()),
             embedding_dims: space.map(|s| s.1 as u64),
         })

@@ -12,6 +12,7 @@ pub mod conversations;
 pub mod dto;
 pub mod error;
 pub mod memories;
+pub mod metrics;
 pub mod other;
 pub mod search;
 
@@ -131,6 +132,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi_json))
+        .route("/metrics", get(metrics::metrics))
         .route("/v1/memories", post(memories::create).get(memories::list))
         .route("/v1/memories/batch", post(memories::batch))
         .route(

@@ -112,19 +112,51 @@ pub struct StatsDto {
     pub store: engram_core::store::StoreStats,
     pub embedder: String,
     pub embedder_dims: usize,
-    /// Automatic extraction status: `off` until an LLM is configured.
-    pub extraction: String,
+    /// Share of active facts with a vector of the current model (1.0 = complete).
+    pub embedding_coverage: f64,
+    pub extraction: ExtractionStats,
 }
 
-/// Queue depth, failed jobs, embedding coverage, counts (admin).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExtractionStats {
+    /// Automatic extraction runs (an LLM is configured).
+    pub enabled: bool,
+    /// The LLM, or why extraction is off.
+    pub llm: String,
+    /// Extraction jobs done / (done + failed for good); null before the first one.
+    pub health: Option<f64>,
+    pub failed: u64,
+    pub pending: u64,
+}
+
+/// Queue depth, failed jobs, embedding coverage, extraction health, counts (admin).
 #[utoipa::path(get, path = "/v1/stats", responses((status = 200, body = StatsDto), (status = 403, body = ErrorBody)))]
 pub async fn stats(State(st): State<Arc<AppState>>, Auth(p): Auth) -> ApiResult<Json<StatsDto>> {
     let s = st.engine.stats(&p).await?;
+    let llm = st.engine.llm();
+    let finished = s.extractions_done + s.extractions_failed;
+    let coverage = if s.memories_active == 0 {
+        1.0
+    } else {
+        s.memories_with_vector as f64 / s.memories_active as f64
+    };
     Ok(Json(StatsDto {
-        store: s,
         embedder: st.engine.embedder().model_id().to_string(),
         embedder_dims: st.engine.embedder().dims(),
-        extraction: "off: no LLM configured (automatic extraction is not available in this build)"
-            .to_string(),
+        embedding_coverage: coverage,
+        extraction: ExtractionStats {
+            enabled: llm.is_some(),
+            llm: llm.map_or_else(
+                || {
+                    "off: no LLM configured (set ENGRAM_LLM_PROVIDER and ENGRAM_LLM_MODEL)"
+                        .to_string()
+                },
+                |l| l.describe(),
+            ),
+            health: (finished > 0).then(|| s.extractions_done as f64 / finished as f64),
+            failed: s.extractions_failed,
+            pending: s.jobs_pending,
+        },
+        store: s,
     }))
 }

@@ -11,4 +11,5 @@ mod cli;
 mod context;
 mod conversations;
 mod erase;
+mod extraction;
 mod reembed;

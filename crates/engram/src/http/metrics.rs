@@ -1,0 +1,59 @@
+//! `/metrics`: the engine's counters and histograms in the Prometheus text format.
+//! Process-wide (all tenants), so it carries no tenant data, only counts and durations.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use engram_core::metrics::BUCKETS;
+
+use super::AppState;
+
+fn labels(extra: &str, base: &str) -> String {
+    match (base.is_empty(), extra.is_empty()) {
+        (true, true) => String::new(),
+        (true, false) => format!("{{{extra}}}"),
+        (false, true) => format!("{{{base}}}"),
+        (false, false) => format!("{{{base},{extra}}}"),
+    }
+}
+
+/// Render every metric.
+pub fn render(state: &AppState) -> String {
+    let snap = state.engine.metrics().snapshot();
+    let mut out = String::new();
+    let mut last = String::new();
+    for ((name, l), v) in &snap.counters {
+        if *name != last {
+            let _ = writeln!(out, "# TYPE {name} counter");
+            last.clone_from(name);
+        }
+        let _ = writeln!(out, "{name}{} {v}", labels("", l));
+    }
+    for ((name, l), h) in &snap.histograms {
+        if *name != last {
+            let _ = writeln!(out, "# TYPE {name} histogram");
+            last.clone_from(name);
+        }
+        for (i, b) in BUCKETS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{} {}",
+                labels(&format!("le=\"{b}\""), l),
+                h.counts.get(i).copied().unwrap_or(0)
+            );
+        }
+        let _ = writeln!(out, "{name}_bucket{} {}", labels("le=\"+Inf\"", l), h.count);
+        let _ = writeln!(out, "{name}_sum{} {}", labels("", l), h.sum);
+        let _ = writeln!(out, "{name}_count{} {}", labels("", l), h.count);
+    }
+    let _ = writeln!(out, "# TYPE engram_llm_configured gauge");
+    let _ = writeln!(out, "engram_llm_configured {}", u8::from(state.engine.llm().is_some()));
+    out
+}
+
+pub async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], render(&st))
+}

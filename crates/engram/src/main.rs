@@ -16,6 +16,9 @@ use tracing_subscriber::EnvFilter;
 async fn main() -> std::process::ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     tracing_subscriber::fmt()
+        // Pipeline stages (extract, embed, consolidate, persist, summary) are spans: their
+        // close line carries the duration and the recorded outcome.
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .with_env_filter(
             EnvFilter::try_from_env("ENGRAM_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
         )

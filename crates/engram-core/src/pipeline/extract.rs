@@ -191,6 +191,25 @@ pub struct ExtractionReport {
     pub rejected_pii: usize,
 }
 
+/// Run a stage inside a tracing span named after it, recording its outcome (with
+/// `FmtSpan::CLOSE` the span's close line carries its duration).
+async fn staged<T, E>(
+    stage: &'static str,
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    use tracing::Instrument;
+    let span = match stage {
+        "extract" => tracing::info_span!("extract", outcome = tracing::field::Empty),
+        "embed" => tracing::info_span!("embed", outcome = tracing::field::Empty),
+        "consolidate" => tracing::info_span!("consolidate", outcome = tracing::field::Empty),
+        "persist" => tracing::info_span!("persist", outcome = tracing::field::Empty),
+        _ => tracing::info_span!("summary", outcome = tracing::field::Empty),
+    };
+    let r = fut.instrument(span.clone()).await;
+    span.record("outcome", if r.is_ok() { "ok" } else { "error" });
+    r
+}
+
 impl Engine {
     async fn call(
         &self,
@@ -322,8 +341,11 @@ impl Engine {
             json: true,
             temperature: 0.0,
         };
-        let answer = self.call(req, "extract", report).await?;
-        let candidates = parse::parse_candidates(&answer).map_err(JobError::runtime)?;
+        let candidates = staged("extract", async {
+            let answer = self.call(req, "extract", report).await?;
+            parse::parse_candidates(&answer).map_err(JobError::runtime)
+        })
+        .await?;
         self.metrics().observe_stage("extract", t.elapsed(), true);
         // ---- PII
         let mut kept: Vec<Candidate> = Vec::new();
@@ -350,11 +372,14 @@ impl Engine {
         // ---- embed
         let t = Instant::now();
         let texts: Vec<String> = kept.iter().map(|c| c.content.clone()).collect();
-        let vectors = self.embedder().embed(&texts).await.map_err(|e| JobError {
-            fault: e.fault,
-            message: e.message,
-            retry_after: None,
-        })?;
+        let vectors = staged("embed", async {
+            self.embedder().embed(&texts).await.map_err(|e| JobError {
+                fault: e.fault,
+                message: e.message,
+                retry_after: None,
+            })
+        })
+        .await?;
         self.store()
             .ensure_embedding_space(self.embedder().model_id(), self.embedder().dims())
             .await?;
@@ -469,9 +494,12 @@ impl Engine {
                 json: true,
                 temperature: 0.0,
             };
-            let answer = self.call(req, "consolidate", report).await?;
-            let parsed = parse::parse_judgements(&answer, to_judge.len(), short_ids.len())
-                .map_err(JobError::runtime)?;
+            let n_ids = short_ids.len();
+            let parsed = staged("consolidate", async {
+                let answer = self.call(req, "consolidate", report).await?;
+                parse::parse_judgements(&answer, to_judge.len(), n_ids).map_err(JobError::runtime)
+            })
+            .await?;
             for (n, j) in parsed.into_iter().enumerate() {
                 judgements.insert(to_judge[n].0, j);
             }
@@ -530,7 +558,7 @@ impl Engine {
         self.metrics().observe_stage("consolidate", t.elapsed(), true);
         // ---- persist (one transaction, cursor included)
         let t = Instant::now();
-        let res = self.store().apply_extraction(tenant, conv, user, batch).await;
+        let res = staged("persist", self.store().apply_extraction(tenant, conv, user, batch)).await;
         self.metrics().observe_stage("persist", t.elapsed(), res.is_ok());
         res.map_err(JobError::from)
     }
@@ -570,7 +598,7 @@ impl Engine {
             json: false,
             temperature: 0.0,
         };
-        let summary = self.call(req, "summary", &mut report).await?;
+        let summary = staged("summary", self.call(req, "summary", &mut report)).await?;
         let summary = summary.trim();
         if summary.is_empty() {
             return Err(JobError::runtime("the LLM returned an empty summary"));

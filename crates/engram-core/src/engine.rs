@@ -1204,6 +1204,21 @@ impl Engine {
         Ok(messages[start..].iter().filter(|m| m.role == MessageRole::User).count() as i64)
     }
 
+    /// The session of a conversation ended: extract what is left (also under `batched`) and
+    /// regenerate its rolling summary. Returns false when no LLM is configured.
+    pub async fn end_session(&self, p: &Principal, conversation: &ConversationId) -> Result<bool> {
+        let _ = self.messages(p, conversation, 0, 1).await?;
+        let Some((user, _)) = self.store.conversation_owner(&p.tenant, conversation).await? else {
+            return Err(Error::not_found(format!("conversation {conversation}")));
+        };
+        if self.llm.is_none() {
+            return Ok(false);
+        }
+        self.enqueue_extraction(&p.tenant, &user, conversation).await?;
+        self.enqueue_summary(&p.tenant, &user, conversation).await?;
+        Ok(true)
+    }
+
     /// Enqueue an extraction of a conversation (one pending per conversation; one running
     /// per conversation: single writer).
     pub async fn enqueue_extraction(

@@ -39,6 +39,8 @@ pub struct ChatMessage {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
     pub tier: Tier,
+    /// Use this model instead of the tier's default (per-agent models).
+    pub model: Option<String>,
     pub system: String,
     pub messages: Vec<ChatMessage>,
     /// Upper bound of the completion length.

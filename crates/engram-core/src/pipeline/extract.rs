@@ -50,6 +50,10 @@ pub struct MemoryPolicy {
     pub prompt: Option<String>,
     pub pii: PiiPolicy,
     pub dedup_threshold: f32,
+    /// Per-agent models (`settings.llm.model` / `settings.llm.fast_model`); None: the
+    /// process-wide ones.
+    pub model: Option<String>,
+    pub fast_model: Option<String>,
 }
 
 impl MemoryPolicy {
@@ -113,6 +117,24 @@ impl MemoryPolicy {
                 Error::invalid("settings.pii_policy", "pii_policy must be allow, redact or reject")
             })?,
         };
+        let llm = settings.get("llm").cloned().unwrap_or(serde_json::Value::Null);
+        if !llm.is_null() && !llm.is_object() {
+            return Err(Error::invalid("settings.llm", "settings.llm must be an object"));
+        }
+        let name = |k: &str| -> Result<Option<String>, Error> {
+            match llm.get(k) {
+                None | Some(serde_json::Value::Null) => Ok(None),
+                Some(serde_json::Value::String(s)) if !s.trim().is_empty() => {
+                    Ok(Some(s.trim().to_string()))
+                }
+                Some(_) => Err(Error::invalid(
+                    format!("settings.llm.{k}"),
+                    format!("settings.llm.{k} must be a model name"),
+                )),
+            }
+        };
+        let model = name("model")?;
+        let fast_model = name("fast_model")?;
         Ok(MemoryPolicy {
             memory_enabled,
             mode,
@@ -120,6 +142,8 @@ impl MemoryPolicy {
             prompt,
             pii,
             dedup_threshold,
+            model,
+            fast_model,
         })
     }
 
@@ -237,6 +261,18 @@ impl Engine {
         }
     }
 
+    async fn agent_policy(
+        &self,
+        tenant: &TenantId,
+        agent: Option<&crate::model::AgentId>,
+    ) -> Result<MemoryPolicy, JobError> {
+        let row = match agent {
+            Some(a) => self.store().get_agent(tenant, a).await?,
+            None => None,
+        };
+        Ok(MemoryPolicy::of(row.as_ref(), self.config().dedup_threshold))
+    }
+
     fn job_conversation(job: &Job) -> Result<ConversationId, JobError> {
         let c = job.payload.get("conversation_id").and_then(|v| v.as_str()).unwrap_or_default();
         ConversationId::parse(c)
@@ -335,6 +371,7 @@ impl Engine {
         input.push_str(&transcript(window));
         let req = ChatRequest {
             tier: Tier::Fast,
+            model: policy.fast_model.clone(),
             system: prompts::extraction(policy.prompt.as_deref(), observed_at.date()),
             messages: vec![ChatMessage { role: ChatRole::User, content: input }],
             max_tokens: policy.max_tokens,
@@ -488,6 +525,7 @@ impl Engine {
             }
             let req = ChatRequest {
                 tier: Tier::Main,
+                model: policy.model.clone(),
                 system: prompts::CONSOLIDATE.to_string(),
                 messages: vec![ChatMessage { role: ChatRole::User, content: prompt }],
                 max_tokens: policy.max_tokens,
@@ -563,6 +601,7 @@ impl Engine {
         res.map_err(JobError::from)
     }
 
+    /// Enqueue a rolling-summary refresh (one pending per conversation).
     pub(crate) async fn enqueue_summary(
         &self,
         tenant: &TenantId,
@@ -588,10 +627,14 @@ impl Engine {
         if messages.is_empty() {
             return Ok(());
         }
+        let agent =
+            self.store().conversation_owner(&job.tenant_id, &conv).await?.and_then(|(_, a)| a);
+        let policy = self.agent_policy(&job.tenant_id, agent.as_ref()).await?;
         let recent = &messages[messages.len().saturating_sub(60)..];
         let mut report = ExtractionReport::default();
         let req = ChatRequest {
             tier: Tier::Main,
+            model: policy.model.clone(),
             system: prompts::SUMMARY.to_string(),
             messages: vec![ChatMessage { role: ChatRole::User, content: transcript(recent) }],
             max_tokens: 400,
@@ -618,9 +661,11 @@ impl Engine {
         if !msg.content.is_empty() || msg.tool_name.is_none() {
             return Ok(()); // already done (idempotent)
         }
+        let policy = self.agent_policy(&job.tenant_id, msg.agent_id.as_ref()).await?;
         let mut report = ExtractionReport::default();
         let req = ChatRequest {
             tier: Tier::Fast,
+            model: policy.fast_model.clone(),
             system: prompts::TOOL_CALL.to_string(),
             messages: vec![ChatMessage {
                 role: ChatRole::User,

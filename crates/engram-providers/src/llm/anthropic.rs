@@ -118,7 +118,7 @@ impl Llm for AnthropicLlm {
 
     async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
         super::check_request(LABEL, req)?;
-        let model = self.model(req.tier);
+        let model = req.model.clone().unwrap_or_else(|| self.model(req.tier));
         let messages: Vec<_> = req
             .messages
             .iter()

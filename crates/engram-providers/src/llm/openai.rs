@@ -117,7 +117,7 @@ impl Llm for OpenAiLlm {
 
     async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
         super::check_request(LABEL, req)?;
-        let model = self.model(req.tier);
+        let model = req.model.clone().unwrap_or_else(|| self.model(req.tier));
         let mut messages = Vec::with_capacity(req.messages.len() + 1);
         if !req.system.is_empty() {
             messages.push(json!({"role": "system", "content": req.system}));

@@ -54,6 +54,7 @@ fn client(proto: Proto, server: &ScriptedLlm, policy: HttpPolicy) -> Arc<dyn Llm
 fn request(tier: Tier, json: bool) -> ChatRequest {
     ChatRequest {
         tier,
+        model: None,
         system: "Extract facts about the user as a JSON array.".to_owned(),
         messages: vec![
             ChatMessage { role: ChatRole::User, content: "I moved to Lyon.".to_owned() },

@@ -158,3 +158,23 @@ pub async fn rate_message(
         rated_memories: rated.iter().map(ToString::to_string).collect(),
     }))
 }
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionEnded {
+    pub conversation_id: String,
+    /// A final extraction and a summary refresh were queued (false: no LLM configured).
+    pub queued: bool,
+}
+
+/// The session ended: extract what is left and refresh the rolling summary (202).
+#[utoipa::path(post, path = "/v1/conversations/{id}/end",
+    responses((status = 202, body = SessionEnded), (status = 404, body = ErrorBody)))]
+pub async fn end(
+    State(st): State<Arc<AppState>>,
+    Auth(p): Auth,
+    Path(id): Path<String>,
+) -> ApiResult<(StatusCode, Json<SessionEnded>)> {
+    let conv = ConversationId::parse(id)?;
+    let queued = st.engine.end_session(&p, &conv).await?;
+    Ok((StatusCode::ACCEPTED, Json(SessionEnded { conversation_id: conv.to_string(), queued })))
+}

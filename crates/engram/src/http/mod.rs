@@ -88,7 +88,7 @@ impl FromRequestParts<Arc<AppState>> for Auth {
     paths(
         memories::create, memories::batch, memories::list, memories::get_one, memories::patch, memories::delete,
         memories::history, memories::rate, search::search, search::context, conversations::append,
-        conversations::browse, conversations::rate_message, other::put_agent, other::get_agent,
+        conversations::browse, conversations::end, conversations::rate_message, other::put_agent, other::get_agent,
         other::erase_user, other::export_user, other::stats, healthz
     ),
     components(schemas(error::ErrorBody, dto::MemoryDto, dto::EventDto, dto::MessageDto, dto::SearchResultDto, dto::ContextDto, dto::AgentDto)),
@@ -147,6 +147,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
             "/v1/conversations/{id}/messages",
             post(conversations::append).get(conversations::browse),
         )
+        .route("/v1/conversations/{id}/end", post(conversations::end))
         .route("/v1/messages/{id}/rating", post(conversations::rate_message))
         .route("/v1/agents/{id}", get(other::get_agent).put(other::put_agent))
         .route("/v1/users/{user_id}", axum::routing::delete(other::erase_user))

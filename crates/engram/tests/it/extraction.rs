@@ -267,6 +267,16 @@ async fn italian_conversations_and_the_rolling_summary() {
         facts(&active(&s, "bob").await),
         ["The user chose the Basic plan at 10 EUR per month."]
     );
+    // Session end: a final extraction and a fresh summary.
+    let (st, b) = s.post("/v1/conversations/plans/end", json!({})).await;
+    assert_eq!((st, b["queued"].as_bool()), (StatusCode::ACCEPTED, Some(true)), "{b}");
+    drained(&s).await;
+    assert_eq!(llm.calls_matching(&Match::any().system_contains("rolling summary")).len(), 2);
+    crate::helpers::assert_error(
+        &s.post("/v1/conversations/nope/end", json!({})).await,
+        404,
+        "not_found",
+    );
     let last =
         llm.calls_matching(&Match::any().system_contains(EXTRACT)).pop().unwrap().full_text();
     assert!(last.contains("Conversation summary so far:"), "{last}");
@@ -309,6 +319,23 @@ async fn memory_disabled_makes_no_llm_call_and_tool_calls_get_described() {
         )
         .await;
     assert_eq!(r["results"][0]["message"]["id"], id.as_str());
+    // Per-agent models: this agent's extraction uses its own fast model.
+    let (st, b) = s
+        .req(
+            "PUT",
+            "/v1/agents/own",
+            Some(json!({ "settings": { "llm": { "fast_model": "agent-fast" } } })),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    let r = s
+        .req("PUT", "/v1/agents/bad", Some(json!({ "settings": { "llm": { "model": 7 } } })))
+        .await;
+    crate::helpers::assert_error(&r, 400, "invalid_input");
+    s.post("/v1/conversations/o/messages", json!({ "user_id": "u", "agent_id": "own", "messages": [{ "role": "user", "content": "I own a kayak." }] })).await;
+    drained(&s).await;
+    let calls = llm.calls_matching(&Match::any().system_contains(EXTRACT));
+    assert_eq!(calls.last().unwrap().body["model"], "agent-fast");
     let (_, st) = s.get("/v1/stats").await;
     assert_eq!(st["extraction"]["enabled"], true);
 }

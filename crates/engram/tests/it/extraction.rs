@@ -445,3 +445,49 @@ async fn the_client_never_waits_for_a_hanging_llm_and_kill_9_mid_batch_reruns_on
     let (_, st) = s.get("/v1/stats").await;
     assert_eq!(st["memories_active"], 1);
 }
+
+#[tokio::test]
+async fn backfill_describes_old_tool_calls_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Stored while no LLM was configured: nothing is queued.
+    {
+        let s = Server::start_on(tmp.path(), &[]);
+        let (st, _) = s
+            .post("/v1/conversations/old/messages", json!({ "user_id": "u", "messages": [
+                { "role": "assistant", "content": "", "tool_name": "calendar", "tool_args": { "day": "2026-03-01" } },
+                { "role": "assistant", "content": "", "tool_name": "search", "tool_args": { "q": "flights to Oslo" } } ] }))
+            .await;
+        assert_eq!(st, StatusCode::ACCEPTED);
+        let (_, stats) = s.get("/v1/stats").await;
+        assert_eq!(
+            (stats["jobs_pending"].as_u64(), stats["extraction"]["enabled"].as_bool()),
+            (Some(0), Some(false))
+        );
+    }
+    let llm = ScriptedLlm::start().await;
+    llm.on(Rule::user_contains("calendar").reply("Checked the calendar for 2026-03-01."));
+    llm.on(Rule::user_contains("search").reply("Searched for flights to Oslo."));
+    let base = llm.base_url();
+    let llm_args = ["--llm-provider", "openai", "--llm-base-url", &base, "--llm-model", "m"];
+    let mut args = vec!["backfill", "tool-calls"];
+    args.extend_from_slice(&llm_args);
+    let (ok, out, err) = crate::helpers::run_cli(tmp.path(), &args);
+    assert!(ok, "{err}");
+    assert!(out.contains("enqueued 2"), "{out}");
+    // Idempotent while pending.
+    let (_, out, _) = crate::helpers::run_cli(tmp.path(), &args);
+    assert!(out.contains("enqueued 0"), "{out}");
+    let s = start(tmp.path(), &llm, &[]);
+    drained(&s).await;
+    let (_, page) = s.get("/v1/conversations/old/messages").await;
+    let got: Vec<&str> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, ["Checked the calendar for 2026-03-01.", "Searched for flights to Oslo."]);
+    // Done messages are not queued again.
+    let (_, out, _) = crate::helpers::run_cli(tmp.path(), &args);
+    assert!(out.contains("enqueued 0"), "{out}");
+}

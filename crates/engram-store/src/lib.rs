@@ -6,11 +6,14 @@
 //! database through a per-user change counter, so several processes (server, CLI) can share
 //! one data dir without stale search results.
 //!
+//! [`text`] holds the keyword-query handling the stores share.
+//!
 //! Schema changes are numbered SQL files under `migrations/`, applied at start-up by
 //! [`migrate`]; a database newer than the binary is refused.
 
 pub mod migrate;
 pub mod sqlite;
+pub mod text;
 
 use std::path::Path;
 use std::sync::Arc;

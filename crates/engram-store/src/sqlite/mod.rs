@@ -30,6 +30,7 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use time::OffsetDateTime;
 
+pub use crate::text::{fts_query, query_terms};
 use vectors::{Entry, VectorCache};
 
 /// Map a database error to an internal engine error (the cause is logged by the adapter).
@@ -56,50 +57,6 @@ fn vec_to_blob(v: &[f32]) -> Vec<u8> {
 
 fn blob_to_vec(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-}
-
-/// English function words dropped from keyword queries (never from the index, which stays
-/// language-neutral). They carry no meaning of their own, yet in a small store a word like
-/// "is" can be rare enough to get a real BM25 weight and pull an unrelated fact to the top of
-/// the keyword list. Function words of other languages are left to the document-frequency
-/// rule (`informative_query`), which drops any term found in half the rows or more; a list
-/// for every language would drop real words (German "die", Italian "come").
-const STOPWORDS: &[&str] = &[
-    "a", "about", "am", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could",
-    "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "him", "his", "how",
-    "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "our", "she", "so",
-    "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those",
-    "to", "us", "was", "we", "were", "what", "when", "where", "which", "who", "whom", "whose",
-    "why", "will", "with", "would", "you", "your",
-];
-
-/// The words of a query as FTS5 sees them (lowercased, deduplicated, at most 64), without
-/// English function words unless nothing else is left.
-pub fn query_terms(q: &str) -> Vec<String> {
-    let mut terms: Vec<String> = Vec::new();
-    for t in q.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()) {
-        let t = t.to_lowercase();
-        if !terms.contains(&t) {
-            terms.push(t);
-        }
-        if terms.len() == 64 {
-            break;
-        }
-    }
-    let content: Vec<String> =
-        terms.iter().filter(|t| !STOPWORDS.contains(&t.as_str())).cloned().collect();
-    if content.is_empty() { terms } else { content }
-}
-
-/// Turn free text into an FTS5 query that can never be a syntax error: every word becomes a
-/// quoted term, terms are OR-ed (BM25 ranks documents matching more and rarer terms first).
-pub fn fts_query(q: &str) -> Option<String> {
-    let terms = query_terms(q);
-    if terms.is_empty() {
-        None
-    } else {
-        Some(terms.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(" OR "))
-    }
 }
 
 const MEMORY_COLS: &str = "id, tenant_id, user_id, agent_id, pool, kind, key, category, importance, rating, content, \

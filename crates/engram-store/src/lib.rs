@@ -6,12 +6,15 @@
 //! database through a per-user change counter, so several processes (server, CLI) can share
 //! one data dir without stale search results.
 //!
-//! [`text`] holds the keyword-query handling the stores share.
+//! [`postgres::PgStore`] implements the same contract on PostgreSQL + pgvector, for several
+//! processes sharing one database; the conformance suite (`tests/conformance`) runs the same
+//! tests against both. [`text`] holds the keyword-query handling they share.
 //!
 //! Schema changes are numbered SQL files under `migrations/`, applied at start-up by
 //! [`migrate`]; a database newer than the binary is refused.
 
 pub mod migrate;
+pub mod postgres;
 pub mod sqlite;
 pub mod text;
 
@@ -23,4 +26,9 @@ use engram_core::Result;
 /// Open (creating if needed) the embedded store in `data_dir`.
 pub async fn open_sqlite(data_dir: &Path) -> Result<Arc<sqlite::SqliteStore>> {
     Ok(Arc::new(sqlite::SqliteStore::open(data_dir).await?))
+}
+
+/// Connect to PostgreSQL (`postgres://…`; needs pgvector ≥ 0.8) and apply migrations.
+pub async fn open_postgres(url: &str) -> Result<Arc<postgres::PgStore>> {
+    Ok(Arc::new(postgres::PgStore::open(url).await?))
 }

@@ -2,9 +2,14 @@
 //! inside one transaction each, recorded in `schema_migrations`. A database whose version is
 //! higher than the newest script this binary knows is refused (an older binary must not write
 //! to a newer schema).
+//!
+//! PostgreSQL ([`run_postgres`]): all pending scripts run in ONE transaction (PostgreSQL has
+//! transactional DDL) that first takes a transaction-level advisory lock, so several
+//! processes starting at once apply each script exactly once; the others wait, then see the
+//! new version.
 
 use engram_core::{Error, Result};
-use sqlx::{Row, SqlitePool};
+use sqlx::{PgPool, Row, SqlitePool};
 
 /// The SQLite migrations, in order. Never edit an applied one: append a new entry.
 pub const SQLITE: &[(i64, &str, &str)] = &[
@@ -12,6 +17,13 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
     (2, "fts_vocab", include_str!("../migrations/sqlite/0002_fts_vocab.sql")),
     (3, "jobs_locks_summary", include_str!("../migrations/sqlite/0003_jobs_locks_summary.sql")),
 ];
+
+/// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.
+pub const POSTGRES: &[(i64, &str, &str)] =
+    &[(1, "init", include_str!("../migrations/postgres/0001_init.sql"))];
+
+/// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).
+pub const PG_MIGRATION_LOCK: i64 = 0x656e_6772_616d_0001;
 
 /// Apply pending migrations; returns the schema version.
 pub async fn run_sqlite(pool: &SqlitePool) -> Result<i64> {
@@ -49,5 +61,52 @@ pub async fn run_sqlite(pool: &SqlitePool) -> Result<i64> {
         tx.commit().await.map_err(crate::sqlite::db)?;
         tracing::info!(version, name, "applied migration");
     }
+    Ok(newest)
+}
+
+/// Apply pending PostgreSQL migrations under an advisory lock; returns the schema version.
+pub async fn run_postgres(pool: &PgPool) -> Result<i64> {
+    use crate::postgres::db;
+    let mut tx = pool.begin().await.map_err(db)?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(PG_MIGRATION_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version bigint PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(db)?;
+    let current: i64 = sqlx::query("SELECT coalesce(max(version), 0) AS v FROM schema_migrations")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db)?
+        .try_get("v")
+        .map_err(db)?;
+    let newest = POSTGRES.last().map_or(0, |m| m.0);
+    if current > newest {
+        return Err(Error::Unprocessable(format!(
+            "the database schema is version {current} but this engram knows only up to {newest}; \
+             upgrade engram"
+        )));
+    }
+    for (version, name, sql) in POSTGRES.iter().filter(|m| m.0 > current) {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(*sql))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| Error::internal(format!("migration {version} ({name}) failed: {e}")))?;
+        sqlx::query(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, now())",
+        )
+        .bind(version)
+        .bind(name)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        tracing::info!(version, name, "applied migration");
+    }
+    tx.commit().await.map_err(db)?;
     Ok(newest)
 }

@@ -1,0 +1,235 @@
+//! The durable job queue on PostgreSQL, shared by every worker process.
+//!
+//! Same rules as the SQLite store (the conformance suite checks both):
+//!
+//! - **Dedup.** At most one *pending* job per `(tenant, dedup_key)`: a partial unique index,
+//!   and `INSERT … ON CONFLICT DO NOTHING` reports a duplicate as `false`.
+//! - **Claim.** The oldest runnable job (`run_after`, then id) of any tenant: pending and due,
+//!   or running with an expired lease. One statement, `UPDATE … WHERE (tenant_id, id) =
+//!   (SELECT … FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING *`, so concurrent workers never
+//!   wait on each other and never get the same job.
+//! - **Lock keys.** At most one running (unexpired) job per `(tenant, lock_key)`. The claim's
+//!   `NOT EXISTS` sees only committed claims, so two workers could pick two jobs of one key at
+//!   the same instant; a claimed job with a lock key is therefore kept only after taking a
+//!   transaction-level advisory lock on the key and re-checking in a fresh snapshot (READ
+//!   COMMITTED takes one per statement). Claims of one key serialize on that lock, and the
+//!   later one sees the earlier one's commit: it rolls back and tries the next job.
+//! - **Retry.** `fail_job` with a retry time puts the job back to pending; if another pending
+//!   job took the dedup key meanwhile, that one covers the same data and this one is closed
+//!   as done (a savepoint catches the unique violation).
+
+use engram_core::error::{Error, Result};
+use engram_core::model::{Job, JobStatus, TenantId, UserId};
+use sqlx::PgPool;
+use sqlx::postgres::PgRow;
+use time::OffsetDateTime;
+
+use super::rows::{self, col};
+use super::{db, is_unique_violation};
+
+/// Claims that lose a lock-key race are retried with the next job this many times.
+const CLAIM_ATTEMPTS: usize = 8;
+
+pub async fn enqueue(pool: &PgPool, job: &Job) -> Result<bool> {
+    let n = sqlx::query(
+        "INSERT INTO jobs (tenant_id, id, user_id, kind, dedup_key, lock_key, payload, status, attempts, \
+         max_attempts, run_after, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', 0, $8, $9, $10, $11) ON CONFLICT DO NOTHING",
+    )
+    .bind(job.tenant_id.as_str())
+    .bind(&job.id)
+    .bind(job.user_id.as_ref().map(UserId::as_str))
+    .bind(job.kind.as_str())
+    .bind(job.dedup_key.as_deref())
+    .bind(job.lock_key.as_deref())
+    .bind(&job.payload)
+    .bind(job.max_attempts)
+    .bind(job.run_after)
+    .bind(job.created_at)
+    .bind(job.updated_at)
+    .execute(pool)
+    .await
+    .map_err(db)?
+    .rows_affected();
+    Ok(n == 1)
+}
+
+pub async fn claim(
+    pool: &PgPool,
+    now: OffsetDateTime,
+    lease_until: OffsetDateTime,
+) -> Result<Option<Job>> {
+    for _ in 0..CLAIM_ATTEMPTS {
+        let mut tx = pool.begin().await.map_err(db)?;
+        let row: Option<PgRow> = sqlx::query(
+            "UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_until = $1, updated_at = $2 \
+             WHERE (tenant_id, id) = (SELECT j.tenant_id, j.id FROM jobs j \
+               WHERE ((j.status = 'pending' AND j.run_after <= $2) OR (j.status = 'running' AND j.lease_until <= $2)) \
+                 AND (j.lock_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs r WHERE r.tenant_id = j.tenant_id \
+                      AND r.lock_key = j.lock_key AND r.status = 'running' AND r.lease_until > $2 AND r.id <> j.id)) \
+               ORDER BY j.run_after, j.id COLLATE \"C\" LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             RETURNING *",
+        )
+        .bind(lease_until)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db)?;
+        let Some(row) = row else {
+            tx.commit().await.map_err(db)?;
+            return Ok(None);
+        };
+        let job = rows::job(&row)?;
+        if let Some(key) = &job.lock_key {
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(31) || $2, 7))")
+                .bind(job.tenant_id.as_str())
+                .bind(key)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            let r = sqlx::query(
+                "SELECT EXISTS (SELECT 1 FROM jobs WHERE tenant_id = $1 AND lock_key = $2 AND status = 'running' \
+                 AND lease_until > $3 AND id <> $4) AS held",
+            )
+            .bind(job.tenant_id.as_str())
+            .bind(key)
+            .bind(now)
+            .bind(&job.id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db)?;
+            if col::<bool>(&r, "held")? {
+                tx.rollback().await.map_err(db)?;
+                continue;
+            }
+        }
+        tx.commit().await.map_err(db)?;
+        return Ok(Some(job));
+    }
+    Ok(None)
+}
+
+pub async fn heartbeat(pool: &PgPool, id: &str, lease_until: OffsetDateTime) -> Result<()> {
+    sqlx::query("UPDATE jobs SET lease_until = $1 WHERE id = $2 AND status = 'running'")
+        .bind(lease_until)
+        .bind(id)
+        .execute(pool)
+        .await
+        .map_err(db)?;
+    Ok(())
+}
+
+pub async fn complete(pool: &PgPool, id: &str) -> Result<()> {
+    sqlx::query(
+        "UPDATE jobs SET status = 'done', lease_until = NULL, last_error = NULL, updated_at = now() WHERE id = $1",
+    )
+    .bind(id)
+    .execute(pool)
+    .await
+    .map_err(db)?;
+    Ok(())
+}
+
+pub async fn fail(
+    pool: &PgPool,
+    id: &str,
+    error: &str,
+    retry_at: Option<OffsetDateTime>,
+) -> Result<()> {
+    let now = OffsetDateTime::now_utc();
+    let mut tx = pool.begin().await.map_err(db)?;
+    match retry_at {
+        Some(at) => {
+            let requeued = {
+                let mut sp = sqlx::Acquire::begin(&mut *tx).await.map_err(db)?;
+                let r = sqlx::query(
+                    "UPDATE jobs SET status = 'pending', run_after = $1, lease_until = NULL, last_error = $2, \
+                     updated_at = $3 WHERE id = $4",
+                )
+                .bind(at)
+                .bind(error)
+                .bind(now)
+                .bind(id)
+                .execute(&mut *sp)
+                .await;
+                match r {
+                    Ok(_) => {
+                        sp.commit().await.map_err(db)?;
+                        true
+                    }
+                    Err(e) if is_unique_violation(&e) => {
+                        sp.rollback().await.map_err(db)?;
+                        false
+                    }
+                    Err(e) => return Err(db(e)),
+                }
+            };
+            if !requeued {
+                sqlx::query(
+                    "UPDATE jobs SET status = 'done', lease_until = NULL, last_error = $1, updated_at = $2 WHERE id = $3",
+                )
+                .bind(format!("superseded by a newer pending job after: {error}"))
+                .bind(now)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            }
+        }
+        None => {
+            sqlx::query(
+                "UPDATE jobs SET status = 'failed', lease_until = NULL, last_error = $1, updated_at = $2 WHERE id = $3",
+            )
+            .bind(error)
+            .bind(now)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        }
+    }
+    tx.commit().await.map_err(db)
+}
+
+pub async fn list(
+    pool: &PgPool,
+    tenant: Option<&TenantId>,
+    status: Option<JobStatus>,
+    limit: usize,
+) -> Result<Vec<Job>> {
+    let rows = sqlx::query(
+        "SELECT * FROM jobs WHERE ($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR status = $2) \
+         ORDER BY created_at DESC, id COLLATE \"C\" DESC LIMIT $3",
+    )
+    .bind(tenant.map(TenantId::as_str))
+    .bind(status.map(JobStatus::as_str))
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_all(pool)
+    .await
+    .map_err(db)?;
+    rows.iter().map(rows::job).collect()
+}
+
+pub async fn retry(pool: &PgPool, tenant: Option<&TenantId>, id: &str) -> Result<()> {
+    let r = sqlx::query(
+        "UPDATE jobs SET status = 'pending', attempts = 0, run_after = $3, last_error = NULL, updated_at = $3 \
+         WHERE id = $1 AND status = 'failed' AND ($2::text IS NULL OR tenant_id = $2)",
+    )
+    .bind(id)
+    .bind(tenant.map(TenantId::as_str))
+    // The application's clock, like the `now` that claims compare with.
+    .bind(OffsetDateTime::now_utc())
+    .execute(pool)
+    .await;
+    let n = match r {
+        Ok(r) => r.rows_affected(),
+        // Another pending job holds the dedup key: as with SQLite's UPDATE OR IGNORE, the
+        // failed job stays failed.
+        Err(e) if is_unique_violation(&e) => 0,
+        Err(e) => return Err(db(e)),
+    };
+    if n == 0 {
+        return Err(Error::not_found(format!("failed job {id}")));
+    }
+    Ok(())
+}

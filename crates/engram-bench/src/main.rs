@@ -49,15 +49,23 @@ pub struct ScratchArgs {
     /// Parent directory of the temporary data dirs (removed afterwards).
     #[arg(long)]
     pub tmp_dir: Option<PathBuf>,
+    /// Keep the data dirs (their paths are printed on stderr) for inspection.
+    #[arg(long)]
+    pub keep_data: bool,
 }
 
 impl ScratchArgs {
-    /// A fresh temporary directory, removed when the returned guard drops.
+    /// A fresh temporary directory, removed when the returned guard drops (unless
+    /// `--keep-data`).
     pub fn tempdir(&self) -> anyhow::Result<tempfile::TempDir> {
-        let b = tempfile::Builder::new()
-            .prefix("engram-bench-")
-            .tempdir_in(self.tmp_dir.clone().unwrap_or_else(std::env::temp_dir))?;
-        Ok(b)
+        let parent = self.tmp_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let mut b = tempfile::Builder::new();
+        b.prefix("engram-bench-").disable_cleanup(self.keep_data);
+        let dir = b.tempdir_in(parent)?;
+        if self.keep_data {
+            eprintln!("data dir kept: {}", dir.path().display());
+        }
+        Ok(dir)
     }
 }
 

@@ -17,8 +17,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use engram_core::engine::{Engine, EngineConfig, RememberInput, SearchInput, SearchMode};
-use engram_core::model::{KeyRole, Principal, TenantId, UserId};
+use engram_core::model::{KeyRole, MemoryId, Principal, TenantId, UserId};
+use engram_core::store::MemoryFilter;
 use serde::Serialize;
+use time::OffsetDateTime;
 
 use crate::embedder::EmbedderChoice;
 use crate::http::{self, Server};
@@ -82,6 +84,10 @@ pub struct Args {
     /// Also measure through the real HTTP server.
     #[arg(long)]
     http: bool,
+    /// Also time each step of a hybrid search separately (embed the query, vector search,
+    /// text search, load the candidates, touch the hits), calling the store directly.
+    #[arg(long)]
+    breakdown: bool,
     /// How the scope is filled.
     #[arg(long, value_enum, default_value = "engine")]
     fill: Fill,
@@ -111,6 +117,7 @@ struct ScopeResult {
     engine_mean_hits: Option<f64>,
     http: Option<Latency>,
     http_mean_hits: Option<f64>,
+    breakdown: Option<Vec<(String, Latency)>>,
     /// The HTTP p95 target for this scope, if the brief sets one (ms).
     http_p95_target_ms: Option<f64>,
 }
@@ -209,6 +216,41 @@ async fn measure_engine(
     Ok((Latency::of(&times), hits as f64 / queries.len() as f64))
 }
 
+/// Time the steps of a hybrid search one by one, through the engine's store and embedder.
+async fn breakdown(
+    engine: &Engine,
+    queries: &[String],
+    limit: usize,
+) -> anyhow::Result<Vec<(String, Latency)>> {
+    let tenant = TenantId::default_tenant();
+    let filter = MemoryFilter { user_id: Some(UserId::parse(USER)?), ..Default::default() };
+    let n = engine.config().candidates.max(limit);
+    let (store, embedder) = (engine.store(), engine.embedder());
+    let names = ["embed query", "vector search", "text search", "load candidates", "touch hits"];
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
+    for q in queries {
+        let t = Instant::now();
+        let qv = embedder.embed(std::slice::from_ref(q)).await?.pop().unwrap_or_default();
+        times[0].push(t.elapsed());
+        let t = Instant::now();
+        let vec_list = store.vector_search(&tenant, &filter, &qv, n).await?;
+        times[1].push(t.elapsed());
+        let t = Instant::now();
+        let text_list = store.text_search(&tenant, &filter, q, n).await?;
+        times[2].push(t.elapsed());
+        let mut ids: Vec<MemoryId> = vec_list.iter().map(|x| x.0).collect();
+        ids.extend(text_list.iter().map(|x| x.0).filter(|id| !vec_list.iter().any(|v| v.0 == *id)));
+        let t = Instant::now();
+        let rows = store.get_memories(&tenant, &ids).await?;
+        times[3].push(t.elapsed());
+        let top: Vec<MemoryId> = rows.iter().take(limit).map(|m| m.id).collect();
+        let t = Instant::now();
+        store.touch_memories(&tenant, &top, OffsetDateTime::now_utc()).await?;
+        times[4].push(t.elapsed());
+    }
+    Ok(names.iter().zip(&times).map(|(n, t)| ((*n).to_string(), Latency::of(t))).collect())
+}
+
 async fn measure_http(
     client: &reqwest::Client,
     base: &str,
@@ -260,6 +302,7 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
             engine_mean_hits: None,
             http: None,
             http_mean_hits: None,
+            breakdown: None,
             http_p95_target_ms: target(n),
         };
         if a.fill == Fill::Http {
@@ -279,6 +322,9 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
             }
             let (l, h) = measure_engine(&engine, &queries, a.warmup, a.limit, a.mode).await?;
             (r.engine, r.engine_mean_hits) = (Some(l), Some(h));
+            if a.breakdown {
+                r.breakdown = Some(breakdown(&engine, &queries, a.limit).await?);
+            }
         }
         if a.http && a.fill == Fill::Engine {
             eprintln!("scope {n}: HTTP search…");
@@ -339,6 +385,21 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
             ]
         })
         .collect();
+    let breakdown: Vec<Vec<String>> = out
+        .results
+        .iter()
+        .flat_map(|r| {
+            r.breakdown.iter().flatten().map(|(step, l)| {
+                vec![
+                    r.scope.to_string(),
+                    step.clone(),
+                    format!("{:.2}", l.p50_ms),
+                    format!("{:.2}", l.p95_ms),
+                    format!("{:.2}", l.p99_ms),
+                ]
+            })
+        })
+        .collect();
     print!(
         "{}",
         report::table(
@@ -356,5 +417,15 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
             &rows
         )
     );
+    if !breakdown.is_empty() {
+        println!("\nsteps of a hybrid search, timed one by one:\n");
+        print!(
+            "{}",
+            report::table(
+                &["memories in scope", "step", "p50 (ms)", "p95 (ms)", "p99 (ms)"],
+                &breakdown
+            )
+        );
+    }
     Ok(())
 }

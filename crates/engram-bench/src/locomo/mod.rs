@@ -4,7 +4,8 @@
 //!
 //! - one corpus per conversation: each turn is remembered (`remember_batch`, `dedup = false`)
 //!   as `(<session date>) <speaker>: <text>`, plus ` [shares <blip_caption>]` when present,
-//!   for a user of its own (`user_id` = the sample id), with its `dia_id` in `metadata`;
+//!   into a store of its own, for a user of its own (`user_id` = the sample id), with its
+//!   `dia_id` in `metadata`;
 //! - one query per question of categories 1–4 with usable evidence: every `D<s>:<t>` of
 //!   every evidence string is parsed (also in malformed strings such as `"D8:6; D9:17"`; a
 //!   stray colon as in `"D:11:26"` is tolerated and read as `D11:26`), ids that name no turn
@@ -12,16 +13,21 @@
 //! - turn Recall@k = fraction of the question's evidence turns among the top k hits of
 //!   `Engine::search` (limit 20), averaged over questions, per category and overall.
 //!
-//! Each mode gets a fresh store, because a search bumps the access count of what it returns
-//! and so (slightly) changes later rankings, exactly as in production.
+//! **Isolation.** Every search bumps the access count of what it returns, and the ranking
+//! boosts often-accessed memories, so a question's ranking depends on the questions asked
+//! before it. By default every question is therefore asked of a pristine copy of its
+//! conversation's store (the data dir as it was right after ingestion), which makes the
+//! metric independent of question order. `--sequential` instead asks all questions of a
+//! conversation one after the other against one store, as a deployed engram would see them.
 //!
-//! `--diagnose` adds a separate analysis of the hybrid ranking: one search per question
-//! with a large candidate count, `explain: true` and a limit that returns every candidate,
-//! whose per-list ranks are then re-fused offline (other candidate counts, RRF constants,
-//! list weights). See [`diagnose`].
+//! `--diagnose` adds an analysis of the hybrid ranking ([`diagnose`]) and of alternative
+//! full-text set-ups ([`fts`]).
+
+mod diagnose;
+mod fts;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -100,7 +106,12 @@ pub struct Args {
     /// the engine's default).
     #[arg(long)]
     candidates: Option<usize>,
-    /// Also analyse the hybrid ranking (candidate counts, RRF constants, list weights).
+    /// Ask the questions of a conversation one after the other against one store (access
+    /// counts accumulate), instead of each against a pristine copy.
+    #[arg(long)]
+    sequential: bool,
+    /// Also analyse the hybrid ranking (candidate counts, RRF constants, list weights,
+    /// score fusion) and alternative full-text set-ups (stemming).
     #[arg(long)]
     diagnose: bool,
     /// Candidates per list for `--diagnose`.
@@ -161,7 +172,7 @@ pub fn parse_evidence(s: &str) -> Vec<String> {
 }
 
 /// Load and prepare every conversation of a LoCoMo file.
-pub fn load(path: &std::path::Path) -> anyhow::Result<Vec<Conversation>> {
+pub fn load(path: &Path) -> anyhow::Result<Vec<Conversation>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let samples: Vec<serde_json::Value> = serde_json::from_str(&text)?;
@@ -292,7 +303,7 @@ fn category_rows(r: &Recall) -> Vec<CategoryRow> {
 #[derive(Debug, Serialize)]
 struct ModeResult {
     mode: Mode,
-    ingest_seconds: f64,
+    /// `Engine::search` call only (with `isolated`, the first search of a fresh store).
     search_latency: Latency,
     categories: Vec<CategoryRow>,
 }
@@ -307,43 +318,79 @@ struct Output {
     turns: usize,
     questions: usize,
     candidates: usize,
+    /// `isolated` (each question against a pristine store) or `sequential`.
+    protocol: &'static str,
+    ingest_seconds: f64,
     modes: Vec<ModeResult>,
     diagnosis: Option<diagnose::Diagnosis>,
 }
 
-// ---------------------------------------------------------------------------------- runs
+// ---------------------------------------------------------------------------------- stores
 
-fn principal() -> Principal {
+pub fn principal() -> Principal {
     Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin }
 }
 
-/// A fresh store holding every conversation, one user per conversation.
-async fn ingest(
-    embedder: &Arc<dyn Embedder>,
-    cfg: EngineConfig,
-    convs: &[Conversation],
-    dir: &std::path::Path,
-) -> anyhow::Result<(Engine, f64)> {
-    let store = engram_store::open_sqlite(dir).await?;
-    let engine = Engine::new(store, embedder.clone(), cfg).await?;
-    let p = principal();
-    let t = Instant::now();
-    for c in convs {
-        let user = UserId::parse(c.sample_id.clone())?;
-        for chunk in c.turns.chunks(256) {
-            let inputs = chunk
-                .iter()
-                .map(|(dia, content)| RememberInput {
-                    user_id: Some(user.clone()),
-                    content: content.clone(),
-                    metadata: Some(serde_json::json!({ "dia_id": dia })),
-                    ..Default::default()
-                })
-                .collect();
-            engine.remember_batch(&p, inputs, false).await?;
-        }
+/// A conversation ingested into its own data dir. The engine stays open (and idle) for as
+/// long as copies are taken, so no checkpoint rewrites the files meanwhile.
+pub struct Pristine {
+    dir: tempfile::TempDir,
+    _engine: Engine,
+}
+
+impl Pristine {
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
     }
-    Ok((engine, t.elapsed().as_secs_f64()))
+
+    /// Open an engine on a fresh copy of this store (the database and its write-ahead log;
+    /// SQLite rebuilds the shared-memory index from the log).
+    pub async fn open_copy(
+        &self,
+        scratch: &ScratchArgs,
+        embedder: &Arc<dyn Embedder>,
+        cfg: EngineConfig,
+    ) -> anyhow::Result<(tempfile::TempDir, Engine)> {
+        let tmp = scratch.tempdir()?;
+        let dst = tmp.path().join("data");
+        std::fs::create_dir_all(&dst)?;
+        for e in std::fs::read_dir(self.data())? {
+            let e = e?;
+            let name = e.file_name();
+            if e.file_type()?.is_file() && !name.to_string_lossy().ends_with("-shm") {
+                std::fs::copy(e.path(), dst.join(&name))?;
+            }
+        }
+        let store = engram_store::open_sqlite(&dst).await?;
+        let engine = Engine::new(store, embedder.clone(), cfg).await?;
+        Ok((tmp, engine))
+    }
+}
+
+/// Remember every turn of `c` into a new store (its own data dir, its own user).
+async fn ingest(
+    scratch: &ScratchArgs,
+    embedder: &Arc<dyn Embedder>,
+    c: &Conversation,
+) -> anyhow::Result<Pristine> {
+    let dir = scratch.tempdir()?;
+    let store = engram_store::open_sqlite(&dir.path().join("data")).await?;
+    let engine = Engine::new(store, embedder.clone(), EngineConfig::default()).await?;
+    let p = principal();
+    let user = UserId::parse(c.sample_id.clone())?;
+    for chunk in c.turns.chunks(256) {
+        let inputs = chunk
+            .iter()
+            .map(|(dia, content)| RememberInput {
+                user_id: Some(user.clone()),
+                content: content.clone(),
+                metadata: Some(serde_json::json!({ "dia_id": dia })),
+                ..Default::default()
+            })
+            .collect();
+        engine.remember_batch(&p, inputs, false).await?;
+    }
+    Ok(Pristine { dir, _engine: engine })
 }
 
 /// The dia_id a hit carries in its metadata.
@@ -354,32 +401,54 @@ pub fn dia_id(h: &Hit) -> Option<String> {
     }
 }
 
-async fn eval_mode(
+/// One search of question `q` of conversation `c`: the dia_ids, best first.
+async fn ask(
     engine: &Engine,
-    convs: &[Conversation],
+    c: &Conversation,
+    q: &Query,
     mode: Mode,
-) -> anyhow::Result<(Recall, Latency)> {
-    let p = principal();
+    times: &mut Vec<Duration>,
+) -> anyhow::Result<Vec<String>> {
+    let input = SearchInput {
+        query: q.text.clone(),
+        user_id: Some(UserId::parse(c.sample_id.clone())?),
+        limit: KS[KS.len() - 1],
+        mode: mode.engine(),
+        ..Default::default()
+    };
+    let t = Instant::now();
+    let hits = engine.search(&principal(), input).await?;
+    times.push(t.elapsed());
+    Ok(hits.iter().filter_map(dia_id).collect())
+}
+
+struct Ctx<'a> {
+    scratch: &'a ScratchArgs,
+    embedder: &'a Arc<dyn Embedder>,
+    cfg: EngineConfig,
+    convs: &'a [Conversation],
+    pristine: &'a [Pristine],
+}
+
+async fn eval_mode(ctx: &Ctx<'_>, mode: Mode, sequential: bool) -> anyhow::Result<ModeResult> {
     let mut recall = Recall::default();
     let mut times: Vec<Duration> = Vec::new();
-    for c in convs {
-        let user = UserId::parse(c.sample_id.clone())?;
-        for q in &c.queries {
-            let input = SearchInput {
-                query: q.text.clone(),
-                user_id: Some(user.clone()),
-                limit: KS[KS.len() - 1],
-                mode: mode.engine(),
-                ..Default::default()
-            };
-            let t = Instant::now();
-            let hits = engine.search(&p, input).await?;
-            times.push(t.elapsed());
-            let ranked: Vec<String> = hits.iter().filter_map(dia_id).collect();
-            recall.add(q, &ranked);
+    for (c, pristine) in ctx.convs.iter().zip(ctx.pristine) {
+        if sequential {
+            let (_tmp, engine) =
+                pristine.open_copy(ctx.scratch, ctx.embedder, ctx.cfg.clone()).await?;
+            for q in &c.queries {
+                recall.add(q, &ask(&engine, c, q, mode, &mut times).await?);
+            }
+        } else {
+            for q in &c.queries {
+                let (_tmp, engine) =
+                    pristine.open_copy(ctx.scratch, ctx.embedder, ctx.cfg.clone()).await?;
+                recall.add(q, &ask(&engine, c, q, mode, &mut times).await?);
+            }
         }
     }
-    Ok((recall, Latency::of(&times)))
+    Ok(ModeResult { mode, search_latency: Latency::of(&times), categories: category_rows(&recall) })
 }
 
 pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
@@ -394,26 +463,25 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     let defaults = EngineConfig::default();
     let candidates = a.candidates.unwrap_or(defaults.candidates);
     let cfg = EngineConfig { candidates, ..defaults.clone() };
+
+    eprintln!("locomo: ingesting {} conversations with {}…", convs.len(), a.embedder.name());
+    let t = Instant::now();
+    let mut pristine = Vec::new();
+    for c in &convs {
+        pristine.push(ingest(&a.scratch, &embedder, c).await?);
+    }
+    let ingest_seconds = t.elapsed().as_secs_f64();
+    let ctx =
+        Ctx { scratch: &a.scratch, embedder: &embedder, cfg, convs: &convs, pristine: &pristine };
+
     let mut results = Vec::new();
     for mode in modes {
-        eprintln!("locomo: {} embedder, {} mode…", a.embedder.name(), mode.name());
-        let dir = a.scratch.tempdir()?;
-        let (engine, ingest_seconds) = ingest(&embedder, cfg.clone(), &convs, dir.path()).await?;
-        let (recall, search_latency) = eval_mode(&engine, &convs, mode).await?;
-        results.push(ModeResult {
-            mode,
-            ingest_seconds,
-            search_latency,
-            categories: category_rows(&recall),
-        });
+        eprintln!("locomo: {} mode…", mode.name());
+        results.push(eval_mode(&ctx, mode, a.sequential).await?);
     }
     let diagnosis = if a.diagnose {
         eprintln!("locomo: diagnosis with {} candidates per list…", a.diagnose_candidates);
-        let c = a.diagnose_candidates;
-        let cfg = EngineConfig { candidates: c, max_limit: 2 * c, ..defaults };
-        let dir = a.scratch.tempdir()?;
-        let (engine, _) = ingest(&embedder, cfg, &convs, dir.path()).await?;
-        Some(diagnose::run(&engine, &convs, c).await?)
+        Some(diagnose::run(&ctx, a.diagnose_candidates).await?)
     } else {
         None
     };
@@ -427,6 +495,8 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
         turns: convs.iter().map(|c| c.turns.len()).sum(),
         questions: convs.iter().map(|c| c.queries.len()).sum(),
         candidates,
+        protocol: if a.sequential { "sequential" } else { "isolated" },
+        ingest_seconds,
         modes: results,
         diagnosis,
     };
@@ -435,14 +505,16 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     }
     println!(
         "LoCoMo turn recall, {} embedder ({}), {} conversations, {} turns, {} questions \
-         (categories 1-4), {} candidates per list ({})\n",
+         (categories 1-4), {} candidates per list, {} questions ({}); ingestion {:.1} s\n",
         out.embedder.name(),
         out.model_id,
         out.conversations,
         out.turns,
         out.questions,
         out.candidates,
-        out.environment
+        out.protocol,
+        out.environment,
+        out.ingest_seconds,
     );
     let mut rows = Vec::new();
     for m in &out.modes {
@@ -473,16 +545,12 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
         .map(|m| {
             vec![
                 m.mode.name().to_string(),
-                format!("{:.1}", m.ingest_seconds),
                 format!("{:.2}", m.search_latency.p50_ms),
                 format!("{:.2}", m.search_latency.p95_ms),
             ]
         })
         .collect();
-    print!(
-        "{}",
-        report::table(&["mode", "ingest (s)", "search p50 (ms)", "search p95 (ms)"], &rows)
-    );
+    print!("{}", report::table(&["mode", "search p50 (ms)", "search p95 (ms)"], &rows));
     if let Some(d) = &out.diagnosis {
         println!();
         print!("{}", d.markdown());
@@ -490,198 +558,29 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub mod diagnose {
-    //! Offline re-fusion of the hybrid candidate lists.
-    //!
-    //! One hybrid search per question with `candidates = C` and `limit = 2C` returns every
-    //! candidate of both lists with its `explain` (vector rank, text rank). Since ranks do
-    //! not depend on access counts, they are the raw lists the engine fuses; from them this
-    //! module recomputes the ranking under other settings:
-    //!
-    //! - each list alone (what the vector-only / text-only modes return);
-    //! - `coverage@c`: the share of evidence found anywhere in either list's top c (the
-    //!   ceiling of any fusion of c candidates per list);
-    //! - plain RRF (no decay/importance/rating factors) for candidate counts c, RRF
-    //!   constants k and list weights w (score = w·1/(k+r_vec) + (1−w)·1/(k+r_text), ×2 so
-    //!   w = 0.5 is the engine's formula).
-    //!
-    //! Ties are broken by the better vector rank, then the better text rank (the engine
-    //! breaks them arbitrarily).
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    use serde::Serialize;
-
-    use super::{Conversation, Recall, dia_id, principal};
-    use crate::report;
-    use engram_core::engine::{Engine, Hit, SearchInput, SearchMode};
-    use engram_core::model::UserId;
-
-    /// One candidate: its dia_id and 1-based ranks in each list.
-    #[derive(Debug, Clone)]
-    struct Cand {
-        dia: String,
-        vec: Option<usize>,
-        text: Option<usize>,
+    #[test]
+    fn evidence_parsing_tolerates_malformed_strings() {
+        assert_eq!(parse_evidence("D1:3"), vec!["D1:3"]);
+        assert_eq!(parse_evidence("D8:6; D9:17"), vec!["D8:6", "D9:17"]);
+        assert_eq!(parse_evidence("D:11:26"), vec!["D11:26"]);
+        assert!(parse_evidence("D").is_empty());
+        assert!(parse_evidence("").is_empty());
     }
 
-    #[derive(Debug, Serialize)]
-    pub struct Variant {
-        pub name: String,
-        pub recall: [f64; 4],
-    }
-
-    #[derive(Debug, Serialize)]
-    pub struct Diagnosis {
-        pub candidates: usize,
-        pub variants: Vec<Variant>,
-        /// Per category, R@10 of the best RRF variant found vs the engine's setting.
-        pub notes: Vec<String>,
-    }
-
-    impl Diagnosis {
-        pub fn markdown(&self) -> String {
-            let rows: Vec<Vec<String>> = self
-                .variants
-                .iter()
-                .map(|v| {
-                    let mut r = vec![v.name.clone()];
-                    r.extend(v.recall.iter().map(|x| format!("{x:.3}")));
-                    r
-                })
-                .collect();
-            let mut s = format!(
-                "Hybrid diagnosis (raw lists of {} candidates each, re-fused offline; overall)\n\n",
-                self.candidates
-            );
-            s.push_str(&report::table(&["variant", "R@1", "R@5", "R@10", "R@20"], &rows));
-            for n in &self.notes {
-                s.push_str(&format!("\n{n}\n"));
-            }
-            s
-        }
-    }
-
-    fn rank_by(cands: &[Cand], score: impl Fn(&Cand) -> Option<f64>) -> Vec<String> {
-        let mut scored: Vec<(f64, usize, usize, &str)> = cands
+    #[test]
+    fn recall_is_the_share_of_evidence_in_the_top_k() {
+        let q =
+            Query { text: "?".into(), category: 4, evidence: vec!["D1:1".into(), "D1:2".into()] };
+        let mut r = Recall::default();
+        let ranked: Vec<String> = ["D1:1", "D9:9", "D9:8", "D9:7", "D9:6", "D1:2"]
             .iter()
-            .filter_map(|c| {
-                score(c).map(|s| {
-                    (s, c.vec.unwrap_or(usize::MAX), c.text.unwrap_or(usize::MAX), c.dia.as_str())
-                })
-            })
+            .map(ToString::to_string)
             .collect();
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-        scored.into_iter().map(|x| x.3.to_string()).collect()
-    }
-
-    fn rrf(c: &Cand, cap: usize, k: f64, w_vec: f64) -> Option<f64> {
-        let v = c.vec.filter(|&r| r <= cap).map(|r| 2.0 * w_vec / (k + r as f64));
-        let t = c.text.filter(|&r| r <= cap).map(|r| 2.0 * (1.0 - w_vec) / (k + r as f64));
-        match (v, t) {
-            (None, None) => None,
-            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
-        }
-    }
-
-    pub async fn run(
-        engine: &Engine,
-        convs: &[Conversation],
-        candidates: usize,
-    ) -> anyhow::Result<Diagnosis> {
-        let p = principal();
-        // Per question: (its conversation index, query index, candidates).
-        let mut all: Vec<(usize, usize, Vec<Cand>)> = Vec::new();
-        for (ci, c) in convs.iter().enumerate() {
-            let user = UserId::parse(c.sample_id.clone())?;
-            for (qi, q) in c.queries.iter().enumerate() {
-                let input = SearchInput {
-                    query: q.text.clone(),
-                    user_id: Some(user.clone()),
-                    limit: 2 * candidates,
-                    explain: true,
-                    mode: SearchMode::Hybrid,
-                    ..Default::default()
-                };
-                let hits = engine.search(&p, input).await?;
-                let cands = hits
-                    .iter()
-                    .filter_map(|h| {
-                        let Hit::Memory { explain, .. } = h else { return None };
-                        Some(Cand {
-                            dia: dia_id(h)?,
-                            vec: explain.vector_rank,
-                            text: explain.text_rank,
-                        })
-                    })
-                    .collect();
-                all.push((ci, qi, cands));
-            }
-        }
-        let eval = |f: &dyn Fn(&Cand) -> Option<f64>| {
-            let mut r = Recall::default();
-            for (ci, qi, cands) in &all {
-                r.add(&convs[*ci].queries[*qi], &rank_by(cands, f));
-            }
-            r
-        };
-        let mut variants = Vec::new();
-        let mut push = |name: String, r: &Recall| {
-            variants.push(Variant { name, recall: r.overall() });
-        };
-        push("vector list alone".into(), &eval(&|c| c.vec.map(|r| -(r as f64))));
-        push("text (BM25) list alone".into(), &eval(&|c| c.text.map(|r| -(r as f64))));
-        // Coverage: any candidate within the top c of either list counts as found (reported
-        // in every R@k column, since it is a set, not a ranking).
-        for cap in [10usize, 20, 50, 100, 200].into_iter().filter(|&c| c <= candidates) {
-            let mut found = 0f64;
-            for (ci, qi, cands) in &all {
-                let q = &convs[*ci].queries[*qi];
-                let hit = q
-                    .evidence
-                    .iter()
-                    .filter(|e| {
-                        cands.iter().any(|c| {
-                            &&c.dia == e
-                                && (c.vec.is_some_and(|r| r <= cap)
-                                    || c.text.is_some_and(|r| r <= cap))
-                        })
-                    })
-                    .count();
-                found += hit as f64 / q.evidence.len() as f64;
-            }
-            let v = found / all.len().max(1) as f64;
-            variants.push(Variant {
-                name: format!("coverage: evidence in either top-{cap}"),
-                recall: [v; 4],
-            });
-        }
-        let mut best: Option<(String, f64)> = None;
-        let mut consider = |name: String, r: Recall, variants: &mut Vec<Variant>| {
-            let r10 = r.overall()[2];
-            if best.as_ref().is_none_or(|b| r10 > b.1) {
-                best = Some((name.clone(), r10));
-            }
-            variants.push(Variant { name, recall: r.overall() });
-        };
-        for cap in [10usize, 20, 30, 50, 100, 200].into_iter().filter(|&c| c <= candidates) {
-            let r = eval(&|c| rrf(c, cap, 60.0, 0.5));
-            consider(format!("RRF k=60, {cap} candidates/list"), r, &mut variants);
-        }
-        for k in [1.0, 5.0, 10.0, 20.0, 30.0, 120.0] {
-            let r = eval(&|c| rrf(c, 50, k, 0.5));
-            consider(format!("RRF k={k}, 50 candidates/list"), r, &mut variants);
-        }
-        for w in [0.3, 0.4, 0.6, 0.7, 0.8] {
-            let r = eval(&|c| rrf(c, 50, 60.0, w));
-            consider(format!("RRF k=60, 50/list, vector weight {w}"), r, &mut variants);
-        }
-        for (k, w) in [(10.0, 0.6), (10.0, 0.7), (20.0, 0.6), (20.0, 0.7), (5.0, 0.6)] {
-            let r = eval(&|c| rrf(c, 50, k, w));
-            consider(format!("RRF k={k}, 50/list, vector weight {w}"), r, &mut variants);
-        }
-        let mut notes = Vec::new();
-        if let Some((name, r10)) = best {
-            notes.push(format!("Best R@10 among the RRF variants above: {r10:.3} ({name})."));
-        }
-        Ok(Diagnosis { candidates, variants, notes })
+        r.add(&q, &ranked);
+        assert_eq!(r.overall(), [0.5, 0.5, 1.0, 1.0]);
     }
 }

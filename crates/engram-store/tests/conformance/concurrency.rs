@@ -1,0 +1,182 @@
+//! Two stores on one database (two processes) and many tasks at once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use engram_core::error::Error;
+use engram_core::model::{ConversationId, EventKind, MessageRole};
+use engram_core::store::{MemoryFilter, Store};
+use time::Duration;
+
+use crate::harness::{MODEL, event, memory, message, new_row, now, tenant, unit, user};
+use crate::jobs::job;
+
+pub async fn concurrent_claims_never_hand_out_a_job_twice(a: Arc<dyn Store>, b: Arc<dyn Store>) {
+    let t = tenant("t");
+    let base = now();
+    let mut all = BTreeSet::new();
+    let mut locked: BTreeMap<String, String> = BTreeMap::new();
+    for i in 0..120 {
+        let j = job(&t, None, None, base - Duration::milliseconds(i % 7));
+        all.insert(j.id.clone());
+        a.enqueue_job(&j).await.unwrap();
+    }
+    for i in 0..24 {
+        let key = format!("conv:{}", i % 3);
+        let j = job(&t, None, Some(&key), base - Duration::milliseconds(i % 5));
+        locked.insert(j.id.clone(), key);
+        b.enqueue_job(&j).await.unwrap();
+    }
+    let lease = base + Duration::hours(1);
+    let mut tasks = Vec::new();
+    for w in 0..12 {
+        let s = if w % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(j) = s.claim_job(base, lease).await.unwrap() {
+                got.push(j);
+            }
+            got
+        }));
+    }
+    let mut claimed = Vec::new();
+    for t in tasks {
+        claimed.extend(t.await.unwrap());
+    }
+    // Whatever a racing claim left behind is still claimable afterwards.
+    while let Some(j) = a.claim_job(base, lease).await.unwrap() {
+        claimed.push(j);
+    }
+    let ids: Vec<&String> = claimed.iter().map(|j| &j.id).collect();
+    let unique: BTreeSet<&String> = ids.iter().copied().collect();
+    assert_eq!(ids.len(), unique.len(), "a job was handed out twice");
+    assert!(claimed.iter().all(|j| j.attempts == 1));
+    let plain: BTreeSet<String> =
+        claimed.iter().filter(|j| j.lock_key.is_none()).map(|j| j.id.clone()).collect();
+    assert_eq!(plain, all, "every job without a lock key was claimed");
+    let keys: Vec<&String> = claimed.iter().filter_map(|j| j.lock_key.as_ref()).collect();
+    let distinct: BTreeSet<&String> = keys.iter().copied().collect();
+    assert_eq!(
+        (keys.len(), distinct.len()),
+        (3, 3),
+        "exactly one running job per lock key: {keys:?}"
+    );
+    assert!(claimed.iter().filter(|j| j.lock_key.is_some()).all(|j| locked.contains_key(&j.id)));
+}
+
+pub async fn concurrent_appends_get_consecutive_seqs(a: Arc<dyn Store>, b: Arc<dyn Store>) {
+    let t = tenant("t");
+    let u = user("u");
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let s = if w % 2 == 0 { a.clone() } else { b.clone() };
+        let (t, u) = (t.clone(), u.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            for i in 0..5 {
+                let batch = (0..3)
+                    .map(|k| {
+                        message(&t, &u, "shared", MessageRole::User, &format!("w{w} i{i} k{k}"))
+                    })
+                    .collect();
+                let out = s.append_messages(&t, batch).await.unwrap();
+                let got: Vec<i64> = out.iter().map(|m| m.seq).collect();
+                assert_eq!(got[1] - got[0], 1, "a batch is contiguous");
+                assert_eq!(got[2] - got[1], 1, "a batch is contiguous");
+                seqs.extend(got);
+            }
+            seqs
+        }));
+    }
+    let mut seqs = Vec::new();
+    for task in tasks {
+        seqs.extend(task.await.unwrap());
+    }
+    seqs.sort();
+    assert_eq!(seqs, (1..=120).collect::<Vec<i64>>());
+    let c = ConversationId::parse("shared").unwrap();
+    let stored = b.conversation_messages(&t, &c).await.unwrap();
+    assert_eq!(stored.iter().map(|m| m.seq).collect::<Vec<_>>(), (1..=120).collect::<Vec<i64>>());
+}
+
+pub async fn concurrent_supersedes_have_one_winner(a: Arc<dyn Store>, b: Arc<dyn Store>) {
+    let t = tenant("t");
+    let u = user("u");
+    a.ensure_embedding_space(MODEL, 4).await.unwrap();
+    let original = new_row(memory(&t, &u, "The user lives in Paris"), Some(unit(4, 1)));
+    a.insert_memories(&t, vec![original.clone()]).await.unwrap();
+    let id = original.memory.id;
+    let mut tasks = Vec::new();
+    for w in 0..8u64 {
+        let s = if w % 2 == 0 { a.clone() } else { b.clone() };
+        let (t, u) = (t.clone(), u.clone());
+        tasks.push(tokio::spawn(async move {
+            let succ = new_row(
+                memory(&t, &u, &format!("The user lives in city {w}")),
+                Some(unit(4, 10 + w)),
+            );
+            let sid = succ.memory.id;
+            let r =
+                s.supersede(&t, id, Some(succ), event(id, EventKind::Superseded, Some(sid))).await;
+            (sid, r)
+        }));
+    }
+    let mut winners = Vec::new();
+    let mut losers = Vec::new();
+    for task in tasks {
+        let (sid, r) = task.await.unwrap();
+        match r {
+            Ok(()) => winners.push(sid),
+            Err(Error::Conflict(_)) => losers.push(sid),
+            Err(e) => panic!("unexpected error: {e:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one edit wins");
+    let (chain, _) = b.history(&t, id).await.unwrap();
+    assert_eq!(chain.iter().map(|m| m.id).collect::<Vec<_>>(), vec![id, winners[0]]);
+    for l in losers {
+        assert!(a.get_memory(&t, l).await.unwrap().is_none(), "a losing successor was stored");
+    }
+    let f = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+    assert_eq!(a.list_memories(&t, &f, None, 10).await.unwrap().memories.len(), 1);
+}
+
+pub async fn writes_of_one_process_are_seen_by_the_other(a: Arc<dyn Store>, b: Arc<dyn Store>) {
+    let t = tenant("t");
+    let u = user("u");
+    a.ensure_embedding_space(MODEL, 4).await.unwrap();
+    let f = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+    let q = unit(4, 1);
+    // b searches first, so that any cache it keeps has to catch up later.
+    assert!(b.vector_search(&t, &f, &q, 10).await.unwrap().is_empty());
+    let m1 = new_row(memory(&t, &u, "first"), Some(unit(4, 1)));
+    a.insert_memories(&t, vec![m1.clone()]).await.unwrap();
+    let ids = |v: Vec<(engram_core::model::MemoryId, f32)>| {
+        v.into_iter().map(|h| h.0).collect::<Vec<_>>()
+    };
+    assert_eq!(ids(b.vector_search(&t, &f, &q, 10).await.unwrap()), vec![m1.memory.id]);
+    let m2 = new_row(memory(&t, &u, "second"), Some(unit(4, 2)));
+    a.supersede(
+        &t,
+        m1.memory.id,
+        Some(m2.clone()),
+        event(m1.memory.id, EventKind::Superseded, Some(m2.memory.id)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ids(b.vector_search(&t, &f, &q, 10).await.unwrap()), vec![m2.memory.id]);
+    a.set_vectors(&t, MODEL, vec![(m2.memory.id, unit(4, 1))]).await.unwrap();
+    let hits = b.vector_search(&t, &f, &q, 10).await.unwrap();
+    assert!((hits[0].1 - 1.0).abs() < 1e-5, "b sees the new vector: {hits:?}");
+    a.purge_memory(&t, m2.memory.id).await.unwrap();
+    assert!(b.vector_search(&t, &f, &q, 10).await.unwrap().is_empty());
+    let m3 = new_row(memory(&t, &u, "third"), Some(unit(4, 3)));
+    a.insert_memories(&t, vec![m3.clone()]).await.unwrap();
+    assert_eq!(ids(b.vector_search(&t, &f, &q, 10).await.unwrap()), vec![m3.memory.id]);
+    a.erase_user(&t, &u).await.unwrap();
+    assert!(b.vector_search(&t, &f, &q, 10).await.unwrap().is_empty());
+    let m4 = new_row(memory(&t, &u, "fourth"), Some(unit(4, 4)));
+    a.insert_memories(&t, vec![m4.clone()]).await.unwrap();
+    assert_eq!(ids(b.vector_search(&t, &f, &q, 10).await.unwrap()), vec![m4.memory.id]);
+    assert_eq!(b.get_memory(&t, m4.memory.id).await.unwrap(), Some(m4.memory));
+}

@@ -1,0 +1,218 @@
+//! Conversations and messages, recalls, context sessions, agents, API keys.
+
+use std::sync::Arc;
+
+use engram_core::error::Error;
+use engram_core::model::{
+    Agent, AgentId, ConversationId, KeyRole, MemoryId, MessageId, MessageRole,
+};
+use engram_core::store::{ApiKey, ContextSession, Store};
+use time::Duration;
+
+use crate::harness::{memory, message, new_row, now, tenant, user};
+
+pub async fn append_seq_ownership(s: Arc<dyn Store>) {
+    let t = tenant("t");
+    let (u, u2) = (user("u"), user("u2"));
+    let c = ConversationId::parse("conv-1").unwrap();
+    let mut tool = message(&t, &u, "conv-1", MessageRole::Tool, "");
+    tool.tool_name = Some("get_weather".into());
+    tool.tool_args = Some(serde_json::json!({"city": "Paris", "days": 3, "units": ["C"]}));
+    tool.tool_result = Some("{\"temp\": 21}".into());
+    tool.turn_id = Some("turn-1".into());
+    tool.metadata = serde_json::json!({"latency_ms": 12.5});
+    let mut first = message(&t, &u, "conv-1", MessageRole::User, "What's the weather in Paris?");
+    first.agent_id = Some(AgentId::parse("helper").unwrap());
+    let batch =
+        vec![first, message(&t, &u, "conv-1", MessageRole::Assistant, "Let me check."), tool];
+    let out = s.append_messages(&t, batch.clone()).await.unwrap();
+    assert_eq!(out.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![1, 2, 3]);
+    for (o, b) in out.iter().zip(&batch) {
+        assert_eq!(o.id, b.id);
+        assert_eq!(s.get_message(&t, o.id).await.unwrap().as_ref(), Some(o), "round trip");
+    }
+    assert_eq!(
+        s.conversation_owner(&t, &c).await.unwrap(),
+        Some((u.clone(), Some(AgentId::parse("helper").unwrap())))
+    );
+    let more = vec![
+        message(&t, &u, "conv-1", MessageRole::User, "Thanks"),
+        message(&t, &u, "conv-1", MessageRole::Assistant, "You're welcome"),
+    ];
+    let out2 = s.append_messages(&t, more).await.unwrap();
+    assert_eq!(out2.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![4, 5]);
+    assert!(s.append_messages(&t, vec![]).await.unwrap().is_empty());
+
+    // Another user may not write into it; nothing of the batch is stored.
+    let intruder = message(&t, &u2, "conv-1", MessageRole::User, "hijack");
+    let r = s.append_messages(&t, vec![intruder.clone()]).await;
+    assert!(matches!(r, Err(Error::Conflict(_))), "{r:?}");
+    assert!(s.get_message(&t, intruder.id).await.unwrap().is_none());
+    assert_eq!(s.conversation_messages(&t, &c).await.unwrap().len(), 5);
+
+    // Browsing.
+    let page = s.list_messages(&t, &c, 2, 2).await.unwrap();
+    assert_eq!(page.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![3, 4]);
+    assert!(s.list_messages(&t, &c, 5, 10).await.unwrap().is_empty());
+    let all = s.conversation_messages(&t, &c).await.unwrap();
+    assert_eq!(all.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
+    assert_eq!(all[2], out[2]);
+
+    // Ratings.
+    assert_eq!(s.rate_message(&t, out[1].id, 1).await.unwrap(), 1);
+    assert_eq!(s.rate_message(&t, out[1].id, -1).await.unwrap(), 0);
+    assert_eq!(s.rate_message(&t, out[1].id, -1).await.unwrap(), -1);
+    let r = s.rate_message(&t, MessageId::new(), 1).await;
+    assert!(matches!(r, Err(Error::NotFound { .. })), "{r:?}");
+
+    // Tool-call synthesis fills an empty content once.
+    assert!(s.set_message_content(&t, out[2].id, "It is 21 °C in Paris.").await.unwrap());
+    assert!(!s.set_message_content(&t, out[2].id, "again").await.unwrap());
+    assert!(!s.set_message_content(&t, out[0].id, "not empty").await.unwrap());
+    assert!(!s.set_message_content(&t, MessageId::new(), "unknown").await.unwrap());
+    assert_eq!(
+        s.get_message(&t, out[2].id).await.unwrap().unwrap().content,
+        "It is 21 °C in Paris."
+    );
+
+    // A second conversation of the same user; user_messages orders by conversation, seq.
+    s.append_messages(&t, vec![message(&t, &u, "conv-0", MessageRole::User, "earlier")])
+        .await
+        .unwrap();
+    let um = s.user_messages(&t, &u).await.unwrap();
+    let order: Vec<(String, i64)> =
+        um.iter().map(|m| (m.conversation_id.as_str().to_string(), m.seq)).collect();
+    assert_eq!(order[0], ("conv-0".to_string(), 1));
+    assert_eq!(order.len(), 6);
+    assert!(s.user_messages(&t, &u2).await.unwrap().is_empty());
+    assert_eq!(s.list_users(&t).await.unwrap(), vec![u.clone()]);
+    let st = s.stats(&t).await.unwrap();
+    assert_eq!((st.conversations, st.messages, st.messages_unsummarized), (2, 6, 6));
+
+    // Rolling summary.
+    assert_eq!(s.rolling_summary(&t, &c).await.unwrap(), (None, 0));
+    s.set_rolling_summary(&t, &c, "The user asked about the weather.", 2).await.unwrap();
+    assert_eq!(
+        s.rolling_summary(&t, &c).await.unwrap(),
+        (Some("The user asked about the weather.".to_string()), 2)
+    );
+}
+
+pub async fn recalls(s: Arc<dyn Store>) {
+    let (t, t2) = (tenant("t"), tenant("t2"));
+    let u = user("u");
+    let (m1, m2) = (new_row(memory(&t, &u, "one"), None), new_row(memory(&t, &u, "two"), None));
+    let m3 = new_row(memory(&t2, &u, "three"), None);
+    s.insert_memories(&t, vec![m1.clone(), m2.clone()]).await.unwrap();
+    s.insert_memories(&t2, vec![m3.clone()]).await.unwrap();
+    let (a, b, c) = (m1.memory.id, m2.memory.id, m3.memory.id);
+    s.record_recall(&t, "turn-1", &[b, a, c, MemoryId::new(), a]).await.unwrap();
+    s.record_recall(&t, "turn-1", &[a]).await.unwrap();
+    s.record_recall(&t, "turn-1", &[]).await.unwrap();
+    let mut got = s.recalled(&t, "turn-1").await.unwrap();
+    got.sort();
+    let mut want = vec![a, b];
+    want.sort();
+    assert_eq!(got, want, "own known ids once each");
+    assert!(s.recalled(&t, "turn-2").await.unwrap().is_empty());
+    assert!(s.recalled(&t2, "turn-1").await.unwrap().is_empty());
+    s.purge_memory(&t, a).await.unwrap();
+    assert_eq!(s.recalled(&t, "turn-1").await.unwrap(), vec![b]);
+}
+
+pub async fn context_sessions(s: Arc<dyn Store>) {
+    let t = tenant("t");
+    let u = user("u");
+    let session = |pool: Option<&str>, text: &str| ContextSession {
+        session_id: "sess-1".into(),
+        user_id: u.clone(),
+        pool: pool.map(str::to_string),
+        text: text.into(),
+        memory_ids: vec![MemoryId::new(), MemoryId::new()],
+        created_at: now(),
+    };
+    let s1 = session(None, "Known facts about the user:\n- A");
+    s.put_context_session(&t, &s1).await.unwrap();
+    assert_eq!(s.get_context_session(&t, "sess-1", &u, None).await.unwrap(), Some(s1.clone()));
+    assert!(s.get_context_session(&t, "sess-1", &u, Some("agent:a")).await.unwrap().is_none());
+    assert!(s.get_context_session(&t, "sess-1", &user("v"), None).await.unwrap().is_none());
+    assert!(s.get_context_session(&t, "sess-2", &u, None).await.unwrap().is_none());
+    let s2 = session(Some("agent:a"), "pool a");
+    s.put_context_session(&t, &s2).await.unwrap();
+    let mut s1b = session(None, "refreshed");
+    s1b.memory_ids = vec![];
+    s.put_context_session(&t, &s1b).await.unwrap();
+    assert_eq!(s.get_context_session(&t, "sess-1", &u, None).await.unwrap(), Some(s1b));
+    assert_eq!(s.get_context_session(&t, "sess-1", &u, Some("agent:a")).await.unwrap(), Some(s2));
+}
+
+pub async fn agents(s: Arc<dyn Store>) {
+    let t = tenant("t");
+    let id = AgentId::parse("support-bot").unwrap();
+    let created = now() - Duration::days(1);
+    let mut a = Agent {
+        tenant_id: t.clone(),
+        id: id.clone(),
+        memory_enabled: true,
+        cluster_id: None,
+        dedup_threshold: 0.9,
+        settings: serde_json::json!({"extraction": {"policy": "batched", "min_turns": 3}, "pii": "redact"}),
+        created_at: created,
+        updated_at: created,
+    };
+    assert!(s.get_agent(&t, &id).await.unwrap().is_none());
+    s.put_agent(&a).await.unwrap();
+    assert_eq!(s.get_agent(&t, &id).await.unwrap(), Some(a.clone()));
+    let mut b = a.clone();
+    b.memory_enabled = false;
+    b.cluster_id = Some("sales".into());
+    b.dedup_threshold = 0.85;
+    b.settings = serde_json::json!({});
+    b.created_at = now();
+    b.updated_at = now();
+    s.put_agent(&b).await.unwrap();
+    a.memory_enabled = false;
+    a.cluster_id = Some("sales".into());
+    a.dedup_threshold = 0.85;
+    a.settings = serde_json::json!({});
+    a.updated_at = b.updated_at;
+    assert_eq!(s.get_agent(&t, &id).await.unwrap(), Some(a), "updated; created_at kept");
+    assert!(s.get_agent(&tenant("t2"), &id).await.unwrap().is_none());
+}
+
+pub async fn api_keys(s: Arc<dyn Store>) {
+    let (t1, t2) = (tenant("t1"), tenant("t2"));
+    let base = now() - Duration::hours(1);
+    let key = |id: &str, t: &engram_core::model::TenantId, role: KeyRole, minute: i64| ApiKey {
+        id: id.into(),
+        tenant: t.clone(),
+        role,
+        prefix: format!("egm_{id}"),
+        created_at: base + Duration::minutes(minute),
+        revoked_at: None,
+    };
+    let k1 = key("k1", &t1, KeyRole::Admin, 0);
+    let k2 = key("k2", &t1, KeyRole::Agent(AgentId::parse("bot").unwrap()), 1);
+    let k3 = key("k3", &t2, KeyRole::User(user("alice")), 2);
+    assert_eq!(s.count_active_api_keys().await.unwrap(), 0);
+    for (k, h) in [(&k1, "h1"), (&k2, "h2"), (&k3, "h3")] {
+        s.create_api_key(k, h).await.unwrap();
+    }
+    assert!(
+        s.create_api_key(&key("k4", &t1, KeyRole::Admin, 3), "h1").await.is_err(),
+        "hash unique"
+    );
+    assert_eq!(s.find_api_key("h2").await.unwrap(), Some(k2.clone()));
+    assert_eq!(s.find_api_key("h3").await.unwrap(), Some(k3.clone()));
+    assert!(s.find_api_key("nope").await.unwrap().is_none());
+    assert_eq!(s.list_api_keys(Some(&t1)).await.unwrap(), vec![k1.clone(), k2.clone()]);
+    assert_eq!(s.list_api_keys(None).await.unwrap().len(), 3);
+    assert_eq!(s.count_active_api_keys().await.unwrap(), 3);
+    s.revoke_api_key("k1").await.unwrap();
+    assert!(matches!(s.revoke_api_key("k1").await, Err(Error::NotFound { .. })));
+    assert!(matches!(s.revoke_api_key("unknown").await, Err(Error::NotFound { .. })));
+    assert!(s.find_api_key("h1").await.unwrap().is_none());
+    assert_eq!(s.count_active_api_keys().await.unwrap(), 2);
+    let listed = s.list_api_keys(Some(&t1)).await.unwrap();
+    assert!(listed[0].revoked_at.is_some() && listed[1].revoked_at.is_none());
+}

@@ -1,0 +1,239 @@
+//! The job queue: dedup, claim order, leases, lock keys, retries.
+
+use std::sync::Arc;
+
+use engram_core::error::Error;
+use engram_core::model::{Job, JobKind, JobStatus, TenantId};
+use engram_core::store::Store;
+use time::{Duration, OffsetDateTime};
+
+use crate::harness::{now, tenant, user};
+
+/// A pending job of `t`, runnable at `run_after`.
+pub fn job(
+    t: &TenantId,
+    dedup: Option<&str>,
+    lock: Option<&str>,
+    run_after: OffsetDateTime,
+) -> Job {
+    let mut j = Job::new(t.clone(), Some(user("u")), JobKind::Extract, serde_json::json!({"n": 1}));
+    j.dedup_key = dedup.map(str::to_string);
+    j.lock_key = lock.map(str::to_string);
+    j.run_after = run_after;
+    j.created_at = now();
+    j.updated_at = j.created_at;
+    j
+}
+
+async fn claim(s: &Arc<dyn Store>, at: OffsetDateTime) -> Option<Job> {
+    s.claim_job(at, at + Duration::seconds(60)).await.unwrap()
+}
+
+async fn get(s: &Arc<dyn Store>, t: &TenantId, id: &str) -> Job {
+    s.list_jobs(Some(t), None, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|j| j.id == id)
+        .expect("job listed")
+}
+
+pub async fn enqueue_dedup_and_claim_order(s: Arc<dyn Store>) {
+    let (t, t2) = (tenant("t"), tenant("t2"));
+    let base = now();
+    let j1 = job(&t, Some("extract:c1"), None, base - Duration::seconds(1));
+    assert!(s.enqueue_job(&j1).await.unwrap());
+    assert!(
+        !s.enqueue_job(&job(&t, Some("extract:c1"), None, base)).await.unwrap(),
+        "pending duplicate"
+    );
+    assert!(!s.enqueue_job(&j1).await.unwrap(), "same id again");
+    let j2 = job(&t2, Some("extract:c1"), None, base - Duration::seconds(3));
+    assert!(s.enqueue_job(&j2).await.unwrap(), "dedup keys are per tenant");
+    let j3 = job(&t, None, None, base - Duration::seconds(2));
+    assert!(s.enqueue_job(&j3).await.unwrap());
+    let j4 = job(&t, None, None, base - Duration::seconds(2));
+    assert!(s.enqueue_job(&j4).await.unwrap());
+    let later = job(&t, None, None, base + Duration::hours(1));
+    assert!(s.enqueue_job(&later).await.unwrap());
+    assert_eq!(s.list_jobs(Some(&t), Some(JobStatus::Pending), 100).await.unwrap().len(), 4);
+
+    // Oldest run_after first, then id; any tenant; not before run_after.
+    let (first_equal, second_equal) = if j3.id < j4.id { (&j3, &j4) } else { (&j4, &j3) };
+    let lease = base + Duration::seconds(60);
+    let order = [&j2, first_equal, second_equal, &j1];
+    for want in order {
+        let got = s.claim_job(base, lease).await.unwrap().expect("a runnable job");
+        assert_eq!(got.id, want.id);
+        assert_eq!(
+            (got.status, got.attempts, got.lease_until),
+            (JobStatus::Running, 1, Some(lease))
+        );
+        assert_eq!(
+            (got.tenant_id.clone(), got.payload.clone()),
+            (want.tenant_id.clone(), want.payload.clone())
+        );
+    }
+    assert!(claim(&s, base).await.is_none(), "the later job is not due");
+    // A running job no longer holds its dedup key: a new turn may queue behind it.
+    let next = job(&t, Some("extract:c1"), None, base);
+    assert!(s.enqueue_job(&next).await.unwrap());
+    for j in order {
+        s.complete_job(&j.id).await.unwrap();
+    }
+    assert_eq!(claim(&s, base + Duration::hours(2)).await.map(|j| j.id), Some(next.id));
+    assert_eq!(claim(&s, base + Duration::hours(2)).await.map(|j| j.id), Some(later.id));
+    let st = s.stats(&t).await.unwrap();
+    assert_eq!((st.jobs_pending, st.jobs_running, st.jobs_done), (0, 2, 3));
+}
+
+pub async fn lease_expiry_reclaims(s: Arc<dyn Store>) {
+    let t = tenant("t");
+    let base = now();
+    let j = job(&t, None, None, base);
+    s.enqueue_job(&j).await.unwrap();
+    let got = s.claim_job(base, base + Duration::seconds(10)).await.unwrap().unwrap();
+    assert_eq!((got.id.clone(), got.attempts), (j.id.clone(), 1));
+    assert!(
+        s.claim_job(base + Duration::seconds(5), base + Duration::seconds(15))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The worker died: after the lease, another worker takes the job over.
+    let again = s
+        .claim_job(base + Duration::seconds(11), base + Duration::seconds(21))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (again.id.clone(), again.attempts, again.status),
+        (j.id.clone(), 2, JobStatus::Running)
+    );
+    // A heartbeat extends the lease.
+    s.heartbeat_job(&j.id, base + Duration::seconds(100)).await.unwrap();
+    assert!(claim(&s, base + Duration::seconds(30)).await.is_none());
+    s.complete_job(&j.id).await.unwrap();
+    let done = get(&s, &t, &j.id).await;
+    assert_eq!((done.status, done.lease_until, done.last_error), (JobStatus::Done, None, None));
+    assert!(claim(&s, base + Duration::seconds(200)).await.is_none());
+    s.heartbeat_job(&j.id, base + Duration::seconds(300)).await.unwrap();
+    assert_eq!(
+        get(&s, &t, &j.id).await.status,
+        JobStatus::Done,
+        "a heartbeat does not revive a job"
+    );
+    s.heartbeat_job("unknown", base).await.unwrap();
+    s.complete_job("unknown").await.unwrap();
+}
+
+pub async fn lock_key_is_exclusive(s: Arc<dyn Store>) {
+    let (t, t2) = (tenant("t"), tenant("t2"));
+    let base = now();
+    let j1 = job(&t, Some("a"), Some("conv:c1"), base - Duration::seconds(4));
+    let j2 = job(&t, Some("b"), Some("conv:c1"), base - Duration::seconds(3));
+    let j3 = job(&t2, Some("a"), Some("conv:c1"), base - Duration::seconds(2));
+    let j4 = job(&t, Some("c"), Some("conv:c2"), base - Duration::seconds(1));
+    for j in [&j1, &j2, &j3, &j4] {
+        assert!(s.enqueue_job(j).await.unwrap());
+    }
+    let lease = base + Duration::seconds(60);
+    let mut got = Vec::new();
+    while let Some(j) = s.claim_job(base, lease).await.unwrap() {
+        got.push(j.id);
+        assert!(got.len() < 10);
+    }
+    assert_eq!(
+        got,
+        vec![j1.id.clone(), j3.id.clone(), j4.id.clone()],
+        "j2 waits for j1 (same tenant and key)"
+    );
+    s.complete_job(&j1.id).await.unwrap();
+    assert_eq!(claim(&s, base).await.map(|j| j.id), Some(j2.id.clone()));
+    assert!(claim(&s, base).await.is_none());
+    // A running job whose lease expired no longer holds its key.
+    let j5 = job(&t, Some("d"), Some("conv:c2"), base);
+    s.enqueue_job(&j5).await.unwrap();
+    let after = lease + Duration::seconds(1);
+    let mut ids = Vec::new();
+    while let Some(j) = s.claim_job(after, after + Duration::seconds(60)).await.unwrap() {
+        ids.push(j.id);
+        assert!(ids.len() < 10);
+    }
+    // j3, j4 and j2 expired and are taken over (oldest first); j5 waits for j4 (same key).
+    assert_eq!(ids, vec![j2.id.clone(), j3.id.clone(), j4.id.clone()]);
+    s.fail_job(&j4.id, "boom", None).await.unwrap();
+    assert_eq!(claim(&s, after).await.map(|j| j.id), Some(j5.id));
+}
+
+pub async fn retry_backoff_fail_list(s: Arc<dyn Store>) {
+    let (t, t2) = (tenant("t"), tenant("t2"));
+    let base = now();
+    let j = job(&t, Some("extract:c9"), None, base);
+    s.enqueue_job(&j).await.unwrap();
+    claim(&s, base).await.unwrap();
+    // Back off: pending again at retry_at, with the error.
+    s.fail_job(&j.id, "timeout", Some(base + Duration::seconds(60))).await.unwrap();
+    let got = get(&s, &t, &j.id).await;
+    assert_eq!(
+        (got.status, got.run_after, got.lease_until, got.last_error.as_deref(), got.attempts),
+        (JobStatus::Pending, base + Duration::seconds(60), None, Some("timeout"), 1)
+    );
+    assert!(claim(&s, base + Duration::seconds(30)).await.is_none());
+    let again = claim(&s, base + Duration::seconds(61)).await.unwrap();
+    assert_eq!((again.id.clone(), again.attempts), (j.id.clone(), 2));
+    // Out of attempts: failed for good, visible, and can be re-run.
+    s.fail_job(&j.id, "timeout again", None).await.unwrap();
+    let failed = s.list_jobs(Some(&t), Some(JobStatus::Failed), 10).await.unwrap();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(
+        (failed[0].id.clone(), failed[0].last_error.as_deref()),
+        (j.id.clone(), Some("timeout again"))
+    );
+    assert!(claim(&s, base + Duration::hours(1)).await.is_none());
+    let st = s.stats(&t).await.unwrap();
+    assert_eq!((st.jobs_failed, st.extractions_failed), (1, 1));
+    assert!(matches!(s.retry_job(Some(&t2), &j.id).await, Err(Error::NotFound { .. })));
+    assert!(matches!(s.retry_job(Some(&t), "unknown").await, Err(Error::NotFound { .. })));
+    s.retry_job(Some(&t), &j.id).await.unwrap();
+    let got = get(&s, &t, &j.id).await;
+    assert_eq!((got.status, got.attempts, got.last_error), (JobStatus::Pending, 0, None));
+    assert!(
+        matches!(s.retry_job(None, &j.id).await, Err(Error::NotFound { .. })),
+        "only failed jobs"
+    );
+    let real_now = OffsetDateTime::now_utc() + Duration::seconds(1);
+    let retried = s.claim_job(real_now, real_now + Duration::seconds(60)).await.unwrap().unwrap();
+    assert_eq!((retried.id.clone(), retried.attempts), (j.id.clone(), 1));
+    s.complete_job(&j.id).await.unwrap();
+    assert_eq!(s.stats(&t).await.unwrap().extractions_done, 1);
+
+    // A retry that would duplicate a newer pending job closes the old one instead.
+    let a = job(&t, Some("extract:c7"), None, base);
+    s.enqueue_job(&a).await.unwrap();
+    assert_eq!(claim(&s, base).await.map(|j| j.id), Some(a.id.clone()));
+    let b = job(&t, Some("extract:c7"), None, base);
+    assert!(s.enqueue_job(&b).await.unwrap());
+    s.fail_job(&a.id, "transient", Some(base + Duration::seconds(5))).await.unwrap();
+    let closed = get(&s, &t, &a.id).await;
+    assert_eq!(closed.status, JobStatus::Done);
+    assert!(closed.last_error.unwrap_or_default().contains("transient"));
+    assert_eq!(get(&s, &t, &b.id).await.status, JobStatus::Pending);
+    // Re-running a failed job whose key a pending job holds is refused the same way.
+    assert_eq!(claim(&s, base).await.map(|j| j.id), Some(b.id.clone()));
+    s.fail_job(&b.id, "fatal", None).await.unwrap();
+    let c = job(&t, Some("extract:c7"), None, base);
+    assert!(s.enqueue_job(&c).await.unwrap());
+    assert!(matches!(s.retry_job(Some(&t), &b.id).await, Err(Error::NotFound { .. })));
+    assert_eq!(get(&s, &t, &b.id).await.status, JobStatus::Failed);
+
+    // Listing: newest first, per tenant or all, limited.
+    let listed = s.list_jobs(Some(&t), None, 100).await.unwrap();
+    assert!(listed.windows(2).all(|w| (w[0].created_at, &w[0].id) >= (w[1].created_at, &w[1].id)));
+    assert_eq!(listed.len(), 4);
+    assert_eq!(s.list_jobs(Some(&t), None, 2).await.unwrap(), listed[..2].to_vec());
+    s.enqueue_job(&job(&t2, None, None, base)).await.unwrap();
+    assert_eq!(s.list_jobs(None, None, 100).await.unwrap().len(), 5);
+    assert_eq!(s.list_jobs(Some(&t2), None, 100).await.unwrap().len(), 1);
+    assert_eq!(s.list_jobs(None, Some(JobStatus::Running), 100).await.unwrap().len(), 0);
+}

@@ -1,0 +1,162 @@
+//! What only the PostgreSQL store has: the HNSW path for very large scopes, migrations
+//! shared by several processes.
+
+use std::sync::Arc;
+
+use engram_core::error::Error;
+use engram_core::model::{Category, MemoryId};
+use engram_core::store::{MemoryFilter, Store};
+use sqlx::Row;
+
+use crate::harness::{
+    Backend, Fixture, MODEL, dot, memory, new_row, normalize, tenant, unit, user,
+};
+
+/// A clustered data set (like real embeddings), queried through the HNSW index: results
+/// must be close to the exact answer (recall@10 ≥ 0.9) and never short under a filter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hnsw_path_for_very_large_scopes() {
+    let f = Fixture::new(Backend::Postgres).await;
+    let pg = f.pg();
+    let s: Arc<dyn Store> = pg.clone();
+    let t = tenant("t");
+    let u = user("u");
+    let dims = 32;
+    s.ensure_embedding_space(MODEL, dims).await.unwrap();
+    let centres: Vec<Vec<f32>> = (0..40).map(|c| unit(dims, 5000 + c)).collect();
+    let mut rows = Vec::new();
+    let mut vectors = Vec::new();
+    for i in 0..3000u64 {
+        let c = &centres[(i % 40) as usize];
+        let noise = unit(dims, 90_000 + i);
+        let v = normalize(c.iter().zip(&noise).map(|(a, b)| a + 0.6 * b).collect());
+        let mut m = memory(&t, &u, &format!("row {i}"));
+        m.category = Category::ALL[(i % 6) as usize];
+        vectors.push((m.id, m.category, v.clone()));
+        rows.push(new_row(m, Some(v)));
+    }
+    for chunk in rows.chunks(500) {
+        s.insert_memories(&t, chunk.to_vec()).await.unwrap();
+    }
+    sqlx::query("ANALYZE memories").execute(pg.pool()).await.unwrap();
+    pg.set_exact_scan_limit(0);
+
+    let all = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+    let facts = MemoryFilter { categories: Some(vec![Category::Fact]), ..all.clone() };
+    let mut found = 0usize;
+    let mut total = 0usize;
+    for qi in 0..20u64 {
+        let q = normalize(
+            centres[(qi * 7 % 40) as usize]
+                .iter()
+                .zip(unit(dims, 7_000 + qi))
+                .map(|(a, b)| a + 0.6 * b)
+                .collect(),
+        );
+        for (filter, cat) in [(&all, None), (&facts, Some(Category::Fact))] {
+            let got = s.vector_search(&t, filter, &q, 10).await.unwrap();
+            let mut exact: Vec<(MemoryId, f32)> = vectors
+                .iter()
+                .filter(|(_, c, _)| cat.is_none_or(|x| x == *c))
+                .map(|(id, _, v)| (*id, dot(v, &q)))
+                .collect();
+            exact.sort_by(|a, b| b.1.total_cmp(&a.1));
+            exact.truncate(10);
+            assert_eq!(got.len(), 10, "the iterative scan fills the page under a filter");
+            assert!(got.windows(2).all(|w| w[0].1 >= w[1].1));
+            found += got.iter().filter(|g| exact.iter().any(|e| e.0 == g.0)).count();
+            total += 10;
+        }
+    }
+    let recall = found as f64 / total as f64;
+    assert!(recall >= 0.9, "recall@10 through HNSW: {recall}");
+
+    // The index path really uses the index (and the default path never does).
+    let mut tx = pg.pool().begin().await.unwrap();
+    sqlx::query("SET LOCAL hnsw.iterative_scan = strict_order").execute(&mut *tx).await.unwrap();
+    let plan: Vec<String> = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN SELECT id FROM memories WHERE tenant_id = 't' AND user_id = 'u' AND superseded_at IS NULL \
+         AND vector_dims(embedding) = {dims} ORDER BY (embedding::vector({dims})) <#> (SELECT embedding FROM memories LIMIT 1)::vector({dims}) LIMIT 10"
+    )))
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get::<String, _>(0))
+    .collect();
+    assert!(plan.iter().any(|l| l.contains(&format!("memories_hnsw_{dims}"))), "{plan:#?}");
+    tx.rollback().await.unwrap();
+    f.finish().await;
+}
+
+/// Several processes starting at once migrate once; a newer schema is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrations_under_concurrency_and_newer_schema_refused() {
+    let f = Fixture::new(Backend::Postgres).await;
+    let url = f.pg_url();
+    // A second, empty database for the race.
+    let race_db =
+        format!("{}_race", url.rsplit('/').next().unwrap_or("x").split('?').next().unwrap_or("x"));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {race_db}")))
+        .execute(f.pg().pool())
+        .await
+        .unwrap();
+    let race_url = {
+        let (base, _) = url.rsplit_once('/').unwrap();
+        format!("{base}/{race_db}")
+    };
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let u = race_url.clone();
+        tasks.push(tokio::spawn(async move { engram_store::open_postgres(&u).await.map(|_| ()) }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    let race = engram_store::open_postgres(&race_url).await.unwrap();
+    let n: i64 = sqlx::query("SELECT count(*) FROM schema_migrations")
+        .fetch_one(race.pool())
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, engram_store::migrate::POSTGRES.len() as i64);
+    sqlx::query(
+        "INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, 'future', now())",
+    )
+    .execute(race.pool())
+    .await
+    .unwrap();
+    race.pool().close().await;
+    match engram_store::open_postgres(&race_url).await {
+        Err(Error::Unprocessable(m)) => assert!(m.contains("upgrade engram"), "{m}"),
+        Err(e) => panic!("unexpected error: {e:?}"),
+        Ok(_) => panic!("a newer schema was accepted"),
+    }
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE {race_db} WITH (FORCE)")))
+        .execute(f.pg().pool())
+        .await
+        .unwrap();
+    // Bad URLs and unreachable servers are clear errors, not panics.
+    assert!(matches!(engram_store::open_postgres("not a url").await, Err(Error::Unprocessable(_))));
+    assert!(matches!(
+        engram_store::open_postgres("postgres://nobody@127.0.0.1:1/none").await,
+        Err(Error::Unprocessable(_))
+    ));
+    f.finish().await;
+}
+
+/// Text PostgreSQL cannot store is an input error, not an internal one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nul_characters_are_invalid_input() {
+    let f = Fixture::new(Backend::Postgres).await;
+    let s = f.store.clone();
+    let t = tenant("t");
+    let u = user("u");
+    let r = s.insert_memories(&t, vec![new_row(memory(&t, &u, "a\u{0}b"), None)]).await;
+    assert!(matches!(r, Err(Error::InvalidInput { .. })), "{r:?}");
+    let mut m = memory(&t, &u, "fine");
+    m.metadata = serde_json::json!({"k": "a\u{0}b"});
+    let r = s.insert_memories(&t, vec![new_row(m, None)]).await;
+    assert!(matches!(r, Err(Error::InvalidInput { .. })), "{r:?}");
+    f.finish().await;
+}

@@ -1,0 +1,345 @@
+//! Vector search (exact, equal to brute force under every filter) and keyword search.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use engram_core::error::Error;
+use engram_core::model::{Category, EventKind, Kind, Memory, MemoryId, MessageRole};
+use engram_core::store::{MemoryFilter, Store};
+use time::{Duration, OffsetDateTime};
+
+use crate::harness::{
+    MODEL, dot, event, memory, message, new_row, normalize, now, tenant, unit, user,
+};
+
+/// Rows a vector search may return for `f` (the user's active, unexpired rows with a
+/// vector, admitted by the filter), as a brute-force scan sees them.
+fn admits(f: &MemoryFilter, m: &Memory, at: OffsetDateTime) -> bool {
+    Some(&m.user_id) == f.user_id.as_ref()
+        && m.superseded_at.is_none()
+        && m.expires_at.is_none_or(|e| e > at)
+        && f.pool.as_ref().is_none_or(|p| {
+            m.pool.as_deref() == Some(p.as_str()) || m.pool.is_none() || m.kind == Kind::Shared
+        })
+        && f.kinds.as_ref().is_none_or(|k| k.contains(&m.kind))
+        && f.categories.as_ref().is_none_or(|c| c.contains(&m.category))
+        && f.since.is_none_or(|s| m.observed_at >= s)
+        && f.until.is_none_or(|u| m.observed_at < u)
+}
+
+/// `got` equals the brute-force top k: same scores position by position, and the same ids
+/// except where two scores tie (within float noise).
+fn assert_top_k(
+    got: &[(MemoryId, f32)],
+    rows: &[(Memory, Vec<f32>)],
+    f: &MemoryFilter,
+    q: &[f32],
+    k: usize,
+) {
+    let at = OffsetDateTime::now_utc();
+    let mut want: Vec<(MemoryId, f32)> =
+        rows.iter().filter(|(m, _)| admits(f, m, at)).map(|(m, v)| (m.id, dot(v, q))).collect();
+    want.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    want.truncate(k);
+    assert_eq!(got.len(), want.len(), "result size for {f:?}");
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!((g.1 - w.1).abs() < 1e-4, "score at {i}: got {g:?}, want {w:?} ({f:?})");
+        if g.0 != w.0 {
+            let tie = want.iter().any(|x| x.0 == g.0 && (x.1 - w.1).abs() < 1e-5);
+            assert!(tie, "id at {i}: got {g:?}, want {w:?} ({f:?})");
+        }
+    }
+    assert!(got.windows(2).all(|w| w[0].1 >= w[1].1), "best first");
+}
+
+pub async fn vector_search_equals_brute_force(s: Arc<dyn Store>) {
+    let (t, t2) = (tenant("t"), tenant("t2"));
+    let (u, u2) = (user("u"), user("u2"));
+    let dims = 12;
+    s.ensure_embedding_space(MODEL, dims).await.unwrap();
+    let base = now() - Duration::days(30);
+    let pools = [Some("agent:a"), Some("agent:b"), Some("cluster:c"), None];
+    let mut rows: Vec<(Memory, Vec<f32>)> = Vec::new();
+    let mut batch = Vec::new();
+    for i in 0..240u64 {
+        let mut m = memory(&t, &u, &format!("memory {i}"));
+        m.pool = pools[(i % 4) as usize].map(str::to_string);
+        m.kind = if i % 7 == 0 { Kind::Shared } else { Kind::Knowledge };
+        m.category = Category::ALL[(i % 6) as usize];
+        m.observed_at = base + Duration::hours(i as i64 * 3);
+        if i % 23 == 0 {
+            m.expires_at = Some(now() - Duration::minutes(5));
+        } else if i % 29 == 0 {
+            m.expires_at = Some(now() + Duration::days(1));
+        }
+        // Some exact duplicates, to exercise ties.
+        let v = if i % 40 == 1 { unit(dims, 1) } else { unit(dims, 1000 + i) };
+        let row = new_row(m, Some(v.clone()));
+        rows.push((row.memory.clone(), v));
+        batch.push(row);
+    }
+    s.insert_memories(&t, batch).await.unwrap();
+    // Profile facts (no vector), another user and another tenant with vectors equal to the
+    // queries: none of them may ever show up.
+    let mut noise = Vec::new();
+    for q in 0..5u64 {
+        let mut p = memory(&t, &u, "profile");
+        p.kind = Kind::Profile;
+        p.key = Some(format!("k{q}"));
+        noise.push(new_row(p, None));
+        noise.push(new_row(memory(&t, &u2, "other user"), Some(unit(dims, q))));
+    }
+    s.insert_memories(&t, noise).await.unwrap();
+    s.insert_memories(&t2, vec![new_row(memory(&t2, &u, "other tenant"), Some(unit(dims, 0)))])
+        .await
+        .unwrap();
+    // Forget a few rows: they leave the index.
+    for (m, _) in rows.iter_mut().filter(|(m, _)| m.content.ends_with('5')) {
+        s.supersede(&t, m.id, None, event(m.id, EventKind::Forgotten, None)).await.unwrap();
+        m.superseded_at = Some(now());
+    }
+
+    let all = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+    let filters = vec![
+        all.clone(),
+        MemoryFilter { pool: Some("agent:a".into()), ..all.clone() },
+        MemoryFilter {
+            pool: Some("cluster:c".into()),
+            kinds: Some(vec![Kind::Knowledge]),
+            ..all.clone()
+        },
+        MemoryFilter { kinds: Some(vec![Kind::Shared]), ..all.clone() },
+        MemoryFilter { categories: Some(vec![Category::Fact, Category::Decision]), ..all.clone() },
+        MemoryFilter {
+            since: Some(base + Duration::days(10)),
+            until: Some(base + Duration::days(20)),
+            ..all.clone()
+        },
+        MemoryFilter {
+            pool: Some("agent:b".into()),
+            categories: Some(vec![Category::Preference]),
+            since: Some(base + Duration::days(3)),
+            ..all.clone()
+        },
+        MemoryFilter { categories: Some(vec![]), ..all.clone() },
+    ];
+    for qi in 0..5u64 {
+        let q = unit(dims, qi);
+        for f in &filters {
+            for k in [1, 10, 1000] {
+                let got = s.vector_search(&t, f, &q, k).await.unwrap();
+                assert_top_k(&got, &rows, f, &q, k);
+            }
+        }
+    }
+    // include_superseded does not bring superseded rows into a vector search.
+    let q = unit(dims, 7);
+    let with = MemoryFilter { include_superseded: true, ..all.clone() };
+    assert_eq!(
+        s.vector_search(&t, &with, &q, 1000).await.unwrap(),
+        s.vector_search(&t, &all, &q, 1000).await.unwrap()
+    );
+    // A non-unit query: scores are inner products (the cosine for unit vectors).
+    let big: Vec<f32> = unit(dims, 3).iter().map(|x| x * 3.0).collect();
+    let got = s.vector_search(&t, &all, &big, 5).await.unwrap();
+    assert_top_k(&got, &rows, &all, &big, 5);
+    // Degenerate input: never a panic.
+    assert!(matches!(
+        s.vector_search(&t, &MemoryFilter::default(), &q, 10).await,
+        Err(Error::InvalidInput { .. })
+    ));
+    assert!(s.vector_search(&t, &all, &q, 0).await.unwrap().is_empty());
+    assert!(s.vector_search(&t, &all, &normalize(vec![1.0; 5]), 10).await.unwrap().is_empty());
+    assert!(s.vector_search(&t, &all, &[], 10).await.unwrap().is_empty());
+    let nobody = MemoryFilter { user_id: Some(user("nobody")), ..Default::default() };
+    assert!(s.vector_search(&t, &nobody, &q, 10).await.unwrap().is_empty());
+}
+
+async fn ids_of(
+    s: &Arc<dyn Store>,
+    t: &engram_core::model::TenantId,
+    f: &MemoryFilter,
+    q: &str,
+) -> Vec<MemoryId> {
+    let hits = s.text_search(t, f, q, 50).await.unwrap();
+    assert!(hits.windows(2).all(|w| w[0].1 >= w[1].1), "best first for {q:?}");
+    assert!(
+        hits.iter().all(|h| h.1.is_finite() && h.1 > 0.0),
+        "higher is better, positive: {hits:?}"
+    );
+    hits.into_iter().map(|h| h.0).collect()
+}
+
+pub async fn text_search_keywords_any_language(s: Arc<dyn Store>) {
+    let t = tenant("t");
+    let u = user("u");
+    let texts = [
+        "Alice works as a doctor in Berlin",
+        "The user drinks green tea every morning",
+        "Der Nutzer wohnt in München",
+        "Пользователь живёт в Москве",
+        "ユーザーは東京に住んでいます",
+        "Bob's café is on the rue de Rivoli",
+        "The user is allergic to peanuts",
+        "The user prefers dark mode in the editor",
+    ];
+    let mut rows = Vec::new();
+    for (i, text) in texts.iter().enumerate() {
+        let mut m = memory(&t, &u, text);
+        m.category = if i % 2 == 0 { Category::Fact } else { Category::Preference };
+        rows.push(new_row(m, None));
+    }
+    s.insert_memories(&t, rows.clone()).await.unwrap();
+    s.insert_memories(&t, vec![new_row(memory(&t, &user("v"), "Another doctor lives here"), None)])
+        .await
+        .unwrap();
+    let id = |i: usize| rows[i].memory.id;
+    let all = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+
+    assert_eq!(ids_of(&s, &t, &all, "doctor").await, vec![id(0)]);
+    assert_eq!(
+        ids_of(&s, &t, &all, "Who is the DOCTOR?").await,
+        vec![id(0)],
+        "function words ignored"
+    );
+    assert_eq!(ids_of(&s, &t, &all, "what does the user drink? tea").await[0], id(1));
+    assert_eq!(ids_of(&s, &t, &all, "münchen").await, vec![id(2)]);
+    assert_eq!(ids_of(&s, &t, &all, "MUNCHEN").await, vec![id(2)], "diacritics and case folded");
+    assert_eq!(ids_of(&s, &t, &all, "москве").await, vec![id(3)]);
+    assert_eq!(ids_of(&s, &t, &all, "МОСКВЕ").await, vec![id(3)]);
+    assert_eq!(ids_of(&s, &t, &all, "ユーザーは東京に住んでいます").await, vec![id(4)]);
+    assert_eq!(ids_of(&s, &t, &all, "cafe").await, vec![id(5)]);
+    assert_eq!(ids_of(&s, &t, &all, "Café?").await, vec![id(5)]);
+    assert_eq!(ids_of(&s, &t, &all, "peanuts allergy").await, vec![id(6)]);
+    // More matching terms rank higher.
+    let hits = ids_of(&s, &t, &all, "user dark editor").await;
+    assert_eq!(hits[0], id(7));
+    assert_eq!(hits.iter().collect::<BTreeSet<_>>(), [id(1), id(6), id(7)].iter().collect());
+    assert!(ids_of(&s, &t, &all, "zebra").await.is_empty());
+    // Filters and scope.
+    let prefs = MemoryFilter { categories: Some(vec![Category::Preference]), ..all.clone() };
+    assert_eq!(
+        ids_of(&s, &t, &prefs, "user").await.iter().collect::<BTreeSet<_>>(),
+        [id(1), id(7)].iter().collect()
+    );
+    assert!(ids_of(&s, &t, &all, "another").await.is_empty(), "other users' rows");
+    let tenant_wide = MemoryFilter::default();
+    assert_eq!(s.text_search(&t, &tenant_wide, "doctor", 10).await.unwrap().len(), 2);
+    assert!(s.text_search(&tenant("t2"), &tenant_wide, "doctor", 10).await.unwrap().is_empty());
+    assert_eq!(s.text_search(&t, &all, "user", 1).await.unwrap().len(), 1);
+    assert!(s.text_search(&t, &all, "user", 0).await.unwrap().is_empty());
+    // Superseded rows only with include_superseded.
+    s.supersede(&t, id(0), None, event(id(0), EventKind::Forgotten, None)).await.unwrap();
+    assert!(ids_of(&s, &t, &all, "doctor").await.is_empty());
+    let with = MemoryFilter { include_superseded: true, ..all.clone() };
+    assert_eq!(ids_of(&s, &t, &with, "doctor").await, vec![id(0)]);
+
+    // Messages: content and tool names, one user.
+    let mut tool = message(&t, &u, "c1", MessageRole::Tool, "");
+    tool.tool_name = Some("weather_lookup".into());
+    let msgs = vec![
+        message(&t, &u, "c1", MessageRole::User, "I love hiking in the Alps"),
+        message(&t, &u, "c1", MessageRole::Assistant, "Hiking is great; the Alps are beautiful"),
+        tool,
+    ];
+    let stored = s.append_messages(&t, msgs).await.unwrap();
+    s.append_messages(&t, vec![message(&t, &user("v"), "c2", MessageRole::User, "hiking too")])
+        .await
+        .unwrap();
+    // Filler, so that "hiking" stays under half of all messages: the SQLite store counts
+    // document frequencies over the whole table, PostgreSQL over the searched scope.
+    let filler = (0..4)
+        .map(|i| message(&t, &user("w"), "c3", MessageRole::User, &format!("lorem ipsum {i}")));
+    s.append_messages(&t, filler.collect()).await.unwrap();
+    let hits = s.text_search_messages(&t, &u, "hiking", 10).await.unwrap();
+    assert_eq!(
+        hits.iter().map(|h| h.0).collect::<BTreeSet<_>>(),
+        [stored[0].id, stored[1].id].into_iter().collect()
+    );
+    let hits = s.text_search_messages(&t, &u, "weather", 10).await.unwrap();
+    assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), vec![stored[2].id]);
+    assert!(s.set_message_content(&t, stored[2].id, "Sunny in Zermatt").await.unwrap());
+    let hits = s.text_search_messages(&t, &u, "zermatt", 10).await.unwrap();
+    assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), vec![stored[2].id]);
+    assert!(s.text_search_messages(&t, &user("w"), "hiking", 10).await.unwrap().is_empty());
+}
+
+pub async fn text_search_drops_common_terms(s: Arc<dyn Store>) {
+    let t = tenant("t");
+    let u = user("u");
+    let words = ["apple", "banana", "cherry", "damson", "elderberry", "fig"];
+    let rows: Vec<_> = words
+        .iter()
+        .map(|w| new_row(memory(&t, &u, &format!("engram remembers {w}")), None))
+        .collect();
+    s.insert_memories(&t, rows.clone()).await.unwrap();
+    let all = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+    // "engram" and "remembers" are in every row: no information, dropped.
+    assert!(ids_of(&s, &t, &all, "engram").await.is_empty());
+    assert!(ids_of(&s, &t, &all, "engram remembers").await.is_empty());
+    assert_eq!(ids_of(&s, &t, &all, "engram fig").await, vec![rows[5].memory.id]);
+    assert_eq!(ids_of(&s, &t, &all, "Fig, cherry").await.len(), 2);
+}
+
+pub async fn text_search_never_a_syntax_error(s: Arc<dyn Store>) {
+    let t = tenant("t");
+    let u = user("u");
+    s.insert_memories(
+        &t,
+        vec![new_row(memory(&t, &u, "The user likes NEAR field AND bits OR stars*"), None)],
+    )
+    .await
+    .unwrap();
+    s.append_messages(&t, vec![message(&t, &u, "c", MessageRole::User, "some words")])
+        .await
+        .unwrap();
+    let all = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+    let queries = [
+        "",
+        "   ",
+        "\"",
+        "\"unbalanced",
+        "NEAR(a b)",
+        "a AND OR NOT b",
+        "*",
+        "stars*",
+        "col:val",
+        "'; DROP TABLE memories; --",
+        "((",
+        ")",
+        "^",
+        "🙂🙂",
+        "\\",
+        "a''b",
+        "x & y | !z",
+        "<->",
+        ":*",
+        "near/2",
+        "-",
+        "+x -y",
+        "{a}",
+        "[a]",
+        "\u{0}",
+        "a\u{0}b",
+        "ﷺ",
+        "x\u{301}",
+        "\u{200b}",
+        "’",
+        "1e10",
+        "0x1F",
+        "NULL",
+        "%",
+        "_",
+        "$1",
+        "?",
+    ];
+    for q in queries {
+        let r = s.text_search(&t, &all, q, 10).await;
+        assert!(r.is_ok(), "text_search({q:?}): {r:?}");
+        let r = s.text_search_messages(&t, &u, q, 10).await;
+        assert!(r.is_ok(), "text_search_messages({q:?}): {r:?}");
+    }
+    let long = "word ".repeat(5000);
+    assert!(s.text_search(&t, &all, &long, 10).await.is_ok());
+    assert_eq!(s.text_search(&t, &all, "near AND stars", 10).await.unwrap().len(), 1);
+}

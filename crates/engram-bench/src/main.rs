@@ -17,6 +17,7 @@ mod locomo;
 mod remember;
 mod report;
 mod search;
+mod text_sql;
 
 use std::path::PathBuf;
 

@@ -88,6 +88,10 @@ pub struct Args {
     /// text search, load the candidates, touch the hits), calling the store directly.
     #[arg(long)]
     breakdown: bool,
+    /// Also time the store's full-text SQL against the same statement with the FTS table
+    /// forced first (see `text_sql.rs`).
+    #[arg(long)]
+    text_sql: bool,
     /// How the scope is filled.
     #[arg(long, value_enum, default_value = "engine")]
     fill: Fill,
@@ -118,6 +122,7 @@ struct ScopeResult {
     http: Option<Latency>,
     http_mean_hits: Option<f64>,
     breakdown: Option<Vec<(String, Latency)>>,
+    text_sql: Option<crate::text_sql::TextSql>,
     /// The HTTP p95 target for this scope, if the brief sets one (ms).
     http_p95_target_ms: Option<f64>,
 }
@@ -303,6 +308,7 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
             http: None,
             http_mean_hits: None,
             breakdown: None,
+            text_sql: None,
             http_p95_target_ms: target(n),
         };
         if a.fill == Fill::Http {
@@ -325,6 +331,9 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
             if a.breakdown {
                 r.breakdown = Some(breakdown(&engine, &queries, a.limit).await?);
             }
+        }
+        if a.text_sql {
+            r.text_sql = Some(crate::text_sql::compare(&data, USER, &queries, 50).await?);
         }
         if a.http && a.fill == Fill::Engine {
             eprintln!("scope {n}: HTTP search…");
@@ -417,6 +426,33 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
             &rows
         )
     );
+    let sql_rows: Vec<Vec<String>> = out
+        .results
+        .iter()
+        .filter_map(|r| {
+            let t = r.text_sql.as_ref()?;
+            Some(vec![
+                r.scope.to_string(),
+                format!("{:.2} / {:.2}", t.store.p50_ms, t.store.p95_ms),
+                format!("{:.2} / {:.2}", t.fts_first.p50_ms, t.fts_first.p95_ms),
+                format!("{} of {}", t.same_results, t.queries),
+            ])
+        })
+        .collect();
+    if !sql_rows.is_empty() {
+        println!("\nfull-text SQL alone, 50 rows (p50 / p95 ms):\n");
+        print!(
+            "{}",
+            report::table(
+                &["memories in scope", "store (JOIN)", "FTS first (CROSS JOIN)", "same ids"],
+                &sql_rows
+            )
+        );
+        if let Some(t) = out.results.iter().find_map(|r| r.text_sql.as_ref()) {
+            println!("\nplan, store: {}", t.plan_store.join("; "));
+            println!("plan, FTS first: {}", t.plan_fts_first.join("; "));
+        }
+    }
     if !breakdown.is_empty() {
         println!("\nsteps of a hybrid search, timed one by one:\n");
         print!(

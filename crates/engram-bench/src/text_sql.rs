@@ -1,0 +1,142 @@
+//! `search --text-sql`: the store's full-text SQL against a forced FTS-first join order.
+//!
+//! On a filled data dir, every benchmark query is turned into the store's FTS5 query (its
+//! own `query_terms`, then its rule of dropping terms found in half the rows or more), and
+//! two statements are timed on a read-only connection of the bundled SQLite:
+//!
+//! - **store**: the statement of `SqliteStore::text_search` (`memories_fts JOIN memories`
+//!   with the scope filter), as the store writes it today;
+//! - **FTS first**: the same statement with `CROSS JOIN`, which makes SQLite run the
+//!   full-text match once and look the matching rows up by rowid, instead of letting the
+//!   planner walk the user's rows through the `memories_scope` index and re-run the match for
+//!   each of them.
+//!
+//! Both must return the same ids (checked); `EXPLAIN QUERY PLAN` of both is reported.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+use sqlx::{Row, SqlitePool};
+
+use crate::report::Latency;
+
+#[derive(Debug, Serialize)]
+pub struct TextSql {
+    pub store: Latency,
+    pub fts_first: Latency,
+    /// Queries whose two answers had the same ids in the same order.
+    pub same_results: usize,
+    pub queries: usize,
+    pub plan_store: Vec<String>,
+    pub plan_fts_first: Vec<String>,
+}
+
+const SQL: &str = "SELECT m.id AS id, bm25(memories_fts) AS score FROM memories_fts {JOIN} memories m \
+     ON m.rowid = memories_fts.rowid WHERE memories_fts MATCH ? AND m.tenant_id = ? AND user_id = ? \
+     AND superseded_at IS NULL AND (expires_at IS NULL OR expires_at > ?) ORDER BY score LIMIT ?";
+
+/// The store's FTS5 query for `q` (see `SqliteStore::informative_query`).
+async fn fts_query(pool: &SqlitePool, q: &str) -> anyhow::Result<Option<String>> {
+    let terms = engram_store::sqlite::query_terms(q);
+    if terms.is_empty() {
+        return Ok(None);
+    }
+    let n: i64 =
+        sqlx::query("SELECT coalesce(max(rowid), 0) FROM memories").fetch_one(pool).await?.get(0);
+    let mut keep = terms.clone();
+    if n >= 4 {
+        for t in &terms {
+            let doc: Option<i64> = sqlx::query("SELECT doc FROM memories_fts_vocab WHERE term = ?")
+                .bind(t)
+                .fetch_optional(pool)
+                .await?
+                .map(|r| r.get(0));
+            if doc.is_some_and(|d| d * 2 >= n) {
+                keep.retain(|k| k != t);
+            }
+        }
+    }
+    if keep.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(keep.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(" OR ")))
+}
+
+async fn plan(pool: &SqlitePool, sql: &str, fq: &str, user: &str) -> anyhow::Result<Vec<String>> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+        .bind(fq)
+        .bind("default")
+        .bind(user)
+        .bind(0i64)
+        .bind(50i64)
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.iter().map(|r| r.get::<String, _>("detail")).collect())
+}
+
+async fn run_one(
+    pool: &SqlitePool,
+    sql: &str,
+    fq: &str,
+    user: &str,
+    k: usize,
+) -> anyhow::Result<(Duration, Vec<String>)> {
+    let now = engram_store::sqlite::ts(time::OffsetDateTime::now_utc());
+    let t = Instant::now();
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+        .bind(fq)
+        .bind("default")
+        .bind(user)
+        .bind(now)
+        .bind(k as i64)
+        .fetch_all(pool)
+        .await?;
+    let elapsed = t.elapsed();
+    Ok((elapsed, rows.iter().map(|r| r.get::<String, _>("id")).collect()))
+}
+
+pub async fn compare(
+    data_dir: &Path,
+    user: &str,
+    queries: &[String],
+    k: usize,
+) -> anyhow::Result<TextSql> {
+    let opts = SqliteConnectOptions::from_str("sqlite://")?
+        .filename(data_dir.join("engram.db"))
+        .read_only(true);
+    let pool = SqlitePoolOptions::new().max_connections(1).connect_with(opts).await?;
+    let store_sql = SQL.replace("{JOIN}", "JOIN");
+    let cross_sql = SQL.replace("{JOIN}", "CROSS JOIN");
+    let mut t_store = Vec::new();
+    let mut t_cross = Vec::new();
+    let mut same = 0;
+    let mut plans = None;
+    for q in queries {
+        let Some(fq) = fts_query(&pool, q).await? else { continue };
+        if plans.is_none() {
+            plans = Some((
+                plan(&pool, &store_sql, &fq, user).await?,
+                plan(&pool, &cross_sql, &fq, user).await?,
+            ));
+        }
+        let (a, ids_a) = run_one(&pool, &store_sql, &fq, user, k).await?;
+        let (b, ids_b) = run_one(&pool, &cross_sql, &fq, user, k).await?;
+        t_store.push(a);
+        t_cross.push(b);
+        same += usize::from(ids_a == ids_b);
+    }
+    pool.close().await;
+    anyhow::ensure!(!t_store.is_empty(), "no query had a full-text part");
+    let (plan_store, plan_fts_first) = plans.unwrap_or_default();
+    Ok(TextSql {
+        store: Latency::of(&t_store),
+        fts_first: Latency::of(&t_cross),
+        same_results: same,
+        queries: t_store.len(),
+        plan_store,
+        plan_fts_first,
+    })
+}

@@ -48,8 +48,8 @@
 //!
 //! `fts` is `to_tsvector('simple', fts_text)`, where `fts_text` is the content split into
 //! words like a query ([`crate::text::index_text`]). The query's terms
-//! ([`crate::text::query_terms`], diacritics folded) become an OR `tsquery` of quoted terms
-//! (never a syntax error). The ranking is BM25 computed in SQL: FTS5's formula with k1 = 1.2,
+//! ([`crate::text::query_terms`], diacritics folded) go through the same `to_tsvector`, and
+//! each resulting lexeme becomes a quoted, escaped `tsquery` term (never a syntax error). The ranking is BM25 computed in SQL: FTS5's formula with k1 = 1.2,
 //! b = 0.75 and lexeme counts as document lengths, with the statistics (row count, average
 //! length, document frequencies) of the user's corpus — every row of the tenant and user, or
 //! of the tenant when the search names no user — rather than the SQLite store's global FTS5
@@ -145,16 +145,6 @@ impl TextScope<'_> {
             }
         }
     }
-}
-
-/// A tsquery literal of quoted terms, OR-ed. Terms are alphanumeric words, but quotes and
-/// backslashes are escaped anyway: the result is never a syntax error.
-fn or_tsquery(terms: &[String]) -> String {
-    terms
-        .iter()
-        .map(|t| format!("'{}'", t.replace('\\', "\\\\").replace('\'', "''")))
-        .collect::<Vec<_>>()
-        .join(" | ")
 }
 
 impl PgStore {
@@ -344,43 +334,44 @@ impl PgStore {
         }
         let now = OffsetDateTime::now_utc();
         let table = scope.table();
-        let tsquery = or_tsquery(&terms);
         // The statistics come from the user's corpus (every row of the tenant and user, as
-        // the SQLite store counts every indexed row), the hits from the filter.
+        // the SQLite store counts every indexed row), the hits from the filter. Document
+        // frequencies are counted per lexeme through the GIN index; only rows matching a kept
+        // (informative) lexeme are unnested for their term frequencies.
         let mut q = QueryBuilder::<Postgres>::new(
-            "WITH lex AS MATERIALIZED (SELECT DISTINCT lexeme FROM unnest(to_tsvector('simple', ",
+            "WITH lex AS MATERIALIZED (SELECT DISTINCT lexeme, \
+             '''' || replace(replace(lexeme, '\\', '\\\\'), '''', '''''') || '''' AS quoted \
+             FROM unnest(to_tsvector('simple', ",
         );
         q.push_bind(terms.join(" ")).push(format!(
-            ")) u), stats AS (SELECT count(*)::float8 AS n, coalesce(avg(length(fts)), 0)::float8 AS avgdl \
-             FROM {table} WHERE "
+            ")) u), stats AS MATERIALIZED (SELECT count(*)::float8 AS n, \
+             coalesce(avg(length(fts)), 0)::float8 AS avgdl FROM {table} WHERE "
         ));
         scope.push_corpus(&mut q, "");
         q.push(format!(
-            "), df AS (SELECT u.lexeme, count(*)::float8 AS df FROM {table} d CROSS JOIN LATERAL unnest(d.fts) u WHERE "
+            "), df AS MATERIALIZED (SELECT l.lexeme, l.quoted, (SELECT count(*) FROM {table} c WHERE "
         ));
-        scope.push_corpus(&mut q, "d.");
-        q.push(" AND d.fts @@ to_tsquery('simple', ")
-            .push_bind(tsquery.clone())
-            .push(
-                ") AND u.lexeme IN (SELECT lexeme FROM lex) GROUP BY u.lexeme), \
-                 kept AS (SELECT df.lexeme, greatest(ln((s.n - df.df + 0.5) / (df.df + 0.5)), 1e-6) AS idf \
-                   FROM df CROSS JOIN stats s WHERE NOT (s.n >= 4 AND df.df * 2 >= s.n)), ",
-            );
+        scope.push_corpus(&mut q, "c.");
+        q.push(
+            " AND c.fts @@ l.quoted::tsquery)::float8 AS df FROM lex l), \
+             kept AS MATERIALIZED (SELECT df.lexeme, df.quoted, \
+               greatest(ln((s.n - df.df + 0.5) / (df.df + 0.5)), 1e-6) AS idf \
+               FROM df CROSS JOIN stats s WHERE df.df > 0 AND NOT (s.n >= 4 AND df.df * 2 >= s.n)), ",
+        );
         q.push(format!(
             "hits AS (SELECT d.id, length(d.fts)::float8 AS dl, u.lexeme, \
              coalesce(array_length(u.positions, 1), 1)::float8 AS tf \
              FROM {table} d CROSS JOIN LATERAL unnest(d.fts) u WHERE "
         ));
         scope.push_where(&mut q, now, "d.");
-        q.push(" AND d.fts @@ to_tsquery('simple', ")
-            .push_bind(tsquery)
-            .push(
-                ") AND u.lexeme IN (SELECT lexeme FROM kept)) \
-                 SELECT h.id, sum(k.idf * (h.tf * 2.2) / (h.tf + 1.2 * (0.25 + 0.75 * h.dl / greatest(s.avgdl, 1)))) AS score \
-                 FROM hits h JOIN kept k USING (lexeme) CROSS JOIN stats s \
-                 GROUP BY h.id ORDER BY score DESC, h.id LIMIT ",
-            )
-            .push_bind(i64::try_from(k).unwrap_or(i64::MAX));
+        q.push(
+            " AND d.fts @@ (SELECT string_agg(quoted, ' | ')::tsquery FROM kept) \
+             AND u.lexeme IN (SELECT lexeme FROM kept)) \
+             SELECT h.id, sum(k.idf * (h.tf * 2.2) / (h.tf + 1.2 * (0.25 + 0.75 * h.dl / greatest(s.avgdl, 1)))) AS score \
+             FROM hits h JOIN kept k USING (lexeme) CROSS JOIN stats s \
+             GROUP BY h.id ORDER BY score DESC, h.id LIMIT ",
+        )
+        .push_bind(i64::try_from(k).unwrap_or(i64::MAX));
         let rows = q.build().fetch_all(&self.pool).await.map_err(db)?;
         rows.iter().map(|r| Ok((col::<Uuid>(r, "id")?, col::<f64>(r, "score")?))).collect()
     }

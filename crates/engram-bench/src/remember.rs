@@ -32,6 +32,9 @@ pub struct Args {
     /// Skip the embed-only baseline pass.
     #[arg(long)]
     no_baseline: bool,
+    /// Facts sampled for the nearest-neighbour cosine statistics (0: skip).
+    #[arg(long, default_value_t = 1000)]
+    nn_sample: usize,
     /// Seed of the synthetic facts.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -54,6 +57,52 @@ struct Output {
     batch_latency: Latency,
     embed_only_seconds: Option<f64>,
     embed_only_per_s: Option<f64>,
+    /// A few deduplicated items: `(new text, the stored fact it was merged into, cosine)`.
+    dedup_examples: Vec<(String, String, f32)>,
+    /// Cosine of each sampled fact to its nearest other sampled fact: percentiles and the
+    /// share at or above the default dedup threshold (0.90).
+    nn_cosine: Option<NnCosine>,
+}
+
+#[derive(Debug, Serialize)]
+struct NnCosine {
+    sample: usize,
+    p50: f32,
+    p90: f32,
+    p99: f32,
+    max: f32,
+    at_or_above_0_90: f64,
+}
+
+/// Nearest-neighbour cosine among the first `n` facts (all distinct texts).
+async fn nn_cosine(
+    embedder: &std::sync::Arc<dyn engram_core::embed::Embedder>,
+    facts: &[String],
+    n: usize,
+) -> anyhow::Result<NnCosine> {
+    let sample = &facts[..n.min(facts.len())];
+    let mut vecs = Vec::new();
+    for c in sample.chunks(256) {
+        vecs.extend(embedder.embed(c).await?);
+    }
+    let mut nn: Vec<f32> = (0..vecs.len())
+        .map(|i| {
+            (0..vecs.len())
+                .filter(|&j| j != i)
+                .map(|j| engram_core::embed::dot(&vecs[i], &vecs[j]))
+                .fold(f32::NEG_INFINITY, f32::max)
+        })
+        .collect();
+    nn.sort_by(f32::total_cmp);
+    let pct = |p: f64| nn[(((p / 100.0) * nn.len() as f64).ceil() as usize).clamp(1, nn.len()) - 1];
+    Ok(NnCosine {
+        sample: nn.len(),
+        p50: pct(50.0),
+        p90: pct(90.0),
+        p99: pct(99.0),
+        max: nn.last().copied().unwrap_or(f32::NAN),
+        at_or_above_0_90: nn.iter().filter(|&&c| c >= 0.90).count() as f64 / nn.len() as f64,
+    })
 }
 
 pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
@@ -80,6 +129,7 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
 
     let mut added = 0;
     let mut deduplicated = 0;
+    let mut dedup_examples = Vec::new();
     let mut batch_times: Vec<Duration> = Vec::with_capacity(chunks.len());
     let total = Instant::now();
     for c in &chunks {
@@ -94,10 +144,16 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
         let t = Instant::now();
         let out = engine.remember_batch(&p, inputs, a.dedup).await?;
         batch_times.push(t.elapsed());
-        for r in out {
+        for (r, text) in out.into_iter().zip(c.iter()) {
             match r.decision {
                 Decision::Add | Decision::Update => added += 1,
-                Decision::None => deduplicated += 1,
+                Decision::None => {
+                    deduplicated += 1;
+                    if dedup_examples.len() < 8 {
+                        let sim = r.similarity.unwrap_or(f32::NAN);
+                        dedup_examples.push((text.clone(), r.memory.content, sim));
+                    }
+                }
             }
         }
     }
@@ -118,6 +174,12 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
         batch_latency: Latency::of(&batch_times),
         embed_only_seconds: embed_only,
         embed_only_per_s: embed_only.map(|s| a.n as f64 / s),
+        dedup_examples,
+        nn_cosine: if a.nn_sample > 1 {
+            Some(nn_cosine(&embedder, &facts, a.nn_sample).await?)
+        } else {
+            None
+        },
     };
     if json {
         return report::print_json(&out);
@@ -151,5 +213,26 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
             &rows
         )
     );
+    if let Some(nn) = &out.nn_cosine {
+        println!(
+            "\nnearest-neighbour cosine among {} distinct facts: p50 {:.3}, p90 {:.3}, p99 {:.3}, \
+             max {:.3}; {:.1} % at or above 0.90 (the default dedup threshold)",
+            nn.sample,
+            nn.p50,
+            nn.p90,
+            nn.p99,
+            nn.max,
+            100.0 * nn.at_or_above_0_90
+        );
+    }
+    if !out.dedup_examples.is_empty() {
+        println!("\nfirst deduplicated items (new text → the stored fact it was merged into):\n");
+        let rows: Vec<Vec<String>> = out
+            .dedup_examples
+            .iter()
+            .map(|(new, old, sim)| vec![new.clone(), old.clone(), format!("{sim:.3}")])
+            .collect();
+        print!("{}", report::table(&["new", "merged into", "cosine"], &rows));
+    }
     Ok(())
 }

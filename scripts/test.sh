@@ -10,6 +10,12 @@ ENGRAM_MINILM_DIR="$(bash scripts/fetch-model.sh | tail -n 1)"
 export ENGRAM_MINILM_DIR
 echo "test model: $ENGRAM_MINILM_DIR"
 
+# PostgreSQL + pgvector for the store conformance suite (a throwaway server, see scripts/pg.sh).
+ENGRAM_TEST_DATABASE_URL="$(bash scripts/pg.sh start | tail -n 1)"
+export ENGRAM_TEST_DATABASE_URL
+trap 'bash scripts/pg.sh stop "$ENGRAM_TEST_DATABASE_URL" >/dev/null 2>&1 || true' EXIT
+echo "test database: $ENGRAM_TEST_DATABASE_URL"
+
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

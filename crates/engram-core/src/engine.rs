@@ -506,6 +506,9 @@ impl Engine {
         if !metadata.is_object() {
             return Err(Error::invalid("metadata", "metadata must be a JSON object"));
         }
+        if metadata.to_string().contains("\\u0000") {
+            return Err(Error::invalid("metadata", "metadata must not contain NUL characters"));
+        }
         if let Some(e) = input.expires_at
             && e <= now
         {
@@ -1113,6 +1116,14 @@ impl Engine {
                     m.content.len(),
                     self.cfg.max_content_bytes
                 )));
+            }
+            if m.content.contains('\0')
+                || m.metadata.as_ref().is_some_and(|v| v.to_string().contains("\\u0000"))
+            {
+                return Err(Error::invalid(
+                    format!("{field}.content"),
+                    format!("{field}: text must not contain NUL characters"),
+                ));
             }
             if m.content.trim().is_empty() && m.tool_name.is_none() {
                 return Err(Error::invalid(

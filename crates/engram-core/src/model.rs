@@ -264,6 +264,9 @@ impl Content {
         if t.is_empty() {
             return Err(Error::invalid("content", "content must not be empty"));
         }
+        if t.contains('\0') {
+            return Err(Error::invalid("content", "content must not contain NUL characters"));
+        }
         if t.len() > max_bytes {
             return Err(Error::TooLarge(format!(
                 "content is {} bytes; the limit is {max_bytes}",

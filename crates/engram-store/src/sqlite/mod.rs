@@ -112,7 +112,7 @@ impl SqliteStore {
     /// Bump a user's change counter inside a write transaction; returns the new version.
     async fn bump(tx: &mut Transaction<'static, Sqlite>, tenant: &str, user: &str) -> Result<i64> {
         let v: i64 = sqlx::query(
-            "INSERT INTO user_versions (tenant_id, user_id, version) VALUES (?, ?, 1) \
+            "INSERT INTO user_versions (tenant_id, user_id, version, incarnation) VALUES (?, ?, 1, random()) \
              ON CONFLICT (tenant_id, user_id) DO UPDATE SET version = version + 1 RETURNING version",
         )
         .bind(tenant)
@@ -325,20 +325,24 @@ impl SqliteStore {
         user: &str,
     ) -> Result<Arc<std::sync::Mutex<vectors::UserIndex>>> {
         let idx = self.vectors.user(tenant, user);
-        let db_version: i64 =
-            sqlx::query("SELECT version FROM user_versions WHERE tenant_id = ? AND user_id = ?")
-                .bind(tenant)
-                .bind(user)
-                .fetch_optional(&self.read)
-                .await
-                .map_err(db)?
-                .map_or(0, |r| r.get(0));
-        let have = idx.lock().unwrap_or_else(|e| e.into_inner()).version;
-        if db_version == have {
+        let (db_version, incarnation): (i64, i64) = sqlx::query(
+            "SELECT version, incarnation FROM user_versions WHERE tenant_id = ? AND user_id = ?",
+        )
+        .bind(tenant)
+        .bind(user)
+        .fetch_optional(&self.read)
+        .await
+        .map_err(db)?
+        .map_or((0, 0), |r| (r.get(0), r.get(1)));
+        let (have, have_incarnation) = {
+            let g = idx.lock().unwrap_or_else(|e| e.into_inner());
+            (g.version, g.incarnation)
+        };
+        if db_version == have && incarnation == have_incarnation {
             return Ok(idx);
         }
-        if db_version < have {
-            // The user was erased (counter reset): start over.
+        if db_version < have || (have != 0 && incarnation != have_incarnation) {
+            // The user was erased meanwhile (the counter row is new): start over.
             self.vectors.drop_user(tenant, user);
             return Box::pin(self.catch_up(tenant, user)).await;
         }
@@ -391,6 +395,7 @@ impl SqliteStore {
             guard.remove(MemoryId::parse(t.get::<&str, _>(0))?);
         }
         guard.version = db_version;
+        guard.incarnation = incarnation;
         drop(guard);
         Ok(idx)
     }

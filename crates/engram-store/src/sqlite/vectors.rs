@@ -32,6 +32,10 @@ pub struct Entry {
 pub struct UserIndex {
     /// `user_versions.version` this index reflects (0: nothing loaded).
     pub version: i64,
+    /// `user_versions.incarnation` this index reflects: a random number drawn when the user's
+    /// counter row is created, so an erased-then-recreated user (whose counter restarts) is
+    /// never mistaken for the one this index holds.
+    pub incarnation: i64,
     pub dims: usize,
     entries: Vec<Entry>,
     /// Row-major, `entries.len() * dims`.
@@ -40,13 +44,15 @@ pub struct UserIndex {
 }
 
 impl UserIndex {
-    /// Insert or replace a row.
+    /// Insert or replace a row. A vector of another dimension (the store was re-embedded
+    /// with another model) starts the index over in the new space: rows of the old space can
+    /// never be compared with a query of the new one.
     pub fn upsert(&mut self, entry: Entry, vector: &[f32]) {
-        if self.dims == 0 {
-            self.dims = vector.len();
-        }
         if vector.len() != self.dims {
-            return;
+            self.entries.clear();
+            self.vectors.clear();
+            self.pos.clear();
+            self.dims = vector.len();
         }
         if let Some(&i) = self.pos.get(&entry.id) {
             self.vectors[i * self.dims..(i + 1) * self.dims].copy_from_slice(vector);
@@ -242,5 +248,11 @@ mod tests {
         let top = idx.search(&MemoryFilter::default(), &[1.0, 0.0], 1, 0);
         assert_eq!(top[0].0.0.as_u128(), 2);
         assert_eq!(idx.len(), 3);
+        // A re-embedded row in another dimension starts a new space.
+        idx.upsert(entry(5, Kind::Knowledge, None), &[0.0, 0.0, 1.0]);
+        assert_eq!(idx.len(), 1);
+        let top = idx.search(&MemoryFilter::default(), &[0.0, 0.0, 1.0], 3, 0);
+        assert_eq!(top.len(), 1);
+        assert_eq!(top[0].0.0.as_u128(), 5);
     }
 }

@@ -150,3 +150,43 @@ pub async fn erase_user_removes_only_that_user(s: Arc<dyn Store>) {
     let hits = s.vector_search(&t, &f, &unit(4, 2), 10).await.unwrap();
     assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), vec![fresh.memory.id]);
 }
+
+/// A second process searching the same user sees an erasure, and only the user's new facts
+/// after it, even when the new writes bring the user's change counter back to where the
+/// other process's cache was.
+pub async fn erasure_then_new_facts_seen_by_another_process(
+    s: Arc<dyn Store>,
+    other: Arc<dyn Store>,
+) {
+    let t = tenant("acme");
+    let u = user("phoenix");
+    let f = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+    s.ensure_embedding_space(MODEL, 4).await.unwrap();
+    for seed in 1..=3 {
+        s.insert_memories(
+            &t,
+            vec![new_row(memory(&t, &u, &format!("old fact {seed}")), Some(unit(4, seed)))],
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(other.vector_search(&t, &f, &unit(4, 1), 10).await.unwrap().len(), 3);
+    s.erase_user(&t, &u).await.unwrap();
+    let mut new_ids = Vec::new();
+    for seed in 4..=6 {
+        let row = new_row(memory(&t, &u, &format!("new fact {seed}")), Some(unit(4, seed)));
+        new_ids.push(row.memory.id);
+        s.insert_memories(&t, vec![row]).await.unwrap();
+    }
+    let mut got: Vec<_> = other
+        .vector_search(&t, &f, &unit(4, 1), 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|h| h.0)
+        .collect();
+    got.sort();
+    new_ids.sort();
+    assert_eq!(got, new_ids, "the other process must drop the erased facts and see the new ones");
+    let _ = now();
+}

@@ -77,6 +77,7 @@ conformance! {
         extraction::apply_extraction_is_atomic,
     ];
     pair: [
+        erase::erasure_then_new_facts_seen_by_another_process,
         concurrency::concurrent_claims_never_hand_out_a_job_twice,
         concurrency::concurrent_appends_get_consecutive_seqs,
         concurrency::concurrent_supersedes_have_one_winner,

@@ -19,11 +19,22 @@ use tokio_util::sync::CancellationToken;
 use crate::http::{AppState, router};
 use crate::settings::Settings;
 
+/// Open the store named by the settings: PostgreSQL with `--database-url`, else the
+/// embedded store in the data dir.
+pub async fn store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
+    Ok(match &settings.database_url {
+        Some(url) => engram_store::open_postgres(url)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot open the PostgreSQL store: {e}"))?,
+        None => engram_store::open_sqlite(&settings.data_dir).await.map_err(|e| {
+            anyhow::anyhow!("cannot open the store in {}: {e}", settings.data_dir.display())
+        })?,
+    })
+}
+
 /// Open the store and the embedder named by the settings.
 pub async fn parts(settings: &Settings) -> anyhow::Result<(Arc<dyn Store>, Arc<dyn Embedder>)> {
-    let store = engram_store::open_sqlite(&settings.data_dir).await.map_err(|e| {
-        anyhow::anyhow!("cannot open the store in {}: {e}", settings.data_dir.display())
-    })?;
+    let store = store(settings).await?;
     let cfg = settings.embedder.clone();
     let embedder = tokio::task::spawn_blocking(move || engram_providers::build_embedder(&cfg))
         .await
@@ -115,7 +126,7 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(
         %addr,
-        data_dir = %settings.data_dir.display(),
+        store = %settings.database_url.as_ref().map_or_else(|| settings.data_dir.display().to_string(), |_| "postgres".to_string()),
         embedder = engine.embedder().model_id(),
         llm = engine.llm().map_or_else(|| "none (extraction off)".to_string(), |l| l.describe()),
         mode = if keys == 0 { "local (no API keys: tenant 'default', loopback only)" } else { "API keys" },

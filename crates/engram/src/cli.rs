@@ -409,7 +409,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 
 async fn jobs(common: &CommonArgs, j: JobsCommand) -> anyhow::Result<()> {
     let settings = Settings::resolve(common, &ServeArgs::default())?;
-    let store = engram_store::open_sqlite(&settings.data_dir).await.map_err(err)?;
+    let store = crate::app::store(&settings).await?;
     match j {
         JobsCommand::List { status, tenant, limit, json } => {
             let status = status.as_deref().map(JobStatus::parse).transpose().map_err(err)?;
@@ -453,7 +453,7 @@ async fn jobs(common: &CommonArgs, j: JobsCommand) -> anyhow::Result<()> {
 
 async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
     let settings = Settings::resolve(common, &ServeArgs::default())?;
-    let store = engram_store::open_sqlite(&settings.data_dir).await.map_err(err)?;
+    let store = crate::app::store(&settings).await?;
     match k {
         KeysCommand::Create { tenant, role, agent, user, json } => {
             let tenant = TenantId::parse(tenant).map_err(err)?;

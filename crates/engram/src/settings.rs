@@ -22,6 +22,9 @@ pub struct CommonArgs {
     /// Data directory of the embedded store.
     #[arg(long, env = "ENGRAM_DATA_DIR", global = true)]
     pub data_dir: Option<PathBuf>,
+    /// PostgreSQL + pgvector instead of the embedded store: `postgres://user@host:port/db`.
+    #[arg(long, env = "ENGRAM_DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
     /// Embedder: `builtin`, `local:<model dir>` or `openai`.
     #[arg(long, env = "ENGRAM_EMBEDDER", global = true)]
     pub embedder: Option<String>,
@@ -87,6 +90,8 @@ struct FileConfig {
 pub struct Settings {
     pub addr: SocketAddr,
     pub data_dir: PathBuf,
+    /// PostgreSQL instead of the embedded store in `data_dir`.
+    pub database_url: Option<String>,
     pub embedder: EmbedderConfig,
     pub max_content_bytes: usize,
     pub max_body_bytes: usize,
@@ -111,9 +116,6 @@ pub struct ServeArgs {
     /// Largest request body, in bytes.
     #[arg(long, env = "ENGRAM_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
-    /// PostgreSQL URL (not available yet in this build).
-    #[arg(long, env = "ENGRAM_DATABASE_URL")]
-    pub database_url: Option<String>,
     /// Do not run background workers in this process.
     #[arg(long)]
     pub no_workers: bool,
@@ -149,10 +151,11 @@ impl Settings {
         let addr: SocketAddr = addr_s
             .parse()
             .with_context(|| format!("--addr '{addr_s}' is not an address like 127.0.0.1:8420"))?;
-        if serve.database_url.is_some() || file.database_url.is_some() {
-            bail!(
-                "--database-url (PostgreSQL) is not available in this build yet; use the embedded store (--data-dir)"
-            );
+        let database_url = common.database_url.clone().or(file.database_url);
+        if let Some(u) = &database_url
+            && !(u.starts_with("postgres://") || u.starts_with("postgresql://"))
+        {
+            bail!("--database-url must be a postgres:// URL");
         }
         let data_dir = common
             .data_dir
@@ -226,6 +229,7 @@ impl Settings {
         Ok(Settings {
             addr,
             data_dir,
+            database_url,
             embedder,
             max_content_bytes,
             max_body_bytes,

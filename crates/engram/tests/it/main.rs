@@ -13,3 +13,4 @@ mod conversations;
 mod erase;
 mod extraction;
 mod reembed;
+mod postgres;

@@ -12,5 +12,5 @@ mod context;
 mod conversations;
 mod erase;
 mod extraction;
-mod reembed;
 mod postgres;
+mod reembed;

@@ -422,7 +422,7 @@ pub fn facts(n: usize, seed: u64) -> Vec<String> {
 
 /// `n` questions (may repeat), reproducible for a given `seed`.
 pub fn queries(n: usize, seed: u64) -> Vec<String> {
-    let mut r = Rng::new(seed ^ 0x5EED_0F_0E_41E5);
+    let mut r = Rng::new(seed ^ 0x5EED_0F0E_41E5);
     (0..n).map(|_| query(&mut r)).collect()
 }
 

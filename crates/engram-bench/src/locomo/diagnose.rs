@@ -28,6 +28,12 @@ use serde::Serialize;
 use super::{Ctx, KS, Query, Recall, dia_id, fts, principal};
 use crate::report;
 
+/// A candidate's place in one list: `(1-based rank, score)`.
+type Part = Option<(usize, f64)>;
+
+/// Maps a stored turn to the text that gets embedded.
+type DocText = fn(&str) -> &str;
+
 /// The two raw lists of one question, best first: `(dia_id, similarity or -bm25)`.
 #[derive(Debug, Clone, Default)]
 pub struct Lists {
@@ -80,11 +86,8 @@ impl Diagnosis {
 }
 
 /// Rank the union of both lists by `score(vector rank, similarity, text rank, bm25)`.
-fn fuse(
-    l: &Lists,
-    score: &dyn Fn(Option<(usize, f64)>, Option<(usize, f64)>) -> Option<f64>,
-) -> Vec<String> {
-    let mut parts: HashMap<&str, (Option<(usize, f64)>, Option<(usize, f64)>)> = HashMap::new();
+fn fuse(l: &Lists, score: &dyn Fn(Part, Part) -> Option<f64>) -> Vec<String> {
+    let mut parts: HashMap<&str, (Part, Part)> = HashMap::new();
     for (i, (d, s)) in l.vector.iter().enumerate() {
         parts.entry(d).or_default().0 = Some((i + 1, *s));
     }
@@ -103,11 +106,7 @@ fn fuse(
 }
 
 /// Weighted RRF over the top `cap` of each list.
-fn rrf(
-    cap: usize,
-    k: f64,
-    w: f64,
-) -> impl Fn(Option<(usize, f64)>, Option<(usize, f64)>) -> Option<f64> {
+fn rrf(cap: usize, k: f64, w: f64) -> impl Fn(Part, Part) -> Option<f64> {
     move |v, t| {
         let v = v.filter(|x| x.0 <= cap).map(|x| 2.0 * w / (k + x.0 as f64));
         let t = t.filter(|x| x.0 <= cap).map(|x| 2.0 * (1.0 - w) / (k + x.0 as f64));
@@ -285,7 +284,7 @@ pub async fn run(ctx: &Ctx<'_>, candidates: usize) -> anyhow::Result<Diagnosis> 
         }
     }
     // The vector list with other document texts (brute force over the embedder's vectors).
-    let docs: [(&str, fn(&str) -> &str); 2] =
+    let docs: [(&str, DocText); 2] =
         [("as stored", |d| d), ("without the \"(<date>) \" prefix", strip_date)];
     for (name, doc) in docs {
         let lists = vector_lists(ctx, doc, candidates).await?;

@@ -223,10 +223,8 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<Conversation>> {
             if evidence.is_empty() {
                 continue;
             }
-            let text = match &qa["question"] {
-                serde_json::Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
+            let text =
+                qa["question"].as_str().map_or_else(|| qa["question"].to_string(), str::to_string);
             queries.push(Query { text, category, evidence });
         }
         out.push(Conversation { sample_id, turns, queries });

@@ -7,11 +7,14 @@
 //! - `search`: `Engine::search` latency percentiles with one user's scope filled with N
 //!   memories, and optionally the same through the real HTTP server ([`search`], [`http`]).
 //! - `locomo`: turn Recall@k on the public LoCoMo conversations ([`locomo`]).
+//! - `extraction`: append latency with a fast, slow and dead LLM, and the cost per extracted
+//!   turn ([`extraction`]).
 //!
 //! Results and the exact commands that produced them are in `benches/README.md`.
 
 mod corpus;
 mod embedder;
+mod extraction;
 mod http;
 mod locomo;
 mod remember;
@@ -42,6 +45,9 @@ enum Cmd {
     Search(search::Args),
     /// Retrieval quality on LoCoMo: turn Recall@1/5/10/20 per category.
     Locomo(locomo::Args),
+    /// The LLM write path: append latency with a fast, slow and dead LLM, and the cost
+    /// per extracted turn (LLM calls, tokens, stage times).
+    Extraction(extraction::Args),
 }
 
 /// Common option: where scratch data dirs go (default: the system temp dir).
@@ -81,6 +87,7 @@ fn main() -> anyhow::Result<()> {
             Cmd::Remember(a) => remember::run(a, cli.json).await,
             Cmd::Search(a) => search::run(a, cli.json).await,
             Cmd::Locomo(a) => locomo::run(a, cli.json).await,
+            Cmd::Extraction(a) => extraction::run(a, cli.json).await,
         }
     })
 }

@@ -26,6 +26,13 @@ use crate::store::{ExtractionBatch, MemoryFilter, NewMemory};
 
 /// Messages given to the extractor at most per batch (seed 000: the last fifteen).
 pub const WINDOW: usize = 15;
+/// Cosine similarity below which an existing fact is unrelated to a candidate: the candidate
+/// is added without asking the LLM (pass 2 only judges candidates with related facts).
+/// all-MiniLM-L6-v2 puts paraphrases and updates of one fact ("uses Postgres" / "switched to
+/// SQLite") above 0.5 and facts about different things ("plays the cello" / "is allergic to
+/// shellfish") around 0.1–0.3.
+pub const RELATED: f32 = 0.5;
+
 /// A rolling summary is regenerated after this many new user turns.
 pub const SUMMARY_EVERY: i64 = 10;
 
@@ -489,10 +496,12 @@ impl Engine {
                 continue;
             }
             accepted.push(i);
-            if hits.is_empty() {
-                continue; // nothing to compare with: ADD without asking
+            // Nothing related enough to be updated or contradicted: ADD without asking.
+            if hits.first().is_none_or(|(_, sim)| *sim < RELATED) {
+                continue;
             }
-            let ids: Vec<MemoryId> = hits.iter().map(|h| h.0).collect();
+            let ids: Vec<MemoryId> =
+                hits.iter().filter(|(_, sim)| *sim >= RELATED).map(|h| h.0).collect();
             let rows = self.store().get_memories(tenant, &ids).await?;
             let by_id: HashMap<MemoryId, String> =
                 rows.into_iter().map(|m| (m.id, m.content)).collect();

@@ -1062,7 +1062,7 @@ impl Store for SqliteStore {
         };
         let now = ts(OffsetDateTime::now_utc());
         let mut q = QueryBuilder::<Sqlite>::new(
-            "SELECT m.id AS id, bm25(memories_fts) AS score FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid \
+            "SELECT m.id AS id, bm25(memories_fts) AS score FROM memories_fts CROSS JOIN memories m ON m.rowid = memories_fts.rowid \
              WHERE memories_fts MATCH ",
         );
         q.push_bind(fq).push(" AND m.tenant_id = ").push_bind(tenant.as_str().to_string());
@@ -1285,7 +1285,7 @@ impl Store for SqliteStore {
             return Ok(vec![]);
         };
         let rows = sqlx::query(
-            "SELECT m.id AS id, bm25(messages_fts) AS score FROM messages_fts JOIN messages m ON m.rowid = messages_fts.rowid \
+            "SELECT m.id AS id, bm25(messages_fts) AS score FROM messages_fts CROSS JOIN messages m ON m.rowid = messages_fts.rowid \
              WHERE messages_fts MATCH ? AND m.tenant_id = ? AND m.user_id = ? ORDER BY score LIMIT ?",
         )
         .bind(fq)

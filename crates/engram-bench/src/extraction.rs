@@ -90,17 +90,18 @@ fn scripted(latency: Option<Duration>, llm: &ScriptedLlm) {
     let extract = Rule::system_contains("memory extraction").reply_with(|r| {
         let text = r.full_text();
         // The last "User: I ..." line of the slice is the fact; assistant-only slices never get here.
-        let fact = text
+        // Every "User: I ..." line of the slice is a fact (assistant lines never are).
+        let facts: Vec<String> = text
             .lines()
-            .rev()
-            .find_map(|l| l.strip_prefix("User: I "))
-            .map(|f| f.trim_end_matches('.').to_string())
-            .unwrap_or_default();
-        if fact.is_empty() {
-            "[]".to_string()
-        } else {
-            format!(r#"[{{"content": "The user {fact}.", "category": "fact", "importance": 5}}]"#)
-        }
+            .filter_map(|l| l.strip_prefix("User: I "))
+            .map(|f| {
+                format!(
+                    r#"{{"content": "The user {}.", "category": "fact", "importance": 5}}"#,
+                    f.trim_end_matches('.')
+                )
+            })
+            .collect();
+        format!("[{}]", facts.join(", "))
     });
     let consolidate =
         Rule::system_contains("memory consolidation").reply(r#"[{"fact": 1, "decision": "ADD"}]"#);
@@ -163,21 +164,22 @@ fn corpus(turns: usize) -> Vec<(String, serde_json::Value)> {
     out
 }
 
+/// Append every turn; with `pace`, wait for the job queue to drain after each one.
 async fn append_all(
     s: &Server,
     client: &reqwest::Client,
     turns: usize,
+    pace: Option<&Server>,
 ) -> anyhow::Result<Vec<Duration>> {
     let mut lat = Vec::new();
     for (conv, msgs) in corpus(turns) {
         let t = Instant::now();
-        http::post_json(
-            client,
-            &format!("{}/v1/conversations/{conv}/messages", s.base),
-            &json!({ "user_id": "bench", "messages": msgs }),
-        )
-        .await?;
+        let url = format!("{}/v1/conversations/{conv}/messages", s.base);
+        http::post_json(client, &url, &json!({ "user_id": "bench", "messages": msgs })).await?;
         lat.push(t.elapsed());
+        if let Some(p) = pace {
+            drained(p, client).await?;
+        }
     }
     Ok(lat)
 }
@@ -224,9 +226,17 @@ pub async fn run(args: Args, json_out: bool) -> anyhow::Result<()> {
         let tmp = args.scratch.tempdir()?;
         let dir = tmp.path().join("data");
         let s = start(&args, &llm, &dir, &client).await?;
-        let lat = append_all(&s, &client, args.turns).await?;
+        let lat = append_all(&s, &client, args.turns, None).await?;
         rows.push(AppendRow { llm: label, latency: Latency::of(&lat) });
+        drop(s);
         if latency == Some(Duration::from_millis(args.fast_ms)) {
+            // The cost run: a fresh store, each turn extracted before the next is sent (as in
+            // a live chat), so every user turn is its own batch.
+            let llm = ScriptedLlm::start().await;
+            scripted(latency, &llm);
+            let tmp = args.scratch.tempdir()?;
+            let s = start(&args, &llm, &tmp.path().join("data"), &client).await?;
+            append_all(&s, &client, args.turns, Some(&s)).await?;
             drained(&s, &client).await?;
             let m = client.get(format!("{}/metrics", s.base)).send().await?.text().await?;
             let extract_calls =
@@ -269,7 +279,6 @@ pub async fn run(args: Args, json_out: bool) -> anyhow::Result<()> {
                 }
             }
         }
-        drop(s);
     }
     if json_out {
         return report::print_json(

@@ -173,13 +173,30 @@ pub fn message_hash(m: &Message) -> String {
     hex::encode(Sha256::digest(format!("{}:{}", m.role.as_str(), m.content).as_bytes()))
 }
 
+/// The cursor stored after a batch: `<seq>:<content hash>` of the last processed message.
+/// The sequence number tells apart messages with the same text (a repeated "Noted, thanks!"
+/// would otherwise make every later turn look already processed); the hash proves the
+/// message at that position is still the one that was processed.
+pub fn cursor_of(m: &Message) -> String {
+    format!("{}:{}", m.seq, message_hash(m))
+}
+
 /// Where extraction resumes: after the cursor message; from the start when there is no
 /// cursor, or when the cursor message is gone (the conversation was summarized).
 pub fn resume_index(messages: &[Message], cursor: Option<&str>) -> usize {
-    match cursor {
-        None => 0,
-        Some(h) => messages.iter().rposition(|m| message_hash(m) == h).map_or(0, |i| i + 1),
+    let Some(c) = cursor else { return 0 };
+    let (seq, hash) = match c.split_once(':') {
+        Some((s, h)) => (s.parse::<i64>().ok(), h),
+        None => (None, c),
+    };
+    if let Some(seq) = seq
+        && let Some(i) = messages.iter().position(|m| m.seq == seq)
+        && message_hash(&messages[i]) == hash
+    {
+        return i + 1;
     }
+    // The message moved or is gone: find its content; not found → summarized → everything.
+    messages.iter().rposition(|m| message_hash(m) == hash).map_or(0, |i| i + 1)
 }
 
 /// `User:` / `Assistant:` lines for the extractor.
@@ -349,7 +366,7 @@ impl Engine {
         report: &mut ExtractionReport,
     ) -> Result<(), JobError> {
         let Some(last) = window.last() else { return Ok(()) };
-        let cursor = message_hash(last);
+        let cursor = cursor_of(last);
         let has_user_text =
             window.iter().any(|m| m.role == MessageRole::User && !m.content.trim().is_empty());
         if !has_user_text {
@@ -750,6 +767,15 @@ mod tests {
         // Cursor found: what follows it.
         assert_eq!(resume_index(&conv, Some(&message_hash(&conv[1]))), 2);
         assert_eq!(resume_index(&conv, Some(&message_hash(&conv[2]))), 3);
+        let mut seqd = conv.clone();
+        for (i, m) in seqd.iter_mut().enumerate() {
+            m.seq = i as i64 + 1;
+        }
+        assert_eq!(resume_index(&seqd, Some(&cursor_of(&seqd[1]))), 2);
+        // A later message with the same text as the cursor message is still new.
+        seqd.push(Message { seq: 4, ..msg(MessageRole::User, "d") });
+        seqd.push(Message { seq: 5, ..msg(MessageRole::Assistant, "b") });
+        assert_eq!(resume_index(&seqd, Some(&cursor_of(&seqd[1]))), 2);
         // Cursor gone (the conversation was summarized): the whole current conversation.
         let summarized = vec![
             msg(MessageRole::System, "[Previous conversation summary] …"),

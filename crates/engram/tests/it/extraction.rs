@@ -491,3 +491,32 @@ async fn backfill_describes_old_tool_calls_once() {
     let (_, out, _) = crate::helpers::run_cli(tmp.path(), &args);
     assert!(out.contains("enqueued 0"), "{out}");
 }
+
+#[tokio::test]
+async fn an_unreachable_llm_never_affects_the_client_and_fails_visibly() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let base = format!("http://127.0.0.1:{port}/v1");
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start_on(
+        tmp.path(),
+        &[
+            "--llm-provider",
+            "openai",
+            "--llm-base-url",
+            &base,
+            "--llm-model",
+            "m",
+            "--job-backoff-ms",
+            "100",
+        ],
+    );
+    let t = std::time::Instant::now();
+    append(&s, "down", "u", json!([{ "role": "user", "content": "I teach yoga on Tuesdays." }]))
+        .await;
+    assert!(t.elapsed() < Duration::from_secs(3));
+    s.remember("u", "The user teaches yoga.").await;
+    let stats = drained(&s).await;
+    assert_eq!(stats["extraction"]["failed"], 1, "{stats}");
+    assert_eq!(stats["memories_active"], 1, "only the explicit memory: {stats}");
+}

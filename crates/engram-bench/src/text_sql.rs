@@ -1,15 +1,14 @@
-//! `search --text-sql`: the store's full-text SQL against a forced FTS-first join order.
+//! `search --text-sql`: the keyword-search SQL with the two join orders.
 //!
 //! On a filled data dir, every benchmark query is turned into the store's FTS5 query (its
 //! own `query_terms`, then its rule of dropping terms found in half the rows or more), and
 //! two statements are timed on a read-only connection of the bundled SQLite:
 //!
-//! - **store**: the statement of `SqliteStore::text_search` (`memories_fts JOIN memories`
-//!   with the scope filter), as the store writes it today;
-//! - **FTS first**: the same statement with `CROSS JOIN`, which makes SQLite run the
-//!   full-text match once and look the matching rows up by rowid, instead of letting the
-//!   planner walk the user's rows through the `memories_scope` index and re-run the match for
-//!   each of them.
+//! - **planner's order** (`memories_fts JOIN memories`, the store's statement before commit
+//!   3fe232b): SQLite 3.51 walks the user's rows through the `memories_scope` index and
+//!   re-runs the full-text match for each of them, which grows with the scope;
+//! - **FTS first** (`CROSS JOIN`, the store's statement since 3fe232b): the match runs once
+//!   and the matching rows are looked up by rowid.
 //!
 //! Both must return the same ids (checked); `EXPLAIN QUERY PLAN` of both is reported.
 
@@ -25,12 +24,12 @@ use crate::report::Latency;
 
 #[derive(Debug, Serialize)]
 pub struct TextSql {
-    pub store: Latency,
+    pub planner_join: Latency,
     pub fts_first: Latency,
     /// Queries whose two answers had the same ids in the same order.
     pub same_results: usize,
     pub queries: usize,
-    pub plan_store: Vec<String>,
+    pub plan_planner_join: Vec<String>,
     pub plan_fts_first: Vec<String>,
 }
 
@@ -132,11 +131,11 @@ pub async fn compare(
     anyhow::ensure!(!t_store.is_empty(), "no query had a full-text part");
     let (plan_store, plan_fts_first) = plans.unwrap_or_default();
     Ok(TextSql {
-        store: Latency::of(&t_store),
+        planner_join: Latency::of(&t_store),
         fts_first: Latency::of(&t_cross),
         same_results: same,
         queries: t_store.len(),
-        plan_store,
+        plan_planner_join: plan_store,
         plan_fts_first,
     })
 }

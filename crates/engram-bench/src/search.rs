@@ -435,6 +435,10 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
                 r.scope.to_string(),
                 format!("{:.2} / {:.2}", t.planner_join.p50_ms, t.planner_join.p95_ms),
                 format!("{:.2} / {:.2}", t.fts_first.p50_ms, t.fts_first.p95_ms),
+                format!(
+                    "{:.2} / {:.2}",
+                    t.fts_first_no_clitics.p50_ms, t.fts_first_no_clitics.p95_ms
+                ),
                 format!("{} of {}", t.same_results, t.queries),
             ])
         })
@@ -448,6 +452,7 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
                     "memories in scope",
                     "planner's order (JOIN)",
                     "FTS first (CROSS JOIN)",
+                    "FTS first, clitics dropped",
                     "same ids"
                 ],
                 &sql_rows

@@ -9,7 +9,10 @@
 use std::time::{Duration, Instant};
 
 use engram_core::engine::{Decision, Engine, EngineConfig, RememberInput};
-use engram_core::model::{KeyRole, Principal, TenantId, UserId};
+use engram_core::model::{
+    EventKind, KeyRole, Memory, MemoryEvent, MemoryId, Principal, TenantId, UserId,
+};
+use engram_core::store::{NewMemory, Store};
 use serde::Serialize;
 
 use crate::embedder::EmbedderChoice;
@@ -59,6 +62,10 @@ struct Output {
     embed_only_per_s: Option<f64>,
     /// A few deduplicated items: `(new text, the stored fact it was merged into, cosine)`.
     dedup_examples: Vec<(String, String, f32)>,
+    /// Without dedup: the same rows and vectors inserted again with `Store::insert_memories`
+    /// alone (new ids, one `created` event each, one call per batch), into another fresh
+    /// store: the share of the store in the batch time.
+    store_insert_only: Option<Latency>,
     /// Cosine of each sampled fact to its nearest other sampled fact: percentiles and the
     /// share at or above the default dedup threshold (0.90).
     nn_cosine: Option<NnCosine>,
@@ -75,6 +82,46 @@ struct NnCosine {
 }
 
 /// Nearest-neighbour cosine among the first `n` facts (all distinct texts).
+/// Insert `batches` again (new ids) with the store alone; per-batch latencies.
+async fn store_only(
+    batches: &[Vec<Memory>],
+    vectors: Vec<Vec<Vec<f32>>>,
+    embedder: &dyn engram_core::embed::Embedder,
+    scratch: &ScratchArgs,
+) -> anyhow::Result<Latency> {
+    let dir = scratch.tempdir()?;
+    let store = engram_store::open_sqlite(dir.path()).await?;
+    store.ensure_embedding_space(embedder.model_id(), embedder.dims()).await?;
+    let tenant = TenantId::default_tenant();
+    let mut times = Vec::with_capacity(batches.len());
+    for (rows, vecs) in batches.iter().zip(vectors) {
+        let rows: Vec<NewMemory> = rows
+            .iter()
+            .zip(vecs)
+            .map(|(m, v)| {
+                let id = MemoryId::new();
+                let event = MemoryEvent {
+                    memory_id: id,
+                    event: EventKind::Created,
+                    related_id: None,
+                    actor: "admin".into(),
+                    detail: serde_json::json!({}),
+                    at: m.created_at,
+                };
+                NewMemory {
+                    memory: Memory { id, ..m.clone() },
+                    vector: Some(v),
+                    events: vec![event],
+                }
+            })
+            .collect();
+        let t = Instant::now();
+        store.insert_memories(&tenant, rows).await?;
+        times.push(t.elapsed());
+    }
+    Ok(Latency::of(&times))
+}
+
 async fn nn_cosine(
     embedder: &std::sync::Arc<dyn engram_core::embed::Embedder>,
     facts: &[String],
@@ -112,11 +159,13 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     let chunks: Vec<&[String]> = facts.chunks(a.batch).collect();
 
     let mut embed_only = None;
+    let mut baseline_vectors: Vec<Vec<Vec<f32>>> = Vec::new();
     if !a.no_baseline {
         let t = Instant::now();
         for c in &chunks {
             let v = embedder.embed(c).await?;
             anyhow::ensure!(v.len() == c.len(), "embedder returned {} vectors", v.len());
+            baseline_vectors.push(v);
         }
         embed_only = Some(t.elapsed().as_secs_f64());
     }
@@ -131,6 +180,7 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     let mut deduplicated = 0;
     let mut dedup_examples = Vec::new();
     let mut batch_times: Vec<Duration> = Vec::with_capacity(chunks.len());
+    let mut stored: Vec<Vec<Memory>> = Vec::with_capacity(chunks.len());
     let total = Instant::now();
     for c in &chunks {
         let inputs: Vec<RememberInput> = c
@@ -144,9 +194,13 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
         let t = Instant::now();
         let out = engine.remember_batch(&p, inputs, a.dedup).await?;
         batch_times.push(t.elapsed());
+        let mut rows = Vec::new();
         for (r, text) in out.into_iter().zip(c.iter()) {
             match r.decision {
-                Decision::Add | Decision::Update => added += 1,
+                Decision::Add | Decision::Update => {
+                    added += 1;
+                    rows.push(r.memory);
+                }
                 Decision::None => {
                     deduplicated += 1;
                     if dedup_examples.len() < 8 {
@@ -156,8 +210,14 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
                 }
             }
         }
+        stored.push(rows);
     }
     let seconds = total.elapsed().as_secs_f64();
+    let store_insert = if a.dedup || baseline_vectors.is_empty() {
+        None
+    } else {
+        Some(store_only(&stored, baseline_vectors, embedder.as_ref(), &a.scratch).await?)
+    };
     drop(engine);
 
     let out = Output {
@@ -175,6 +235,7 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
         embed_only_seconds: embed_only,
         embed_only_per_s: embed_only.map(|s| a.n as f64 / s),
         dedup_examples,
+        store_insert_only: store_insert,
         nn_cosine: if a.nn_sample > 1 {
             Some(nn_cosine(&embedder, &facts, a.nn_sample).await?)
         } else {
@@ -213,6 +274,13 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
             &rows
         )
     );
+    if let Some(l) = &out.store_insert_only {
+        println!(
+            "\nthe same rows through Store::insert_memories alone: {:.1} / {:.1} ms per batch \
+             (p50 / p95)",
+            l.p50_ms, l.p95_ms
+        );
+    }
     if let Some(nn) = &out.nn_cosine {
         println!(
             "\nnearest-neighbour cosine among {} distinct facts: p50 {:.3}, p90 {:.3}, p99 {:.3}, \

@@ -459,6 +459,33 @@ impl Engine {
         Ok(self.cfg.dedup_threshold)
     }
 
+    /// The stored active fact in `v`'s scope that `content` (embedded as `vector`) repeats:
+    /// cosine ≥ `threshold` and [`crate::dedup::same_fact`]; the most similar such fact among
+    /// the nearest few.
+    async fn duplicate_of(
+        &self,
+        v: &View,
+        vector: &[f32],
+        content: &str,
+        threshold: f32,
+    ) -> Result<Option<(Memory, f32)>> {
+        const NEIGHBOURS: usize = 5;
+        let filter = self.filter(v);
+        let hits = self.store.vector_search(&v.tenant, &filter, vector, NEIGHBOURS).await?;
+        let close: Vec<(MemoryId, f32)> =
+            hits.into_iter().filter(|(_, sim)| *sim >= threshold).collect();
+        if close.is_empty() {
+            return Ok(None);
+        }
+        let ids: Vec<MemoryId> = close.iter().map(|h| h.0).collect();
+        let rows = self.store.get_memories(&v.tenant, &ids).await?;
+        Ok(close.into_iter().find_map(|(id, sim)| {
+            rows.iter()
+                .find(|m| m.id == id && crate::dedup::same_fact(&m.content, content))
+                .map(|m| (m.clone(), sim))
+        }))
+    }
+
     async fn embed_one(&self, text: &str) -> Result<Vec<f32>> {
         let mut v = self.embedder.embed(&[text.to_string()]).await?;
         v.pop().ok_or_else(|| Error::internal("embedder returned no vector"))
@@ -634,11 +661,17 @@ impl Engine {
             m.embedding_model = Some(self.embedder.model_id().to_string());
             if dedup {
                 let threshold = self.dedup_threshold(&v.tenant, v.agent.as_ref()).await?;
-                // Against earlier items of this batch.
-                if let Some((idx, sim)) = batch_vecs.get(&key).and_then(|list| {
-                    best_match(list.iter().map(|(i, vec)| (*i, vec.as_slice())), &vector)
-                }) && sim >= threshold
-                {
+                // Against earlier items of this batch: similar enough and the same words.
+                let earlier = batch_vecs.get(&key).and_then(|list| {
+                    list.iter()
+                        .map(|(i, vec)| (*i, crate::embed::dot(vec, &vector)))
+                        .filter(|(i, sim)| {
+                            *sim >= threshold
+                                && crate::dedup::same_fact(&results[*i].memory.content, &m.content)
+                        })
+                        .max_by(|a, b| a.1.total_cmp(&b.1))
+                });
+                if let Some((idx, sim)) = earlier {
                     let existing = results[idx].memory.clone();
                     results.push(Remembered {
                         decision: Decision::None,
@@ -647,17 +680,15 @@ impl Engine {
                     });
                     continue;
                 }
-                // Against the store.
-                let filter = self.filter(v);
-                let hits = self.store.vector_search(&v.tenant, &filter, &vector, 1).await?;
-                if let Some((id, sim)) = hits.first().copied()
-                    && sim >= threshold
+                // Against the store: the most similar fact that passes the word check.
+                if let Some((existing, sim)) =
+                    self.duplicate_of(v, &vector, &m.content, threshold).await?
                 {
-                    let ev = Self::event(id, EventKind::Confirmed, None, p, now);
-                    self.store.confirm_memory(&v.tenant, id, ev).await?;
+                    let ev = Self::event(existing.id, EventKind::Confirmed, None, p, now);
+                    self.store.confirm_memory(&v.tenant, existing.id, ev).await?;
                     let existing = self
                         .store
-                        .get_memory(&v.tenant, id)
+                        .get_memory(&v.tenant, existing.id)
                         .await?
                         .ok_or_else(|| Error::internal("confirmed memory vanished"))?;
                     results.push(Remembered {
@@ -1529,13 +1560,6 @@ impl Engine {
         Self::require_admin(p, "stats")?;
         self.store.stats(&p.tenant).await
     }
-}
-
-fn best_match<'a>(
-    list: impl Iterator<Item = (usize, &'a [f32])>,
-    v: &[f32],
-) -> Option<(usize, f32)> {
-    list.map(|(i, w)| (i, crate::embed::dot(w, v))).max_by(|a, b| a.1.total_cmp(&b.1))
 }
 
 /// Name the batch item an input error belongs to (`memories[i].field`).

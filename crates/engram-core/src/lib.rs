@@ -4,6 +4,7 @@
 //! through three traits: [`store::Store`] (persistence), [`embed::Embedder`] (vectors) and,
 //! later, the LLM. Nothing here knows HTTP, SQL or clap.
 
+pub mod dedup;
 pub mod embed;
 pub mod error;
 

@@ -14,6 +14,7 @@ use time::OffsetDateTime;
 use super::parse::{self, Candidate, Judgement};
 use super::pii::{self, Filtered, PiiPolicy};
 use super::prompts;
+use crate::dedup::same_fact;
 use crate::engine::{Engine, actor_name_system};
 use crate::error::{Error, FaultSource};
 use crate::jobs::JobError;
@@ -497,24 +498,17 @@ impl Engine {
         let mut to_judge: Vec<(usize, Vec<(MemoryId, String)>)> = Vec::new();
         let mut accepted: Vec<usize> = Vec::new();
         for (i, v) in vectors.iter().enumerate() {
-            // A repeat inside the batch.
-            if accepted.iter().any(|&j| crate::embed::dot(&vectors[j], v) >= policy.dedup_threshold)
-            {
+            // A repeat inside the batch: similar and the same words (crate::dedup).
+            if accepted.iter().any(|&j| {
+                crate::embed::dot(&vectors[j], v) >= policy.dedup_threshold
+                    && same_fact(&kept[j].content, &kept[i].content)
+            }) {
                 continue;
             }
             let hits = self.store().vector_search(tenant, &filter, v, 5).await?;
-            if let Some((id, sim)) = hits.first()
-                && *sim >= policy.dedup_threshold
-            {
-                if !batch.confirms.iter().any(|(c, _)| c == id) {
-                    batch.confirms.push((*id, event(*id, EventKind::Confirmed, None)));
-                    report.confirmed += 1;
-                }
-                continue;
-            }
-            accepted.push(i);
             // Nothing related enough to be updated or contradicted: ADD without asking.
             if hits.first().is_none_or(|(_, sim)| *sim < RELATED) {
+                accepted.push(i);
                 continue;
             }
             let ids: Vec<MemoryId> =
@@ -522,6 +516,20 @@ impl Engine {
             let rows = self.store().get_memories(tenant, &ids).await?;
             let by_id: HashMap<MemoryId, String> =
                 rows.into_iter().map(|m| (m.id, m.content)).collect();
+            // A stored fact it repeats is confirmed; one that is only similar (a new number,
+            // a negation, other words) goes to the judge below.
+            let repeat = hits.iter().find(|(id, sim)| {
+                *sim >= policy.dedup_threshold
+                    && by_id.get(id).is_some_and(|c| same_fact(c, &kept[i].content))
+            });
+            if let Some((id, _)) = repeat {
+                if !batch.confirms.iter().any(|(c, _)| c == id) {
+                    batch.confirms.push((*id, event(*id, EventKind::Confirmed, None)));
+                    report.confirmed += 1;
+                }
+                continue;
+            }
+            accepted.push(i);
             to_judge.push((
                 i,
                 ids.iter().filter_map(|id| by_id.get(id).map(|c| (*id, c.clone()))).collect(),

@@ -10,6 +10,7 @@ mod bad_input;
 mod cli;
 mod context;
 mod conversations;
+mod dedup;
 mod erase;
 mod extraction;
 mod postgres;

@@ -15,6 +15,7 @@ mod jobs;
 mod memories;
 mod pg_only;
 mod search;
+mod tls;
 
 /// One `#[tokio::test]` per case and backend: `single` cases get one store, `pair` cases
 /// get the store and a second one opened on the same data (a second process).

@@ -567,7 +567,7 @@ impl Engine {
                 conversation_id: input.source_conversation_id.clone(),
                 message_ids: vec![],
             },
-            observed_at: input.observed_at.unwrap_or(now),
+            observed_at: input.observed_at.map_or(now, crate::model::micros),
             created_at: now,
             updated_at: now,
             last_accessed_at: None,
@@ -616,7 +616,7 @@ impl Engine {
         inputs: Vec<RememberInput>,
         dedup: bool,
     ) -> Result<Vec<Remembered>> {
-        let now = OffsetDateTime::now_utc();
+        let now = crate::model::now();
         // Validate and scope everything first.
         let mut prepared = Vec::with_capacity(inputs.len());
         let mut views: HashMap<ViewKey, View> = HashMap::new();
@@ -765,7 +765,7 @@ impl Engine {
                 old.superseded_by.map(|s| format!(" by {s}")).unwrap_or_default()
             )));
         }
-        let now = OffsetDateTime::now_utc();
+        let now = crate::model::now();
         let content = match &input.content {
             Some(c) => Content::parse(c, self.cfg.max_content_bytes)?.into_string(),
             None => old.content.clone(),
@@ -842,7 +842,7 @@ impl Engine {
         if old.superseded_at.is_some() {
             return Err(Error::Conflict(format!("memory {id} is already superseded or forgotten")));
         }
-        let ev = Self::event(old.id, EventKind::Forgotten, None, p, OffsetDateTime::now_utc());
+        let ev = Self::event(old.id, EventKind::Forgotten, None, p, crate::model::now());
         self.store.supersede(&p.tenant, old.id, None, ev).await
     }
 
@@ -862,7 +862,7 @@ impl Engine {
             return Err(Error::invalid("value", "a rating is -1 or 1"));
         }
         let m = self.load_visible(p, id).await?;
-        let mut ev = Self::event(m.id, EventKind::Rated, None, p, OffsetDateTime::now_utc());
+        let mut ev = Self::event(m.id, EventKind::Rated, None, p, crate::model::now());
         ev.detail = serde_json::json!({ "value": value });
         self.store.rate_memory(&p.tenant, m.id, value, ev).await?;
         self.load_visible(p, id).await
@@ -906,7 +906,7 @@ impl Engine {
         f.categories = input.categories.clone();
         f.since = input.since;
         f.until = input.until;
-        let now = OffsetDateTime::now_utc();
+        let now = crate::model::now();
         let n = self.cfg.candidates.max(limit);
         let mut hits = Vec::new();
 
@@ -1018,7 +1018,7 @@ impl Engine {
                 });
             }
         }
-        let now = OffsetDateTime::now_utc();
+        let now = crate::model::now();
         let all = self.store.all_active(&v.tenant, &self.filter(&v)).await?;
         let header = "Known facts about the user:";
         let line = |m: &Memory| format!("- {}", m.content);
@@ -1141,7 +1141,7 @@ impl Engine {
                 "conversation '{conversation}' belongs to another user"
             )));
         }
-        let now = OffsetDateTime::now_utc();
+        let now = crate::model::now();
         let mut rows = Vec::with_capacity(messages.len());
         for (i, m) in messages.into_iter().enumerate() {
             let field = format!("messages[{i}]");
@@ -1365,7 +1365,7 @@ impl Engine {
             turn_ids.push(t.clone());
         }
         let mut rated = Vec::new();
-        let now = OffsetDateTime::now_utc();
+        let now = crate::model::now();
         for t in turn_ids {
             for mid in self.store.recalled(&p.tenant, &t).await? {
                 if rated.contains(&mid) {
@@ -1433,7 +1433,7 @@ impl Engine {
         {
             return Err(Error::invalid("cluster_id", "cluster_id must be 1 to 256 bytes"));
         }
-        let now = OffsetDateTime::now_utc();
+        let now = crate::model::now();
         let created_at = self.store.get_agent(&p.tenant, &id).await?.map_or(now, |a| a.created_at);
         let agent = Agent {
             tenant_id: p.tenant.clone(),

@@ -89,7 +89,7 @@ pub enum ExecutionOutcome {
 }
 
 fn at(d: Duration) -> OffsetDateTime {
-    OffsetDateTime::now_utc() + d
+    crate::model::now() + d
 }
 
 /// Run workers until `shutdown` is cancelled and in-flight jobs are finished or abandoned.
@@ -109,7 +109,7 @@ pub async fn run_workers(engine: Engine, cfg: WorkerConfig, shutdown: Cancellati
 async fn worker_loop(n: usize, engine: Engine, cfg: WorkerConfig, shutdown: CancellationToken) {
     tracing::debug!(worker = n, "worker started");
     while !shutdown.is_cancelled() {
-        match engine.store().claim_job(OffsetDateTime::now_utc(), at(cfg.lease)).await {
+        match engine.store().claim_job(crate::model::now(), at(cfg.lease)).await {
             Ok(Some(job)) => {
                 let _ = execute(&engine, &cfg, &shutdown, job).await;
             }

@@ -13,6 +13,18 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 
+/// The current time at microsecond precision, the precision every store keeps (PostgreSQL's
+/// `timestamptz`; SQLite stores what it is given). Every timestamp the engine writes comes
+/// from here, so a response shows exactly what a later read returns.
+pub fn now() -> OffsetDateTime {
+    micros(OffsetDateTime::now_utc())
+}
+
+/// `t` cut to whole microseconds.
+pub fn micros(t: OffsetDateTime) -> OffsetDateTime {
+    t.replace_nanosecond(t.nanosecond() / 1000 * 1000).unwrap_or(t)
+}
+
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident, $field:literal) => {
         $(#[$doc])*
@@ -469,7 +481,7 @@ impl Job {
         kind: JobKind,
         payload: serde_json::Value,
     ) -> Self {
-        let now = OffsetDateTime::now_utc();
+        let now = now();
         Job {
             id: uuid::Uuid::now_v7().to_string(),
             tenant_id: tenant,

@@ -12,6 +12,13 @@
 //!   transaction. Only `purge_memory` and `erase_user` delete rows.
 //! - **Scores are "higher is better"**: cosine similarity for vectors, `-bm25` for text.
 //! - **Durability.** When a write method returns `Ok`, the write is committed.
+//! - **Microsecond timestamps.** Every timestamp is kept to the microsecond (PostgreSQL's
+//!   `timestamptz`; the SQLite store cuts what it is given to match), so a row reads back
+//!   equal on both backends. The engine stamps with `model::now()`, already at that
+//!   precision.
+//! - **Keyword statistics.** BM25 scores depend on document frequencies: per tenant and
+//!   user on PostgreSQL, over the whole FTS5 index on SQLite. Which rows match is the same;
+//!   scores, and so the order of near-ties, may differ between backends.
 //! - **One vector space.** All vectors of a store have one dimension; inserting another is
 //!   an `Unprocessable` error.
 

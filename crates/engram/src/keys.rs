@@ -5,7 +5,6 @@ use engram_core::model::{KeyRole, TenantId};
 use engram_core::store::{ApiKey, Store};
 use rand::Rng;
 use sha2::{Digest, Sha256};
-use time::OffsetDateTime;
 
 const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
@@ -30,7 +29,7 @@ pub async fn create(
         tenant,
         role,
         prefix: secret[..14].to_string(),
-        created_at: OffsetDateTime::now_utc(),
+        created_at: engram_core::model::now(),
         revoked_at: None,
     };
     store.create_api_key(&key, &hash(&secret)).await?;

@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
-use time::OffsetDateTime;
 
 use super::parse::{self, Candidate, Judgement};
 use super::pii::{self, Filtered, PiiPolicy};
@@ -453,7 +452,7 @@ impl Engine {
             pool: pool.map(str::to_string),
             ..Default::default()
         };
-        let now = OffsetDateTime::now_utc();
+        let now = crate::model::now();
         let actor = actor_name_system();
         let message_ids: Vec<_> = window.iter().map(|m| m.id).collect();
         let new_memory = |c: &Candidate| Memory {
@@ -758,7 +757,7 @@ mod tests {
             tool_result: None,
             turn_id: None,
             metadata: serde_json::json!({}),
-            created_at: OffsetDateTime::UNIX_EPOCH,
+            created_at: time::OffsetDateTime::UNIX_EPOCH,
             rating: 0,
         }
     }

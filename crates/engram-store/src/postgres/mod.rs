@@ -14,8 +14,8 @@
 //!   marked `GLOBAL` in the migration: the store-wide `meta`, API keys looked up by secret
 //!   hash or id, and the job queue's claim and by-id indexes (`claim_job` takes no tenant).
 //!   GIN and HNSW indexes cannot start with a text column.
-//! - **Timestamps** are `timestamptz`: microsecond precision (the SQLite store keeps
-//!   nanoseconds). Text is ordered with `COLLATE "C"` (byte order, as SQLite does).
+//! - **Timestamps** are `timestamptz`: microsecond precision (the store contract; the SQLite
+//!   store cuts to match). Text is ordered with `COLLATE "C"` (byte order, as SQLite does).
 //! - **Concurrency.** Transactions are READ COMMITTED. Writes to a user's memories first
 //!   bump (and so row-lock) the user's `user_versions` counter with `INSERT … ON CONFLICT DO
 //!   UPDATE … RETURNING`, which serializes the writers of one user across processes; rows

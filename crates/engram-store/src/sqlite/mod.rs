@@ -38,9 +38,10 @@ pub fn db(e: sqlx::Error) -> Error {
     Error::internal(format!("database: {e}"))
 }
 
-/// A timestamp as stored: unix nanoseconds.
+/// A timestamp as stored: unix nanoseconds, cut to whole microseconds (the precision of the
+/// store contract, the same as PostgreSQL's `timestamptz`).
 pub fn ts(t: OffsetDateTime) -> i64 {
-    i64::try_from(t.unix_timestamp_nanos()).unwrap_or(i64::MAX)
+    i64::try_from(t.unix_timestamp_nanos() / 1000 * 1000).unwrap_or(i64::MAX)
 }
 
 fn from_ts(n: i64) -> OffsetDateTime {

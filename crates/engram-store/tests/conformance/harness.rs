@@ -175,8 +175,8 @@ pub fn user(s: &str) -> UserId {
     UserId::parse(s).expect("user id")
 }
 
-/// Now, at microsecond precision: what both stores keep (SQLite keeps nanoseconds,
-/// PostgreSQL's timestamptz microseconds), so rows compare equal after a round trip.
+/// Now, at microsecond precision: what both stores keep (the store contract), so rows
+/// compare equal after a round trip.
 pub fn now() -> OffsetDateTime {
     let t = OffsetDateTime::now_utc();
     t.replace_nanosecond(t.nanosecond() / 1000 * 1000).expect("valid time")

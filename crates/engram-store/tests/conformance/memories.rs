@@ -533,6 +533,13 @@ pub async fn round_trip_and_unknown_ids(s: Arc<dyn Store>) {
     assert!(is_not_found(&s.history(&t, unknown).await));
     assert!(is_not_found(&s.purge_memory(&t, unknown).await));
     assert!(s.insert_memories(&t, vec![]).await.is_ok());
+
+    // Timestamps are kept to the microsecond on every backend.
+    let mut fine = memory(&t, &u, "stamped to the nanosecond");
+    fine.observed_at = fine.observed_at.replace_nanosecond(123_456_789).unwrap();
+    s.insert_memories(&t, vec![new_row(fine.clone(), None)]).await.unwrap();
+    let back = s.get_memory(&t, fine.id).await.unwrap().unwrap();
+    assert_eq!(back.observed_at, fine.observed_at.replace_nanosecond(123_456_000).unwrap());
     assert!(s.get_message(&t, engram_core::model::MessageId::new()).await.unwrap().is_none());
     assert!(
         s.conversation_owner(&t, &ConversationId::parse("nope").unwrap()).await.unwrap().is_none()

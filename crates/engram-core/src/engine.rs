@@ -1583,6 +1583,7 @@ pub fn prefix_batch_error(e: Error, i: usize, n: usize) -> Error {
         | Error::Conflict(_)
         | Error::Unprocessable(_)
         | Error::Embedder(_)
+        | Error::StoreUnavailable(_)
         | Error::Internal(_)) => other,
     }
 }

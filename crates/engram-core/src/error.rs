@@ -30,6 +30,7 @@ pub enum ErrorCode {
     Unprocessable,
     RateLimited,
     EmbedderUnavailable,
+    StoreUnavailable,
     Internal,
 }
 
@@ -48,6 +49,7 @@ impl ErrorCode {
             ErrorCode::Unprocessable => "unprocessable",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::EmbedderUnavailable => "embedder_unavailable",
+            ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::Internal => "internal",
         }
     }
@@ -80,6 +82,11 @@ pub enum Error {
     /// The embedder failed; the write was not applied.
     #[error("embedder unavailable: {0}")]
     Embedder(#[from] crate::embed::EmbedError),
+    /// The database cannot be reached or is shutting down (connection refused or lost, pool
+    /// exhausted, SQLite busy past its timeout). Retryable; the write was not applied. The
+    /// detail (host names, driver text) is logged, never shown to clients.
+    #[error("store unavailable: {0}")]
+    StoreUnavailable(String),
     /// Anything else: storage failures, bugs. Logged, never shown to clients.
     #[error("internal error: {0}")]
     Internal(String),
@@ -107,6 +114,7 @@ impl Error {
             Error::Conflict(_) => ErrorCode::Conflict,
             Error::Unprocessable(_) => ErrorCode::Unprocessable,
             Error::Embedder(_) => ErrorCode::EmbedderUnavailable,
+            Error::StoreUnavailable(_) => ErrorCode::StoreUnavailable,
             Error::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -115,6 +123,9 @@ impl Error {
     pub fn public_message(&self) -> String {
         match self {
             Error::Internal(_) => "internal error; see the server log".to_string(),
+            Error::StoreUnavailable(_) => {
+                "the database is unavailable; retry later (details in the server log)".to_string()
+            }
             Error::Embedder(e) => format!("the embedder failed: {}", e.message),
             Error::InvalidInput { .. }
             | Error::TooLarge(_)

@@ -724,9 +724,10 @@ impl From<Error> for JobError {
         let fault = match &e {
             Error::Embedder(x) => x.fault,
             // A fact edited or purged by someone else meanwhile: the next attempt re-reads.
-            Error::Internal(_) | Error::Conflict(_) | Error::NotFound { .. } => {
-                FaultSource::Runtime
-            }
+            Error::Internal(_)
+            | Error::StoreUnavailable(_)
+            | Error::Conflict(_)
+            | Error::NotFound { .. } => FaultSource::Runtime,
             Error::InvalidInput { .. }
             | Error::TooLarge(_)
             | Error::Forbidden(_)

@@ -77,7 +77,30 @@ pub fn db(e: sqlx::Error) -> Error {
             "text must not contain the NUL character (U+0000)".to_string(),
         );
     }
+    if unavailable(&e) {
+        return Error::StoreUnavailable(format!("database: {e}"));
+    }
     Error::internal(format!("database: {e}"))
+}
+
+/// The server cannot be reached, went away, or is starting or shutting down: worth a retry
+/// (503 `store_unavailable`), not a bug. SQLSTATE class 08 (connection exception), 57P01–03
+/// (shutdown, crash, cannot connect now), 53300 (too many connections), and I/O, TLS and
+/// protocol failures of the connection itself.
+fn unavailable(e: &sqlx::Error) -> bool {
+    matches!(
+        e,
+        sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            // A connection cut mid-handshake reads as garbage ("unexpected response from
+            // SSLRequest: 0x00" when the socket hits EOF).
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+    ) || matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| {
+        c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03" | "53300")
+    }))
 }
 
 /// PostgreSQL's `unique_violation`.

@@ -30,11 +30,18 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use time::OffsetDateTime;
 
-pub use crate::text::{fts_query, query_terms};
+pub use crate::text::{MatchTerm, fts_query, match_terms, query_terms};
 use vectors::{Entry, VectorCache};
 
-/// Map a database error to an internal engine error (the cause is logged by the adapter).
+/// Map a database error to an engine error (the cause is logged by the adapter): busy past
+/// the busy timeout or no connection in time is `StoreUnavailable` (retryable), the rest
+/// `Internal`.
 pub fn db(e: sqlx::Error) -> Error {
+    let busy = matches!(&e, sqlx::Error::PoolTimedOut)
+        || matches!(&e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("5" | "6" | "261" | "262" | "517" | "773")));
+    if busy {
+        return Error::StoreUnavailable(format!("database: {e}"));
+    }
     Error::internal(format!("database: {e}"))
 }
 

@@ -16,6 +16,7 @@ mod memories;
 mod pg_only;
 mod search;
 mod tls;
+mod unavailable;
 
 /// One `#[tokio::test]` per case and backend: `single` cases get one store, `pair` cases
 /// get the store and a second one opened on the same data (a second process).

@@ -54,7 +54,9 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorCode::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-        ErrorCode::EmbedderUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::EmbedderUnavailable | ErrorCode::StoreUnavailable => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -63,6 +65,8 @@ impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         if let Error::Internal(detail) = &e {
             tracing::error!(error = %detail, "internal error");
+        } else if let Error::StoreUnavailable(detail) = &e {
+            tracing::warn!(error = %detail, "database unavailable");
         }
         ApiError { code: e.code(), message: e.public_message() }
     }

@@ -13,5 +13,6 @@ mod conversations;
 mod dedup;
 mod erase;
 mod extraction;
+mod outage;
 mod postgres;
 mod reembed;

@@ -1,0 +1,30 @@
+//! A store that cannot do its work right now says so with `StoreUnavailable` (503
+//! `store_unavailable` over HTTP, a retry for a job), not an internal error: here SQLite's
+//! write lock held by another process past the busy timeout. The PostgreSQL side (server
+//! gone, connection cut) is checked over HTTP in `crates/engram/tests/it/outage.rs`.
+
+use engram_core::error::Error;
+use engram_core::store::Store;
+use sqlx::Connection;
+
+use crate::harness::{memory, new_row, tenant, user};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_busy_past_its_timeout_is_unavailable_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = engram_store::open_sqlite(dir.path()).await.unwrap();
+    let (t, u) = (tenant("t"), user("u"));
+    // Another process holds the write lock.
+    let url = format!("sqlite://{}", dir.path().join("engram.db").display());
+    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut other).await.unwrap();
+
+    let m = memory(&t, &u, "written while the database was locked");
+    let r = store.insert_memories(&t, vec![new_row(m.clone(), None)]).await;
+    assert!(matches!(r, Err(Error::StoreUnavailable(_))), "{r:?}");
+
+    sqlx::raw_sql("ROLLBACK").execute(&mut other).await.unwrap();
+    assert!(store.get_memory(&t, m.id).await.unwrap().is_none());
+    store.insert_memories(&t, vec![new_row(m.clone(), None)]).await.unwrap();
+    assert!(store.get_memory(&t, m.id).await.unwrap().is_some());
+}

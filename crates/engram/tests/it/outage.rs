@@ -1,0 +1,135 @@
+//! The database goes away under a running server: requests fail fast with `503
+//! store_unavailable` (and `/healthz` says so, for load balancers), nothing half-written is
+//! left, and when the database is back the same process serves again without a restart.
+//!
+//! The outage is a relay between the server and the test PostgreSQL that the test cuts
+//! (every live connection dropped, new ones refused) and restores.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::json;
+use sqlx::Connection;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::helpers::{Server, assert_error};
+
+/// A TCP relay to `upstream` that can be cut and restored.
+struct Relay {
+    addr: SocketAddr,
+    up: Arc<AtomicBool>,
+    cuts: watch::Sender<u64>,
+}
+
+impl Relay {
+    async fn start(upstream: SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let up = Arc::new(AtomicBool::new(true));
+        let (cuts, _) = watch::channel(0u64);
+        let (up2, cuts2) = (up.clone(), cuts.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else { return };
+                if !up2.load(Ordering::SeqCst) {
+                    continue; // dropped at once: the database is "down"
+                }
+                let mut cut = cuts2.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect(upstream).await else { return };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Relay { addr, up, cuts }
+    }
+
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        self.cuts.send_modify(|n| *n += 1);
+    }
+
+    fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A fresh database on the test server: (its URL, the server's address).
+async fn fresh_database() -> (String, SocketAddr) {
+    #[allow(clippy::disallowed_methods)] // tests read their fixture location from the environment
+    let admin = std::env::var("ENGRAM_TEST_DATABASE_URL").expect(
+        "ENGRAM_TEST_DATABASE_URL is not set: run `bash scripts/pg.sh start` and export the URL it prints",
+    );
+    let name = format!("engram_outage_{}", uuid::Uuid::now_v7().simple());
+    let mut conn =
+        sqlx::PgConnection::connect(&admin).await.expect("connect to the test PostgreSQL");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await
+        .expect("create database");
+    let opts: sqlx::postgres::PgConnectOptions = admin.parse().unwrap();
+    let upstream = format!("{}:{}", opts.get_host(), opts.get_port()).parse().unwrap();
+    (format!("postgres://{}@HOST/{name}", opts.get_username()), upstream)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_is_a_fast_503_and_the_server_recovers() {
+    let (url, upstream) = fresh_database().await;
+    let relay = Relay::start(upstream).await;
+    let url = url.replace("HOST", &relay.addr.to_string());
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start_on(tmp.path(), &["--database-url", &url, "--no-workers"]);
+    let kept = s.remember("u", "The user keeps bees on the roof.").await;
+
+    relay.cut();
+    let t = Instant::now();
+    let r =
+        s.post("/v1/memories", json!({ "content": "The user sells honey.", "user_id": "u" })).await;
+    assert_error(&r, 503, "store_unavailable");
+    assert!(
+        r.1["error"]["message"].as_str().unwrap().contains("database is unavailable"),
+        "{}",
+        r.1
+    );
+    assert!(
+        !r.1.to_string().contains(&relay.addr.to_string()),
+        "connection details leaked: {}",
+        r.1
+    );
+    assert_error(
+        &s.post("/v1/search", json!({ "query": "bees", "user_id": "u" })).await,
+        503,
+        "store_unavailable",
+    );
+    assert_error(&s.get("/healthz").await, 503, "store_unavailable");
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "an outage must fail fast, took {:?}",
+        t.elapsed()
+    );
+
+    relay.restore();
+    let mut healthy = false;
+    for _ in 0..100 {
+        if s.get("/healthz").await.0 == StatusCode::OK {
+            healthy = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(healthy, "the server did not recover after the database came back");
+    // Everything written before is there, the failed write is not, and writes work again.
+    let (_, list) = s.get("/v1/memories?user_id=u").await;
+    let rows = list["memories"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{list}");
+    assert_eq!(rows[0]["id"], kept.as_str());
+    s.remember("u", "The user sells honey at the Saturday market.").await;
+    assert_eq!(s.search("u", "honey").await[0], "The user sells honey at the Saturday market.");
+}

@@ -30,7 +30,7 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use time::OffsetDateTime;
 
-pub use crate::text::{MatchTerm, fts_query, match_terms, query_terms};
+pub use crate::text::{fts_query, query_terms};
 use vectors::{Entry, VectorCache};
 
 /// Map a database error to an engine error (the cause is logged by the adapter): busy past

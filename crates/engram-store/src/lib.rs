@@ -32,3 +32,11 @@ pub async fn open_sqlite(data_dir: &Path) -> Result<Arc<sqlite::SqliteStore>> {
 pub async fn open_postgres(url: &str) -> Result<Arc<postgres::PgStore>> {
     Ok(Arc::new(postgres::PgStore::open(url).await?))
 }
+
+/// [`open_postgres`] with connection options (pool size).
+pub async fn open_postgres_with(
+    url: &str,
+    options: postgres::PgOptions,
+) -> Result<Arc<postgres::PgStore>> {
+    Ok(Arc::new(postgres::PgStore::open_with(url, options).await?))
+}

@@ -23,9 +23,12 @@ use crate::settings::Settings;
 /// embedded store in the data dir.
 pub async fn store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
     Ok(match &settings.database_url {
-        Some(url) => engram_store::open_postgres(url)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot open the PostgreSQL store: {e}"))?,
+        Some(url) => engram_store::open_postgres_with(
+            url,
+            engram_store::postgres::PgOptions { max_connections: settings.database_pool_size },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open the PostgreSQL store: {e}"))?,
         None => engram_store::open_sqlite(&settings.data_dir).await.map_err(|e| {
             anyhow::anyhow!("cannot open the store in {}: {e}", settings.data_dir.display())
         })?,

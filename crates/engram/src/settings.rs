@@ -25,6 +25,9 @@ pub struct CommonArgs {
     /// PostgreSQL + pgvector instead of the embedded store: `postgres://user@host:port/db`.
     #[arg(long, env = "ENGRAM_DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
+    /// Most connections this process opens to PostgreSQL (default 16).
+    #[arg(long, env = "ENGRAM_DATABASE_POOL_SIZE", global = true)]
+    pub database_pool_size: Option<u32>,
     /// Embedder: `builtin`, `local:<model dir>` or `openai`.
     #[arg(long, env = "ENGRAM_EMBEDDER", global = true)]
     pub embedder: Option<String>,
@@ -74,6 +77,7 @@ struct FileConfig {
     max_content_bytes: Option<usize>,
     max_body_bytes: Option<usize>,
     database_url: Option<String>,
+    database_pool_size: Option<u32>,
     llm_provider: Option<String>,
     llm_base_url: Option<String>,
     llm_api_key: Option<String>,
@@ -92,6 +96,8 @@ pub struct Settings {
     pub data_dir: PathBuf,
     /// PostgreSQL instead of the embedded store in `data_dir`.
     pub database_url: Option<String>,
+    /// Connections per process to PostgreSQL.
+    pub database_pool_size: u32,
     pub embedder: EmbedderConfig,
     pub max_content_bytes: usize,
     pub max_body_bytes: usize,
@@ -222,6 +228,11 @@ impl Settings {
         if job_backoff_ms > 3_600_000 {
             bail!("job_backoff_ms must be at most 3600000, got {job_backoff_ms}");
         }
+        let database_pool_size =
+            common.database_pool_size.or(file.database_pool_size).unwrap_or(16);
+        if !(1..=1000).contains(&database_pool_size) {
+            bail!("database_pool_size must be 1 to 1000, got {database_pool_size}");
+        }
         let workers = serve.workers.or(file.workers).unwrap_or(2);
         if !(1..=64).contains(&workers) {
             bail!("workers must be 1 to 64, got {workers}");
@@ -230,6 +241,7 @@ impl Settings {
             addr,
             data_dir,
             database_url,
+            database_pool_size,
             embedder,
             max_content_bytes,
             max_body_bytes,

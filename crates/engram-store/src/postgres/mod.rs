@@ -117,9 +117,34 @@ pub struct PgStore {
     exact_scan_limit: AtomicUsize,
 }
 
+/// Connection settings beyond the URL.
+#[derive(Debug, Clone, Copy)]
+pub struct PgOptions {
+    /// Most connections this process holds (default 16). Every `serve`/`worker` process has
+    /// its own pool: keep the sum under the server's `max_connections`.
+    pub max_connections: u32,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self { max_connections: 16 }
+    }
+}
+
 impl PgStore {
-    /// Connect, check the server and pgvector, and apply migrations.
+    /// Connect with the default options, check the server and pgvector, and apply migrations.
     pub async fn open(url: &str) -> Result<Self> {
+        Self::open_with(url, PgOptions::default()).await
+    }
+
+    /// Connect, check the server and pgvector, and apply migrations.
+    pub async fn open_with(url: &str, options: PgOptions) -> Result<Self> {
+        if options.max_connections == 0 {
+            return Err(Error::invalid(
+                "database_pool_size",
+                "the pool needs at least 1 connection",
+            ));
+        }
         let opts = PgConnectOptions::from_str(url)
             .map_err(|e| Error::Unprocessable(format!("invalid PostgreSQL URL: {e}")))?
             .application_name("engram");
@@ -136,7 +161,7 @@ impl PgStore {
         // at once (the pool would retry until its acquire timeout).
         PgConnection::connect_with(&opts).await.map_err(refused)?.close().await.map_err(db)?;
         let pool = PgPoolOptions::new()
-            .max_connections(16)
+            .max_connections(options.max_connections)
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(opts)
             .await

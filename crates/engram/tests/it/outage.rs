@@ -3,7 +3,8 @@
 //! left, and when the database is back the same process serves again without a restart.
 //!
 //! The outage is a relay between the server and the test PostgreSQL that the test cuts
-//! (every live connection dropped, new ones refused) and restores.
+//! (every live connection dropped, new ones refused) and restores. Also here: the pool size
+//! that keeps N servers + M workers under the database's connection limit.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use sqlx::Connection;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::helpers::{Server, assert_error};
+use crate::helpers::{Server, assert_error, engram};
 
 /// A TCP relay to `upstream` that can be cut and restored.
 struct Relay {
@@ -132,4 +133,49 @@ async fn a_database_outage_is_a_fast_503_and_the_server_recovers() {
     assert_eq!(rows[0]["id"], kept.as_str());
     s.remember("u", "The user sells honey at the Saturday market.").await;
     assert_eq!(s.search("u", "honey").await[0], "The user sells honey at the Saturday market.");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_size_caps_the_connections_of_a_process() {
+    let (url, upstream) = fresh_database().await;
+    let url = url.replace("HOST", &upstream.to_string());
+    let db = url.rsplit('/').next().unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start_on(
+        tmp.path(),
+        &["--database-url", &url, "--no-workers", "--database-pool-size", "2"],
+    );
+    s.remember("u", "The user keeps bees on the roof.").await;
+    // 24 requests at once: they queue for the 2 connections instead of opening more.
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..24 {
+        let (client, base) = (s.client.clone(), s.base.clone());
+        tasks.spawn(async move {
+            let body = json!({ "query": format!("bees {i}"), "user_id": "u" });
+            client.post(format!("{base}/v1/search")).json(&body).send().await.unwrap().status()
+        });
+    }
+    while let Some(st) = tasks.join_next().await {
+        assert_eq!(st.unwrap(), StatusCode::OK);
+    }
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let open: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'engram'",
+    )
+    .bind(&db)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert!((1..=2).contains(&open), "{open} connections open with a pool of 2");
+
+    // A pool of 0 (or too many) is refused before anything starts.
+    for bad in ["0", "1001", "many"] {
+        let out = engram(tmp.path())
+            .args(["list", "--user", "u", "--database-url", &url, "--database-pool-size", bad])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "pool size {bad} was accepted");
+        assert!(err.contains("database-pool-size") || err.contains("database_pool_size"), "{err}");
+    }
 }

@@ -17,6 +17,7 @@ pub mod migrate;
 pub mod postgres;
 pub mod sqlite;
 pub mod text;
+pub mod transfer;
 
 use std::path::Path;
 use std::sync::Arc;

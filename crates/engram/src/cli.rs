@@ -361,6 +361,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 let parsed: ExportLine = serde_json::from_str(&line)
                     .with_context(|| format!("line {}: not an engram export line", i + 1))?;
+                dto::check_no_nul(line.as_bytes())
+                    .map_err(|e| anyhow::anyhow!("line {}: {}", i + 1, e.public_message()))?;
                 if parsed.kind != "memory" {
                     bail!("line {}: unknown record type '{}'", i + 1, parsed.kind);
                 }

@@ -7,7 +7,7 @@
 use engram_core::engine::{ContextBlock, Decision, Hit};
 use engram_core::model::{
     Agent, AgentId, Category, ConversationId, EventKind, Importance, Kind, Memory, MemoryEvent,
-    MemoryId, Message, MessageId, Source, SourceKind, TenantId, UserId,
+    MemoryId, Message, MessageId, Source, SourceKind, TenantId, UserId, micros,
 };
 use engram_core::retrieval::Explain;
 use engram_core::{Error, Result};
@@ -16,17 +16,100 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use utoipa::ToSchema;
 
+/// Timestamps travel with microsecond precision, what both stores keep: also those of rows an
+/// older SQLite store kept with nanoseconds, so that their export equals that of their
+/// PostgreSQL copy after `engram migrate`.
 pub fn fmt_ts(t: OffsetDateTime) -> String {
-    t.to_offset(time::UtcOffset::UTC).format(&Rfc3339).unwrap_or_default()
+    micros(t).to_offset(time::UtcOffset::UTC).format(&Rfc3339).unwrap_or_default()
 }
 
-pub fn parse_ts(field: &str, s: &str) -> Result<OffsetDateTime> {
-    OffsetDateTime::parse(s, &Rfc3339).map_err(|_| {
+/// The years a timestamp may have: what both stores can hold (SQLite keeps signed 64-bit
+/// unix nanoseconds: 1677-09-21 to 2262-04-11).
+pub const YEARS: std::ops::RangeInclusive<i32> = 1678..=2261;
+
+fn parse_any_ts(field: &str, s: &str) -> Result<OffsetDateTime> {
+    OffsetDateTime::parse(s, &Rfc3339).map(micros).map_err(|_| {
         Error::invalid(
             field,
             format!("{field} must be an RFC 3339 timestamp like 2026-02-22T10:00:00Z"),
         )
     })
+}
+
+/// A search bound (`since`, `until`): any RFC 3339 time, moved into the years both stores
+/// hold (a bound past them admits the same rows as one at their edge).
+pub fn opt_bound(field: &str, s: Option<&str>) -> Result<Option<OffsetDateTime>> {
+    let Some(s) = s else { return Ok(None) };
+    let t = parse_any_ts(field, s)?;
+    let lo = time::Date::from_calendar_date(*YEARS.start(), time::Month::January, 1)
+        .map(|d| d.midnight().assume_utc());
+    let hi = time::Date::from_calendar_date(*YEARS.end(), time::Month::December, 31)
+        .map(|d| d.with_hms_micro(23, 59, 59, 999_999).map(|d| d.assume_utc()));
+    Ok(Some(match (lo, hi) {
+        (Ok(lo), Ok(Ok(hi))) => t.clamp(lo, hi),
+        _ => t,
+    }))
+}
+
+/// A timestamp to store: RFC 3339, in the years both stores hold ([`YEARS`]).
+pub fn parse_ts(field: &str, s: &str) -> Result<OffsetDateTime> {
+    let t = parse_any_ts(field, s)?;
+    if !YEARS.contains(&t.to_offset(time::UtcOffset::UTC).year()) {
+        return Err(Error::invalid(
+            field,
+            format!("{field} must be between the years {} and {}", YEARS.start(), YEARS.end()),
+        ));
+    }
+    Ok(t)
+}
+
+/// The path (`messages[0].tool_name`) of the first string or object key in `v` that holds
+/// the NUL character. PostgreSQL cannot store U+0000 in text or JSON, so the API refuses it
+/// everywhere, on both backends, before anything is stored.
+pub fn nul_path(v: &serde_json::Value) -> Option<String> {
+    fn walk(v: &serde_json::Value, path: &str) -> Option<String> {
+        match v {
+            serde_json::Value::String(s) if s.contains('\0') => Some(path.to_string()),
+            serde_json::Value::Array(a) => {
+                a.iter().enumerate().find_map(|(i, x)| walk(x, &format!("{path}[{i}]")))
+            }
+            serde_json::Value::Object(o) => o.iter().find_map(|(k, x)| {
+                if k.contains('\0') {
+                    // Name the object, not the key that holds the NUL.
+                    return Some(if path.is_empty() {
+                        "key".to_string()
+                    } else {
+                        path.to_string()
+                    });
+                }
+                walk(x, &if path.is_empty() { k.clone() } else { format!("{path}.{k}") })
+            }),
+            serde_json::Value::Null
+            | serde_json::Value::Bool(_)
+            | serde_json::Value::Number(_)
+            | serde_json::Value::String(_) => None,
+        }
+    }
+    walk(v, "")
+}
+
+/// Refuse text with the NUL character in a JSON document (see [`nul_path`]).
+pub fn check_no_nul(bytes: &[u8]) -> Result<()> {
+    // Raw control characters are not valid JSON, so a NUL can only come as this escape.
+    if !bytes.windows(6).any(|w| w == b"\\u0000") {
+        return Ok(());
+    }
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(bytes) else { return Ok(()) };
+    match nul_path(&v) {
+        None => Ok(()),
+        Some(p) => {
+            let field = if p.is_empty() { "body".to_string() } else { p };
+            Err(Error::invalid(
+                field.clone(),
+                format!("{field}: text must not contain the NUL character (U+0000)"),
+            ))
+        }
+    }
 }
 
 pub fn opt_ts(field: &str, s: Option<&str>) -> Result<Option<OffsetDateTime>> {

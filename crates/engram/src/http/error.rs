@@ -154,6 +154,7 @@ pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         }
     })?;
     de.end().map_err(|e| ApiError::new(ErrorCode::InvalidJson, format!("malformed JSON: {e}")))?;
+    super::dto::check_no_nul(bytes)?;
     Ok(value)
 }
 

@@ -4,11 +4,10 @@
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::helpers::{Server, assert_error, contents};
+use crate::helpers::{Backend, Db, Server, assert_error, contents};
 
-#[tokio::test]
-async fn remember_find_edit_forget_erase_as_a_new_user_would() {
-    let s = Server::start();
+async fn remember_find_edit_forget_erase_as_a_new_user_would(backend: Backend) {
+    let s = Server::on(backend).await;
     let bengaluru = s.remember("alice", "The user lives in Bengaluru.").await;
     s.remember("alice", "The user prefers dark mode in every code editor.").await;
     s.remember("alice", "The user's daughter Maya plays the violin.").await;
@@ -77,9 +76,8 @@ async fn remember_find_edit_forget_erase_as_a_new_user_would() {
     assert_eq!(s.search("bob", "Lisbon").await, ["The user lives in Lisbon."]);
 }
 
-#[tokio::test]
-async fn a_restated_fact_is_confirmed_not_duplicated() {
-    let s = Server::start();
+async fn a_restated_fact_is_confirmed_not_duplicated(backend: Backend) {
+    let s = Server::on(backend).await;
     let id = s.remember("u1", "The user is allergic to peanuts.").await;
     let (st, b) = s
         .post(
@@ -112,9 +110,8 @@ async fn a_restated_fact_is_confirmed_not_duplicated() {
     assert_eq!(list["memories"].as_array().unwrap().len(), 2);
 }
 
-#[tokio::test]
-async fn batch_dedups_within_and_against_the_store_and_is_all_or_nothing() {
-    let s = Server::start();
+async fn batch_dedups_within_and_against_the_store_and_is_all_or_nothing(backend: Backend) {
+    let s = Server::on(backend).await;
     s.remember("u", "The user drives a red bicycle to work.").await;
     let body = json!({ "memories": [
         { "content": "The user's favourite food is ramen.", "user_id": "u", "category": "preference" },
@@ -144,9 +141,8 @@ async fn batch_dedups_within_and_against_the_store_and_is_all_or_nothing() {
     assert_eq!(d, ["ADD", "ADD"]);
 }
 
-#[tokio::test]
-async fn list_paginates_filters_and_rating_reorders() {
-    let s = Server::start();
+async fn list_paginates_filters_and_rating_reorders(backend: Backend) {
+    let s = Server::on(backend).await;
     let facts = [
         "The user was born in Porto.",
         "The user owns a Labrador named Rex.",
@@ -205,9 +201,8 @@ async fn list_paginates_filters_and_rating_reorders() {
     );
 }
 
-#[tokio::test]
-async fn search_explains_bumps_access_and_filters() {
-    let s = Server::start();
+async fn search_explains_bumps_access_and_filters(backend: Backend) {
+    let s = Server::on(backend).await;
     let (_, b) = s
         .post("/v1/memories", json!({ "content": "The user has a meeting with Acme on 2026-05-12.", "user_id": "e", "category": "event", "importance": 9 }))
         .await;
@@ -249,10 +244,9 @@ async fn search_explains_bumps_access_and_filters() {
     assert_eq!(r["results"], json!([]));
 }
 
-#[tokio::test]
-async fn purge_removes_the_row_and_restart_keeps_everything_else() {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut s = Server::start_on(tmp.path(), &[]);
+async fn purge_removes_the_row_and_restart_keeps_everything_else(backend: Backend) {
+    let db = Db::new(backend).await;
+    let mut s = db.serve(&[]);
     let keep = s.remember("k", "The user runs a marathon every October.").await;
     let gone = s.remember("k", "The user's locker code is stored elsewhere.").await;
     let (st, b) = s.req("DELETE", &format!("/v1/memories/{gone}?purge=true"), None).await;
@@ -261,7 +255,7 @@ async fn purge_removes_the_row_and_restart_keeps_everything_else() {
     assert_eq!(st, StatusCode::NOT_FOUND);
     s.kill9();
     drop(s);
-    let s = Server::start_on(tmp.path(), &[]);
+    let s = db.serve(&[]);
     let (st, m) = s.get(&format!("/v1/memories/{keep}")).await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(m["content"], "The user runs a marathon every October.");
@@ -269,3 +263,78 @@ async fn purge_removes_the_row_and_restart_keeps_everything_else() {
     let (st, _) = s.get(&format!("/v1/memories/{gone}")).await;
     assert_eq!(st, StatusCode::NOT_FOUND);
 }
+
+/// Timestamps have microsecond precision on both backends (PostgreSQL's `timestamptz`
+/// keeps microseconds; SQLite used to give nanoseconds back, so the same request answered
+/// differently and a `since` filter cut at another instant), and dates far from 1970 that
+/// both stores hold round-trip exactly.
+async fn timestamps_have_microseconds_on_both_backends(backend: Backend) {
+    let s = Server::on(backend).await;
+    let (st, b) = s
+        .post(
+            "/v1/memories",
+            json!({ "content": "The user adopted a dog named Biscuit.", "user_id": "t",
+                    "observed_at": "2026-01-02T03:04:05.123456789Z" }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{b}");
+    assert_eq!(b["memory"]["observed_at"], "2026-01-02T03:04:05.123456Z", "{b}");
+    let id = b["memory"]["id"].as_str().unwrap().to_string();
+    let (_, m) = s.get(&format!("/v1/memories/{id}")).await;
+    assert_eq!(m["observed_at"], "2026-01-02T03:04:05.123456Z", "{m}");
+    for field in ["created_at", "updated_at"] {
+        let t = m[field].as_str().unwrap();
+        let frac = t.split('.').nth(1).map_or(0, |f| f.trim_end_matches('Z').len());
+        assert!(frac <= 6, "{field} has more than microseconds: {t}");
+    }
+    // A bound inside the same microsecond admits the row on both backends.
+    let (_, page) = s
+        .post(
+            "/v1/search",
+            json!({ "query": "dog", "user_id": "t", "since": "2026-01-02T03:04:05.1234569Z" }),
+        )
+        .await;
+    assert_eq!(contents(&page), ["The user adopted a dog named Biscuit."], "{page}");
+    let (st, b) = s
+        .post(
+            "/v1/memories",
+            json!({ "content": "The user's grandmother was born in Porto.", "user_id": "t",
+                    "observed_at": "1901-03-04T05:06:07.000001Z" }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{b}");
+    assert_eq!(b["memory"]["observed_at"], "1901-03-04T05:06:07.000001Z");
+    // Search bounds beyond the years both stores hold mean the same on both: `until` year 1
+    // admits nothing (SQLite used to overflow it into year 2262 and admit everything).
+    for (bounds, want) in [
+        (json!({ "until": "0001-01-01T00:00:00Z" }), 0),
+        (json!({ "since": "0001-01-01T00:00:00Z" }), 2),
+        (json!({ "until": "9999-12-31T23:59:59Z" }), 2),
+        (json!({ "since": "9999-12-31T23:59:59Z" }), 0),
+    ] {
+        let mut q = json!({ "query": "the user", "user_id": "t" });
+        q.as_object_mut().unwrap().extend(bounds.as_object().unwrap().clone());
+        let (st, r) = s.post("/v1/search", q.clone()).await;
+        assert_eq!(st, StatusCode::OK, "{r}");
+        assert_eq!(contents(&r).len(), want, "{q}: {r}");
+    }
+    let (_, x) = s.get("/v1/users/t/export").await;
+    let mut observed: Vec<&str> = x["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["observed_at"].as_str().unwrap())
+        .collect();
+    observed.sort();
+    assert_eq!(observed, ["1901-03-04T05:06:07.000001Z", "2026-01-02T03:04:05.123456Z"]);
+}
+
+on_both_backends!(
+    remember_find_edit_forget_erase_as_a_new_user_would,
+    a_restated_fact_is_confirmed_not_duplicated,
+    batch_dedups_within_and_against_the_store_and_is_all_or_nothing,
+    list_paginates_filters_and_rating_reorders,
+    search_explains_bumps_access_and_filters,
+    purge_removes_the_row_and_restart_keeps_everything_else,
+    timestamps_have_microseconds_on_both_backends,
+);

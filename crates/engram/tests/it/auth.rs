@@ -4,28 +4,27 @@
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::helpers::{Server, assert_error, contents, engram, run_cli};
+use crate::helpers::{Backend, Db, assert_error, contents};
 
-fn create_key(dir: &std::path::Path, args: &[&str]) -> String {
+fn create_key(db: &Db, args: &[&str]) -> String {
     let mut a = vec!["keys", "create", "--json"];
     a.extend_from_slice(args);
-    let (ok, out, err) = run_cli(dir, &a);
+    let (ok, out, err) = db.cli(&a);
     assert!(ok, "keys create failed: {err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
     v["key"].as_str().unwrap().to_string()
 }
 
-#[tokio::test]
-async fn local_mode_until_a_key_exists_then_keys_are_required() {
-    let tmp = tempfile::tempdir().unwrap();
-    let s = Server::start_on(tmp.path(), &[]);
+async fn local_mode_until_a_key_exists_then_keys_are_required(backend: Backend) {
+    let db = Db::new(backend).await;
+    let s = db.serve(&[]);
     let (st, _) = s
         .anon()
         .post("/v1/memories", json!({ "content": "The user likes jazz.", "user_id": "u" }))
         .await;
     assert_eq!(st, StatusCode::CREATED, "local mode accepts requests without a key");
     // Memories written in local mode belong to tenant `default`.
-    let admin = create_key(tmp.path(), &["--tenant", "default", "--role", "admin"]);
+    let admin = create_key(&db, &["--tenant", "default", "--role", "admin"]);
     assert_error(&s.anon().get("/v1/memories?user_id=u").await, 401, "unauthorized");
     assert_error(
         &s.with_key("engram_not_a_real_key").get("/v1/memories?user_id=u").await,
@@ -41,33 +40,31 @@ async fn local_mode_until_a_key_exists_then_keys_are_required() {
         ["The user likes jazz."]
     );
     // Revoked keys stop working.
-    let (ok, out, _) = run_cli(tmp.path(), &["keys", "list", "--json"]);
+    let (ok, out, _) = db.cli(&["keys", "list", "--json"]);
     assert!(ok);
     let id = serde_json::from_str::<serde_json::Value>(&out).unwrap()[0]["id"]
         .as_str()
         .unwrap()
         .to_string();
-    assert!(run_cli(tmp.path(), &["keys", "revoke", &id]).0);
+    assert!(db.cli(&["keys", "revoke", &id]).0);
     assert_error(&s.with_key(&admin).get("/v1/memories?user_id=u").await, 401, "unauthorized");
     // /healthz stays open.
     assert_eq!(s.anon().get("/healthz").await.0, StatusCode::OK);
 }
 
-#[test]
-fn refuses_a_non_loopback_address_without_keys() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = engram(tmp.path()).args(["serve", "--addr", "0.0.0.0:0"]).output().unwrap();
+async fn refuses_a_non_loopback_address_without_keys(backend: Backend) {
+    let db = Db::new(backend).await;
+    let out = db.engram().args(["serve", "--addr", "0.0.0.0:0"]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("without API keys"), "{err}");
 }
 
-#[tokio::test]
-async fn tenants_never_see_each_other() {
-    let tmp = tempfile::tempdir().unwrap();
-    let a = create_key(tmp.path(), &["--tenant", "acme", "--role", "admin"]);
-    let b = create_key(tmp.path(), &["--tenant", "globex", "--role", "admin"]);
-    let s = Server::start_on(tmp.path(), &[]);
+async fn tenants_never_see_each_other(backend: Backend) {
+    let db = Db::new(backend).await;
+    let a = create_key(&db, &["--tenant", "acme", "--role", "admin"]);
+    let b = create_key(&db, &["--tenant", "globex", "--role", "admin"]);
+    let s = db.serve(&[]);
     let (a, b) = (s.with_key(&a), s.with_key(&b));
     let (st, m) = a
         .post(
@@ -113,14 +110,12 @@ async fn tenants_never_see_each_other() {
     assert_eq!(st_b["memories_active"], 0);
 }
 
-#[tokio::test]
-async fn agent_keys_see_their_pool_shared_and_user_wide_facts_only() {
-    let tmp = tempfile::tempdir().unwrap();
-    let admin = create_key(tmp.path(), &["--tenant", "t", "--role", "admin"]);
-    let support =
-        create_key(tmp.path(), &["--tenant", "t", "--role", "agent", "--agent", "support"]);
-    let sales = create_key(tmp.path(), &["--tenant", "t", "--role", "agent", "--agent", "sales"]);
-    let s = Server::start_on(tmp.path(), &[]);
+async fn agent_keys_see_their_pool_shared_and_user_wide_facts_only(backend: Backend) {
+    let db = Db::new(backend).await;
+    let admin = create_key(&db, &["--tenant", "t", "--role", "admin"]);
+    let support = create_key(&db, &["--tenant", "t", "--role", "agent", "--agent", "support"]);
+    let sales = create_key(&db, &["--tenant", "t", "--role", "agent", "--agent", "sales"]);
+    let s = db.serve(&[]);
     let (admin, support, sales) = (s.with_key(&admin), s.with_key(&support), s.with_key(&sales));
     let (st, m) = support
         .post(
@@ -175,12 +170,11 @@ async fn agent_keys_see_their_pool_shared_and_user_wide_facts_only() {
     assert_error(&sales.req("DELETE", "/v1/users/u", None).await, 403, "forbidden");
 }
 
-#[tokio::test]
-async fn user_keys_are_bound_to_their_user_and_clusters_share_new_writes() {
-    let tmp = tempfile::tempdir().unwrap();
-    let admin = create_key(tmp.path(), &["--tenant", "t", "--role", "admin"]);
-    let alice_key = create_key(tmp.path(), &["--tenant", "t", "--role", "user", "--user", "alice"]);
-    let s = Server::start_on(tmp.path(), &[]);
+async fn user_keys_are_bound_to_their_user_and_clusters_share_new_writes(backend: Backend) {
+    let db = Db::new(backend).await;
+    let admin = create_key(&db, &["--tenant", "t", "--role", "admin"]);
+    let alice_key = create_key(&db, &["--tenant", "t", "--role", "user", "--user", "alice"]);
+    let s = db.serve(&[]);
     let (admin, alice) = (s.with_key(&admin), s.with_key(&alice_key));
     let (_, bob_m) = admin
         .post("/v1/memories", json!({ "content": "Bob has a secret project.", "user_id": "bob" }))
@@ -229,3 +223,11 @@ async fn user_keys_are_bound_to_their_user_and_clusters_share_new_writes() {
         .await;
     assert_eq!(r["results"], json!([]));
 }
+
+on_both_backends!(
+    local_mode_until_a_key_exists_then_keys_are_required,
+    refuses_a_non_loopback_address_without_keys,
+    tenants_never_see_each_other,
+    agent_keys_see_their_pool_shared_and_user_wide_facts_only,
+    user_keys_are_bound_to_their_user_and_clusters_share_new_writes,
+);

@@ -7,7 +7,7 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{Server, assert_error};
+use crate::helpers::{Backend, Db, Server, assert_error};
 
 /// A well-formed UUID that names nothing.
 const UNKNOWN: &str = "01a20297-0000-7000-8000-000000000000";
@@ -232,6 +232,52 @@ async fn run_table(s: &Server, cases: Vec<Case>) {
     );
 }
 
+/// Copies of `v` with a NUL character put into one of its strings, and the path of that string.
+fn with_nul_in_each_string(v: &Value) -> Vec<(String, Value)> {
+    fn paths(v: &Value, path: String, out: &mut Vec<String>) {
+        match v {
+            Value::String(_) => out.push(path),
+            Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    paths(x, format!("{path}[{i}]"), out);
+                }
+            }
+            Value::Object(o) => {
+                for (k, x) in o {
+                    paths(x, if path.is_empty() { k.clone() } else { format!("{path}.{k}") }, out);
+                }
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+    fn poison(v: &mut Value, path: &str, here: String) {
+        match v {
+            Value::String(s) if here == path => s.push('\u{0}'),
+            Value::Array(a) => {
+                for (i, x) in a.iter_mut().enumerate() {
+                    poison(x, path, format!("{here}[{i}]"));
+                }
+            }
+            Value::Object(o) => {
+                for (k, x) in o.iter_mut() {
+                    let p = if here.is_empty() { k.clone() } else { format!("{here}.{k}") };
+                    poison(x, path, p);
+                }
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
+        }
+    }
+    let mut all = Vec::new();
+    paths(v, String::new(), &mut all);
+    all.into_iter()
+        .map(|p| {
+            let mut bad = v.clone();
+            poison(&mut bad, &p, String::new());
+            (p, bad)
+        })
+        .collect()
+}
+
 /// Bodies every JSON endpoint accepts (used to show that only the defect is refused).
 fn valid_bodies(home: &str, msg: &str) -> Vec<(&'static str, String, Value)> {
     vec![
@@ -259,11 +305,9 @@ fn valid_bodies(home: &str, msg: &str) -> Vec<(&'static str, String, Value)> {
     ]
 }
 
-#[tokio::test]
-async fn every_bad_request_gets_a_clear_error_and_changes_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let s =
-        Server::start_on(tmp.path(), &["--max-content-bytes", "64", "--max-body-bytes", "2048"]);
+async fn every_bad_request_gets_a_clear_error_and_changes_nothing(backend: Backend) {
+    let db = Db::new(backend).await;
+    let s = db.serve(&["--max-content-bytes", "64", "--max-body-bytes", "2048"]);
     let (home, old, msg) = seed(&s).await;
     let big = "b".repeat(65);
     let accents = "é".repeat(33); // 33 characters, 66 bytes
@@ -355,6 +399,11 @@ async fn every_bad_request_gets_a_clear_error_and_changes_nothing() {
         m(json!({ "expires_at": "next tuesday" })).says(&["expires_at", "RFC 3339"]),
         m(json!({ "expires_at": "2099-01-01" })).says(&["expires_at"]),
         m(json!({ "observed_at": "yesterday" })).says(&["observed_at"]),
+        // Years both stores can hold (SQLite: signed 64-bit nanoseconds since 1970).
+        m(json!({ "observed_at": "0001-01-01T00:00:00Z" })).says(&["observed_at", "1678"]),
+        m(json!({ "observed_at": "1677-12-31T23:59:59Z" })).says(&["observed_at", "2261"]),
+        m(json!({ "observed_at": "9999-12-31T23:59:59Z" })).says(&["observed_at"]),
+        m(json!({ "expires_at": "2262-06-01T00:00:00Z" })).says(&["expires_at"]),
         m(json!({ "source_conversation_id": "" })).says(&["conversation_id"]),
         m(json!({ "source": "manual" })).says(&["source"]),
         m(json!({ "id": UNKNOWN })).says(&["id"]),
@@ -768,6 +817,82 @@ async fn every_bad_request_gets_a_clear_error_and_changes_nothing() {
         "not_found",
     ));
 
+    // --- Text with the NUL character, which PostgreSQL cannot store, is refused on both
+    // backends in every field (SQLite used to keep it in tool fields, turn and session ids,
+    // agent settings and profile keys, while PostgreSQL answered with a vague error).
+    let nul = "a\u{0}b";
+    for (method, path, body, field) in [
+        (
+            "POST",
+            "/v1/conversations/c1/messages".to_string(),
+            json!({ "user_id": "u", "messages": [{ "role": "tool", "content": "x", "tool_name": nul }] }),
+            "messages[0].tool_name",
+        ),
+        (
+            "POST",
+            "/v1/conversations/c1/messages".to_string(),
+            json!({ "user_id": "u", "messages": [{ "role": "tool", "content": "x", "tool_name": "t", "tool_result": nul }] }),
+            "messages[0].tool_result",
+        ),
+        (
+            "POST",
+            "/v1/conversations/c1/messages".to_string(),
+            json!({ "user_id": "u", "messages": [{ "role": "tool", "content": "x", "tool_name": "t", "tool_args": { "q": [nul] } }] }),
+            "messages[0].tool_args.q[0]",
+        ),
+        (
+            "POST",
+            "/v1/conversations/c1/messages".to_string(),
+            json!({ "user_id": "u", "messages": [{ "role": "user", "content": "x", "turn_id": nul }] }),
+            "messages[0].turn_id",
+        ),
+        (
+            "PUT",
+            "/v1/agents/a1".to_string(),
+            json!({ "memory_enabled": true, "settings": { "note": nul } }),
+            "settings.note",
+        ),
+        (
+            "PUT",
+            "/v1/agents/a1".to_string(),
+            json!({ "memory_enabled": true, "cluster_id": nul }),
+            "cluster_id",
+        ),
+        (
+            "POST",
+            "/v1/memories".to_string(),
+            json!({ "content": "The user's timezone is UTC.", "user_id": "u", "kind": "profile", "key": nul }),
+            "key",
+        ),
+        (
+            "POST",
+            "/v1/memories".to_string(),
+            json!({ "content": "The user plays the cello.", "user_id": "u", "metadata": { nul: 1 } }),
+            "metadata",
+        ),
+        (
+            "POST",
+            "/v1/search".to_string(),
+            json!({ "query": "cello", "user_id": "u", "turn_id": nul }),
+            "turn_id",
+        ),
+        (
+            "POST",
+            "/v1/context".to_string(),
+            json!({ "user_id": "u", "session_id": nul }),
+            "session_id",
+        ),
+    ] {
+        cases.push(js(method, &path, body, 400, "invalid_input").says(&[field, "NUL"]));
+    }
+    // And in any string of any valid body.
+    for (method, path, valid) in valid_bodies(&home, &msg) {
+        for (field, bad) in with_nul_in_each_string(&valid) {
+            let field: &'static str = Box::leak(field.into_boxed_str());
+            cases.push(js(method, &path, bad, 400, "invalid_input").says(&[field]));
+        }
+    }
+
     run_table(&s, cases).await;
 
     // The server still works, and the limit is the limit: 64 bytes are accepted.
@@ -782,10 +907,9 @@ async fn every_bad_request_gets_a_clear_error_and_changes_nothing() {
 /// Request bodies are JSON objects with named fields. serde also reads a struct from a
 /// positional array, so `[1]` rated a memory and an 11-item array created one: a mistaken
 /// body must be refused like any other shape error, and change nothing.
-#[tokio::test]
-async fn positional_array_bodies_are_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let s = Server::start_on(tmp.path(), &[]);
+async fn positional_array_bodies_are_refused(backend: Backend) {
+    let db = Db::new(backend).await;
+    let s = db.serve(&[]);
     let (home, _, msg) = seed(&s).await;
     let mut positional = vec![json!("The user plays the cello."), json!("u")];
     positional.resize(11, Value::Null);
@@ -800,9 +924,8 @@ async fn positional_array_bodies_are_refused() {
 
 /// A route that exists but not for this method: an error body too (SPEC §4: errors are
 /// `{"error": {"code", "message"}}` with the right status).
-#[tokio::test]
-async fn a_wrong_method_gets_405_with_an_error_body() {
-    let s = Server::start();
+async fn a_wrong_method_gets_405_with_an_error_body(backend: Backend) {
+    let s = Server::on(backend).await;
     let id = s.remember("u", "The user lives in Bengaluru.").await;
     let before = snapshot_memories(&s).await;
     for (method, path) in [
@@ -832,9 +955,8 @@ async fn snapshot_memories(s: &Server) -> Value {
 }
 
 /// The defaults apply without flags: 8 KiB of content, 4 MiB of body.
-#[tokio::test]
-async fn default_limits_refuse_oversized_content_and_bodies() {
-    let s = Server::start();
+async fn default_limits_refuse_oversized_content_and_bodies(backend: Backend) {
+    let s = Server::on(backend).await;
     s.remember("u", "The user lives in Bengaluru.").await;
     let before = snapshot_memories(&s).await;
     let r = s
@@ -860,3 +982,10 @@ async fn default_limits_refuse_oversized_content_and_bodies() {
         s.post("/v1/memories", json!({ "content": "a".repeat(8 * 1024), "user_id": "u" })).await;
     assert_eq!(st, StatusCode::CREATED, "{b}");
 }
+
+on_both_backends!(
+    every_bad_request_gets_a_clear_error_and_changes_nothing,
+    positional_array_bodies_are_refused,
+    a_wrong_method_gets_405_with_an_error_body,
+    default_limits_refuse_oversized_content_and_bodies,
+);

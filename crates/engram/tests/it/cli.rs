@@ -4,40 +4,39 @@
 
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::path::Path;
 use std::process::Stdio;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{Server, engram, run_cli};
+use crate::helpers::{Backend, Db};
 
 /// Run a command that must succeed; returns stdout.
 #[track_caller]
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let (success, out, err) = run_cli(dir, args);
+fn ok(dir: &Db, args: &[&str]) -> String {
+    let (success, out, err) = dir.cli(args);
     assert!(success, "engram {args:?} failed\nstdout: {out}\nstderr: {err}");
     out
 }
 
 /// Run a command that must succeed and print JSON.
 #[track_caller]
-fn ok_json(dir: &Path, args: &[&str]) -> Value {
+fn ok_json(dir: &Db, args: &[&str]) -> Value {
     let out = ok(dir, args);
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("engram {args:?}: not JSON ({e}): {out}"))
 }
 
 /// Run a command that must fail; returns stderr.
 #[track_caller]
-fn fails(dir: &Path, args: &[&str]) -> String {
-    let (success, out, err) = run_cli(dir, args);
+fn fails(dir: &Db, args: &[&str]) -> String {
+    let (success, out, err) = dir.cli(args);
     assert!(!success, "engram {args:?} succeeded but should have failed\nstdout: {out}");
     err
 }
 
 /// `remember` in plain output: returns (decision, id).
 #[track_caller]
-fn remember(dir: &Path, args: &[&str]) -> (String, String) {
+fn remember(dir: &Db, args: &[&str]) -> (String, String) {
     let mut all = vec!["remember"];
     all.extend_from_slice(args);
     let out = ok(dir, &all);
@@ -51,7 +50,7 @@ fn remember(dir: &Path, args: &[&str]) -> (String, String) {
 
 /// The whole tenant as JSONL (the lossless export).
 #[track_caller]
-fn export(dir: &Path) -> String {
+fn export(dir: &Db) -> String {
     ok(dir, &["export"])
 }
 
@@ -81,10 +80,9 @@ fn recalled(v: &Value) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn remember_recall_list_and_forget_from_the_shell() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
+async fn remember_recall_list_and_forget_from_the_shell(backend: Backend) {
+    let db = Db::new(backend).await;
+    let d = &db;
 
     let (dec, home) = remember(
         d,
@@ -231,10 +229,9 @@ fn remember_recall_list_and_forget_from_the_shell() {
     assert!(!export(d).contains(&violin));
 }
 
-#[tokio::test]
-async fn export_then_import_into_a_fresh_dir_is_lossless_and_idempotent() {
-    let a = tempfile::tempdir().unwrap();
-    let da = a.path();
+async fn export_then_import_into_a_fresh_dir_is_lossless_and_idempotent(backend: Backend) {
+    let a = Db::new(backend).await;
+    let da = &a;
 
     // A history made with the CLI ...
     let (_, home) = remember(
@@ -271,7 +268,7 @@ async fn export_then_import_into_a_fresh_dir_is_lossless_and_idempotent() {
 
     // ... and with the REST API on a server over the same dir.
     let (old_id, new_id, rich) = {
-        let s = Server::start_on(da, &[]);
+        let s = da.serve(&[]);
         let (st, edited) = s
             .req(
                 "PATCH",
@@ -355,8 +352,8 @@ async fn export_then_import_into_a_fresh_dir_is_lossless_and_idempotent() {
         assert!(events.contains(kind), "no '{kind}' event exported: {events:?}");
     }
     // --out writes the same bytes and says how many rows.
-    let file = a.path().join("export.jsonl");
-    let (success, out, err) = run_cli(da, &["export", "--out", file.to_str().unwrap()]);
+    let file = a.dir().join("export.jsonl");
+    let (success, out, err) = da.cli(&["export", "--out", file.to_str().unwrap()]);
     assert!(success, "{err}");
     assert!(out.is_empty(), "export --out also printed to stdout: {out}");
     assert!(err.contains("exported 8 memories"), "{err}");
@@ -367,8 +364,8 @@ async fn export_then_import_into_a_fresh_dir_is_lossless_and_idempotent() {
     assert!(alice.lines().all(|l| l.contains(r#""user_id":"alice""#)));
 
     // Import into a fresh dir, export again: byte-identical.
-    let b = tempfile::tempdir().unwrap();
-    let db = b.path();
+    let b = Db::new(backend).await;
+    let db = &b;
     let out = ok(db, &["import", file.to_str().unwrap()]);
     assert_eq!(out.trim(), "imported 8 memories, skipped 0 already present");
     assert_eq!(export(db), exported, "export → import → export is not lossless");
@@ -376,7 +373,8 @@ async fn export_then_import_into_a_fresh_dir_is_lossless_and_idempotent() {
     // The same file again skips everything and changes nothing (also from stdin).
     let j = ok_json(db, &["import", file.to_str().unwrap(), "--json"]);
     assert_eq!(j, json!({ "imported": 0, "skipped": 8 }));
-    let mut child = engram(db)
+    let mut child = db
+        .engram()
         .args(["import", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -408,10 +406,9 @@ async fn export_then_import_into_a_fresh_dir_is_lossless_and_idempotent() {
 /// A paraphrase must not lose to a fact that shares only a function word with the query.
 /// Here "is" is in one fact of four, so the full-text side keeps it as a term and ranks the
 /// colour fact first there; fused with an equal weight, that beat the right answer.
-#[test]
-fn recall_is_not_swayed_by_a_function_word_the_query_shares_with_a_fact() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
+async fn recall_is_not_swayed_by_a_function_word_the_query_shares_with_a_fact(backend: Backend) {
+    let db = Db::new(backend).await;
+    let d = &db;
     for f in [
         "The user lives in Bengaluru.",
         "The user's favourite colour is teal.",
@@ -424,12 +421,11 @@ fn recall_is_not_swayed_by_a_function_word_the_query_shares_with_a_fact() {
     assert_eq!(recalled(&r)[0], "The user lives in Bengaluru.", "{r}");
 }
 
-#[test]
-fn a_malformed_import_line_is_named_and_nothing_is_imported() {
-    let src = tempfile::tempdir().unwrap();
-    remember(src.path(), &["The user lives in Bengaluru.", "--user", "alice"]);
-    remember(src.path(), &["The user owns a cat named Miso.", "--user", "alice"]);
-    let good = export(src.path());
+async fn a_malformed_import_line_is_named_and_nothing_is_imported(backend: Backend) {
+    let src = Db::new(backend).await;
+    remember(&src, &["The user lives in Bengaluru.", "--user", "alice"]);
+    remember(&src, &["The user owns a cat named Miso.", "--user", "alice"]);
+    let good = export(&src);
     let good: Vec<&str> = good.lines().collect();
     assert_eq!(good.len(), 2);
     let bad_category = good[1].replace(r#""category":"general""#, r#""category":"hobby""#);
@@ -446,36 +442,33 @@ fn a_malformed_import_line_is_named_and_nothing_is_imported() {
         (format!("{}\n[1,2,3]\n", good[0]), "line 2", &[]),
     ];
     for (text, line, words) in cases {
-        let dst = tempfile::tempdir().unwrap();
-        let file = dst.path().join("in.jsonl");
+        let dst = Db::new(backend).await;
+        let file = dst.dir().join("in.jsonl");
         std::fs::write(&file, &text).unwrap();
-        let (success, out, err) = run_cli(dst.path(), &["import", file.to_str().unwrap()]);
+        let (success, out, err) = dst.cli(&["import", file.to_str().unwrap()]);
         assert!(!success, "import of a bad file succeeded: {out}\n--- file:\n{text}");
         assert!(err.contains(line), "error does not name {line}: {err}\n--- file:\n{text}");
         for w in words {
             assert!(err.contains(w), "error does not mention {w}: {err}");
         }
         assert!(!out.contains("imported"), "{out}");
-        assert_eq!(export(dst.path()), "", "a failed import stored rows; error was: {err}");
-        assert!(
-            listed(&ok_json(dst.path(), &["list", "--include-superseded", "--json"])).is_empty()
-        );
+        assert_eq!(export(&dst), "", "a failed import stored rows; error was: {err}");
+        assert!(listed(&ok_json(&dst, &["list", "--include-superseded", "--json"])).is_empty());
     }
     // The good lines alone import fine.
-    let dst = tempfile::tempdir().unwrap();
-    let file = dst.path().join("in.jsonl");
+    let dst = Db::new(backend).await;
+    let file = dst.dir().join("in.jsonl");
     std::fs::write(&file, format!("{}\n{}\n", good[0], good[1])).unwrap();
     assert_eq!(
-        ok(dst.path(), &["import", file.to_str().unwrap()]).trim(),
+        ok(&dst, &["import", file.to_str().unwrap()]).trim(),
         "imported 2 memories, skipped 0 already present"
     );
 }
 
-#[tokio::test]
-async fn keys_are_printed_once_listed_without_secret_and_revocable() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
-    let (success, out, err) = run_cli(d, &["keys", "create", "--tenant", "t1", "--role", "admin"]);
+async fn keys_are_printed_once_listed_without_secret_and_revocable(backend: Backend) {
+    let db = Db::new(backend).await;
+    let d = &db;
+    let (success, out, err) = d.cli(&["keys", "create", "--tenant", "t1", "--role", "admin"]);
     assert!(success, "{err}");
     let secret = out.trim().to_string();
     assert_eq!(out.lines().count(), 1, "the secret should be the only stdout line: {out}");
@@ -514,7 +507,7 @@ async fn keys_are_printed_once_listed_without_secret_and_revocable() {
     );
 
     // The key works on a server over the dir; no key, or a wrong one, does not.
-    let s = Server::start_on(d, &[]);
+    let s = d.serve(&[]);
     let k1 = s.with_key(&secret);
     let (st, b) = k1
         .post("/v1/memories", json!({ "content": "The user likes jazz.", "user_id": "u1" }))
@@ -537,10 +530,9 @@ async fn keys_are_printed_once_listed_without_secret_and_revocable() {
     assert!(err.contains("not found"), "revoking twice: {err}");
 }
 
-#[test]
-fn bad_cli_input_fails_with_a_clear_message_and_stores_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
+async fn bad_cli_input_fails_with_a_clear_message_and_stores_nothing(backend: Backend) {
+    let db = Db::new(backend).await;
+    let d = &db;
     let (_, seed) = remember(d, &["The user lives in Bengaluru.", "--user", "alice"]);
     ok(d, &["keys", "create", "--tenant", "t1", "--role", "admin"]);
     let unknown = "01a20297-0000-7000-8000-000000000000";
@@ -599,7 +591,7 @@ fn bad_cli_input_fails_with_a_clear_message_and_stores_nothing() {
         (vec!["keys", "revoke", "key_000000000000"], &["not found"]),
     ];
     for (args, words) in &cases {
-        let (success, out, err) = run_cli(d, args);
+        let (success, out, err) = d.cli(args);
         assert!(!success, "engram {args:?} succeeded: {out}");
         assert!(out.trim().is_empty(), "engram {args:?} printed to stdout on failure: {out}");
         assert!(err.contains("error"), "engram {args:?}: no error on stderr: {err}");
@@ -616,11 +608,10 @@ fn bad_cli_input_fails_with_a_clear_message_and_stores_nothing() {
     assert_eq!(dec, "ADD");
 }
 
-#[tokio::test]
-async fn the_cli_and_a_running_server_share_one_data_dir() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
-    let s = Server::start_on(d, &[]);
+async fn the_cli_and_a_running_server_share_one_data_dir(backend: Backend) {
+    let db = Db::new(backend).await;
+    let d = &db;
+    let s = d.serve(&[]);
     let from_server = s.remember("alice", "The user is allergic to peanuts.").await;
 
     // The CLI writes while the server runs: the server's next search sees it.
@@ -668,3 +659,13 @@ async fn the_cli_and_a_running_server_share_one_data_dir() {
     );
     assert_eq!(recalled(&r), ["The user's daughter Maya plays the cello."]);
 }
+
+on_both_backends!(
+    remember_recall_list_and_forget_from_the_shell,
+    export_then_import_into_a_fresh_dir_is_lossless_and_idempotent,
+    recall_is_not_swayed_by_a_function_word_the_query_shares_with_a_fact,
+    a_malformed_import_line_is_named_and_nothing_is_imported,
+    keys_are_printed_once_listed_without_secret_and_revocable,
+    bad_cli_input_fails_with_a_clear_message_and_stores_nothing,
+    the_cli_and_a_running_server_share_one_data_dir,
+);

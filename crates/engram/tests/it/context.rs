@@ -4,11 +4,10 @@
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::helpers::{Server, assert_error};
+use crate::helpers::{Backend, Server, assert_error};
 
-#[tokio::test]
-async fn all_facts_in_observation_order_with_profile_first() {
-    let s = Server::start();
+async fn all_facts_in_observation_order_with_profile_first(backend: Backend) {
+    let s = Server::on(backend).await;
     for (c, at) in [
         ("The user adopted a cat in 2021.", "2021-06-01T00:00:00Z"),
         ("The user started learning Japanese in 2019.", "2019-03-01T00:00:00Z"),
@@ -42,9 +41,8 @@ async fn all_facts_in_observation_order_with_profile_first() {
     assert!(!ctx["text"].as_str().unwrap().contains("Camille.\n"));
 }
 
-#[tokio::test]
-async fn a_small_budget_keeps_the_most_relevant_and_sessions_are_stable() {
-    let s = Server::start();
+async fn a_small_budget_keeps_the_most_relevant_and_sessions_are_stable(backend: Backend) {
+    let s = Server::on(backend).await;
     let facts = [
         "The user is allergic to shellfish.",
         "The user plays tennis on Saturdays.",
@@ -85,3 +83,8 @@ async fn a_small_budget_keeps_the_most_relevant_and_sessions_are_stable() {
     let (_, empty) = s.post("/v1/context", json!({ "user_id": "nobody" })).await;
     assert_eq!(empty["text"], "Known facts about the user:");
 }
+
+on_both_backends!(
+    all_facts_in_observation_order_with_profile_first,
+    a_small_budget_keeps_the_most_relevant_and_sessions_are_stable,
+);

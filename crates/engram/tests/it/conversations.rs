@@ -4,11 +4,10 @@
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::helpers::{Server, assert_error};
+use crate::helpers::{Backend, Server, assert_error};
 
-#[tokio::test]
-async fn append_browse_and_ownership() {
-    let s = Server::start();
+async fn append_browse_and_ownership(backend: Backend) {
+    let s = Server::on(backend).await;
     let (st, b) = s
         .post("/v1/conversations/c1/messages", json!({ "user_id": "u", "messages": [
             { "role": "user", "content": "I just moved to Porto." },
@@ -70,9 +69,8 @@ async fn append_browse_and_ownership() {
     assert_eq!(r["results"][0]["message"]["content"], "Any good bakeries?");
 }
 
-#[tokio::test]
-async fn rating_a_reply_cascades_to_the_memories_recalled_for_its_turn() {
-    let s = Server::start();
+async fn rating_a_reply_cascades_to_the_memories_recalled_for_its_turn(backend: Backend) {
+    let s = Server::on(backend).await;
     let hallucinated = s.remember("u", "The user is vegetarian.").await;
     let other = s.remember("u", "The user works as a nurse.").await;
     // The agent recalls memories for turn t-42 …
@@ -101,3 +99,8 @@ async fn rating_a_reply_cascades_to_the_memories_recalled_for_its_turn() {
             .any(|e| e["event"] == "rated" && e["detail"]["via_message"] == msg)
     );
 }
+
+on_both_backends!(
+    append_browse_and_ownership,
+    rating_a_reply_cascades_to_the_memories_recalled_for_its_turn,
+);

@@ -4,11 +4,10 @@
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::helpers::Server;
+use crate::helpers::{Backend, Server};
 
-#[tokio::test]
-async fn a_similar_fact_with_a_new_value_or_a_negation_is_added() {
-    let s = Server::start();
+async fn a_similar_fact_with_a_new_value_or_a_negation_is_added(backend: Backend) {
+    let s = Server::on(backend).await;
     let budget = s.remember("u", "The user's grocery budget is 440 euros per month.").await;
     s.remember("u", "The user likes coffee.").await;
     for (content, why) in [
@@ -30,3 +29,5 @@ async fn a_similar_fact_with_a_new_value_or_a_negation_is_added() {
     let (_, list) = s.get("/v1/memories?user_id=u").await;
     assert_eq!(list["memories"].as_array().unwrap().len(), 4, "{list}");
 }
+
+on_both_backends!(a_similar_fact_with_a_new_value_or_a_negation_is_added);

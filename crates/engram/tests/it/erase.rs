@@ -1,15 +1,14 @@
-//! GDPR erasure leaves nothing of the user in any table or full-text index, and export is
-//! complete.
+//! GDPR erasure leaves nothing of the user in any table or full-text index (looked up inside
+//! the SQLite file, or the PostgreSQL database), and export is complete.
 
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::Row;
 
-use crate::helpers::Server;
+use crate::helpers::{Backend, Server};
 
-#[tokio::test]
-async fn erasure_removes_every_row_and_index_entry_of_the_user() {
-    let s = Server::start();
+async fn erasure_removes_every_row_and_index_entry_of_the_user(backend: Backend) {
+    let s = Server::on(backend).await;
     let id = s.remember("victim", "The user's passport number is ZX991 quokka.").await;
     s.req(
         "PATCH",
@@ -38,7 +37,19 @@ async fn erasure_removes_every_row_and_index_entry_of_the_user() {
     assert_eq!((e["recalls"].as_u64(), e["context_sessions"].as_u64()), (Some(1), Some(1)), "{er}");
 
     // Look inside the database itself.
-    let url = format!("sqlite://{}?mode=ro", s.dir.join("engram.db").display());
+    match backend {
+        Backend::Sqlite => sqlite_holds_nothing_of(&s.db().dir().join("engram.db")).await,
+        Backend::Postgres => postgres_holds_nothing_of(s.db()).await,
+    }
+    // The other user is untouched and search works for them.
+    assert_eq!(s.search("keeper", "quokka").await, ["The user also likes quokka documentaries."]);
+    assert!(s.search("victim", "quokka").await.is_empty());
+}
+
+/// Every SQLite table with a `user_id` column holds no row of the victim, and neither the
+/// full-text indexes nor their vocabularies know the victim's words.
+async fn sqlite_holds_nothing_of(path: &std::path::Path) {
+    let url = format!("sqlite://{}?mode=ro", path.display());
     let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
     let tables: Vec<String> = sqlx::query("SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%user_id%' AND name NOT LIKE '%fts%'")
         .fetch_all(&pool)
@@ -78,7 +89,55 @@ async fn erasure_removes_every_row_and_index_entry_of_the_user() {
         .get(0);
         assert_eq!(n, 0, "{vocab} still indexes '{word}'");
     }
-    // The other user is untouched and search works for them.
-    assert_eq!(s.search("keeper", "quokka").await, ["The user also likes quokka documentaries."]);
-    assert!(s.search("victim", "quokka").await.is_empty());
 }
+
+/// Every PostgreSQL table with a `user_id` column holds no row of the victim; the
+/// `tsvector` columns live in the rows, so no index entry of the victim's text is left
+/// either (checked: only the other user's memory matches, and no message does).
+async fn postgres_holds_nothing_of(db: &crate::helpers::Db) {
+    let mut c = db.pg().await;
+    let tables: Vec<String> = sqlx::query(
+        "SELECT table_name::text FROM information_schema.columns \
+         WHERE table_schema = 'public' AND column_name = 'user_id' ORDER BY 1",
+    )
+    .fetch_all(&mut c)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect();
+    assert!(tables.len() >= 10, "{tables:?}");
+    for t in &tables {
+        let n: i64 = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {t} WHERE user_id = 'victim'"
+        )))
+        .fetch_one(&mut c)
+        .await
+        .unwrap()
+        .get(0);
+        assert_eq!(n, 0, "table {t} still holds rows of the erased user");
+    }
+    for (table, expect) in [("memories", 1), ("messages", 0)] {
+        let n: i64 = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {table} WHERE fts @@ to_tsquery('simple', 'quokka')"
+        )))
+        .fetch_one(&mut c)
+        .await
+        .unwrap()
+        .get(0);
+        assert_eq!(n, expect, "{table}: only the other user's row may match");
+    }
+    for (table, word) in [("memories", "passport"), ("messages", "photos")] {
+        let n: i64 = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {table} WHERE fts @@ to_tsquery('simple', '{word}') \
+             OR content ILIKE '%{word}%'"
+        )))
+        .fetch_one(&mut c)
+        .await
+        .unwrap()
+        .get(0);
+        assert_eq!(n, 0, "{table} still holds '{word}'");
+    }
+}
+
+on_both_backends!(erasure_removes_every_row_and_index_entry_of_the_user,);

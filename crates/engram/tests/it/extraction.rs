@@ -9,13 +9,13 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use testkit::{Match, Rule, ScriptedLlm};
 
-use crate::helpers::{Server, contents};
+use crate::helpers::{Backend, Db, Server, contents};
 
 const EXTRACT: &str = "memory extraction system";
 const CONSOLIDATE: &str = "memory consolidation system";
 
 /// A server whose LLM is the scripted one; short leases and backoff so faults resolve fast.
-fn start(dir: &std::path::Path, llm: &ScriptedLlm, extra: &[&str]) -> Server {
+fn start(db: &Db, llm: &ScriptedLlm, extra: &[&str]) -> Server {
     let base = llm.base_url();
     let mut args = vec![
         "--llm-provider",
@@ -34,7 +34,7 @@ fn start(dir: &std::path::Path, llm: &ScriptedLlm, extra: &[&str]) -> Server {
         "3",
     ];
     args.extend_from_slice(extra);
-    Server::start_on(dir, &args)
+    db.serve(&args)
 }
 
 async fn append(s: &Server, conv: &str, user: &str, msgs: Value) -> StatusCode {
@@ -71,8 +71,7 @@ fn facts(v: &[Value]) -> Vec<String> {
     f
 }
 
-#[tokio::test]
-async fn a_changed_fact_supersedes_the_old_one_across_sessions() {
+async fn a_changed_fact_supersedes_the_old_one_across_sessions(backend: Backend) {
     // Rules are tried newest first; catch-alls go in `set_default`.
     let llm = ScriptedLlm::start().await;
     llm.on(Rule::system_contains(EXTRACT).and(Match::any().user_contains("I use Postgres")).reply(
@@ -84,8 +83,8 @@ async fn a_changed_fact_supersedes_the_old_one_across_sessions() {
     llm.on(
         Rule::system_contains(CONSOLIDATE).reply(r#"[{"fact": 1, "decision": "UPDATE", "id": 1}]"#)
     );
-    let tmp = tempfile::tempdir().unwrap();
-    let s = start(tmp.path(), &llm, &[]);
+    let db = Db::new(backend).await;
+    let s = start(&db, &llm, &[]);
     append(&s, "session-1", "dev", json!([{ "role": "user", "content": "I use Postgres for all my projects." }, { "role": "assistant", "content": "Great choice." }])).await;
     drained(&s).await;
     let first = active(&s, "dev").await;
@@ -124,15 +123,14 @@ async fn a_changed_fact_supersedes_the_old_one_across_sessions() {
     assert_eq!(c[0].body["model"], "main-model");
 }
 
-#[tokio::test]
-async fn prompts_carry_the_date_the_rules_and_only_the_new_slice() {
+async fn prompts_carry_the_date_the_rules_and_only_the_new_slice(backend: Backend) {
     let llm = ScriptedLlm::start().await;
     llm.on(Rule::system_contains(EXTRACT).and(Match::any().user_contains("dentist tomorrow")).reply(
         r#"[{"content": "The user has a dentist appointment on 2026-02-23.", "category": "event", "importance": 5}]"#,
     ));
     llm.set_default(Rule::system_contains(EXTRACT).reply("[]"));
-    let tmp = tempfile::tempdir().unwrap();
-    let s = start(tmp.path(), &llm, &[]);
+    let db = Db::new(backend).await;
+    let s = start(&db, &llm, &[]);
     append(&s, "c", "u", json!([{ "role": "user", "content": "I have the dentist tomorrow at 9.", "created_at": "2026-02-22T08:00:00Z" },
                                 { "role": "assistant", "content": "Good luck!", "created_at": "2026-02-22T08:00:01Z" }])).await;
     drained(&s).await;
@@ -168,8 +166,7 @@ async fn prompts_carry_the_date_the_rules_and_only_the_new_slice() {
     assert_eq!(llm.calls_matching(&Match::any().system_contains(EXTRACT)).len(), 2);
 }
 
-#[tokio::test]
-async fn restated_facts_cost_no_consolidation_call_and_pii_is_redacted() {
+async fn restated_facts_cost_no_consolidation_call_and_pii_is_redacted(backend: Backend) {
     let llm = ScriptedLlm::start().await;
     llm.on(Rule::system_contains(EXTRACT).and(Match::any().user_contains("card")).reply(
         r#"[{"content": "The user's card number is 4111 1111 1111 1111.", "category": "fact", "importance": 3}]"#,
@@ -179,8 +176,8 @@ async fn restated_facts_cost_no_consolidation_call_and_pii_is_redacted() {
 [{"content": "The user is allergic to peanuts.", "category": "fact", "importance": "9"}]
 ```"#,
     ));
-    let tmp = tempfile::tempdir().unwrap();
-    let s = start(tmp.path(), &llm, &[]);
+    let db = Db::new(backend).await;
+    let s = start(&db, &llm, &[]);
     append(&s, "c1", "u", json!([{ "role": "user", "content": "I'm allergic to peanuts." }])).await;
     drained(&s).await;
     append(
@@ -214,8 +211,7 @@ async fn restated_facts_cost_no_consolidation_call_and_pii_is_redacted() {
     assert!(!all.iter().any(|f| f.contains("4111")));
 }
 
-#[tokio::test]
-async fn italian_conversations_and_the_rolling_summary() {
+async fn italian_conversations_and_the_rolling_summary(backend: Backend) {
     let llm = ScriptedLlm::start().await;
     llm.on(Rule::system_contains("rolling summary").reply(
         "The assistant offered two plans: the Basic plan at 10 EUR per month (the earlier option) and the Pro plan at 25 EUR per month.",
@@ -228,8 +224,8 @@ async fn italian_conversations_and_the_rolling_summary() {
         .and(Match::any().user_contains("Vivo a Milano"))
         .reply(r#"[{"content": "L'utente vive a Milano.", "category": "fact", "importance": 6}]"#));
     llm.set_default(Rule::system_contains(EXTRACT).reply("[]"));
-    let tmp = tempfile::tempdir().unwrap();
-    let s = start(tmp.path(), &llm, &[]);
+    let db = Db::new(backend).await;
+    let s = start(&db, &llm, &[]);
     append(
         &s,
         "it",
@@ -282,14 +278,13 @@ async fn italian_conversations_and_the_rolling_summary() {
     assert!(last.contains("Conversation summary so far:"), "{last}");
 }
 
-#[tokio::test]
-async fn memory_disabled_makes_no_llm_call_and_tool_calls_get_described() {
+async fn memory_disabled_makes_no_llm_call_and_tool_calls_get_described(backend: Backend) {
     let llm = ScriptedLlm::start().await;
     llm.on(Rule::system_contains("ONE short past-tense sentence")
         .reply("Looked up the weather in Porto with the weather tool."));
     llm.set_default(Rule::system_contains(EXTRACT).reply("[]"));
-    let tmp = tempfile::tempdir().unwrap();
-    let s = start(tmp.path(), &llm, &[]);
+    let db = Db::new(backend).await;
+    let s = start(&db, &llm, &[]);
     let (st, _) = s.req("PUT", "/v1/agents/quiet", Some(json!({ "memory_enabled": false }))).await;
     assert_eq!(st, StatusCode::OK);
     let (st, _) = s
@@ -340,8 +335,7 @@ async fn memory_disabled_makes_no_llm_call_and_tool_calls_get_described() {
     assert_eq!(st["extraction"]["enabled"], true);
 }
 
-#[tokio::test]
-async fn faults_retry_then_fail_visibly_and_write_nothing() {
+async fn faults_retry_then_fail_visibly_and_write_nothing(backend: Backend) {
     let llm = ScriptedLlm::start().await;
     // Malformed output every time.
     llm.on(Rule::system_contains(EXTRACT)
@@ -370,8 +364,8 @@ async fn faults_retry_then_fail_visibly_and_write_nothing() {
         .and(Match::any().user_contains("flaky"))
         .status(500)
         .times(1));
-    let tmp = tempfile::tempdir().unwrap();
-    let s = start(tmp.path(), &llm, &[]);
+    let db = Db::new(backend).await;
+    let s = start(&db, &llm, &[]);
     s.remember("u", "The user lives in Munich.").await;
 
     append(&s, "g", "u", json!([{ "role": "user", "content": "garbage please" }])).await;
@@ -397,8 +391,7 @@ async fn faults_retry_then_fail_visibly_and_write_nothing() {
         3
     );
     // The failures are listed with their reason, and can be re-run.
-    let (ok, out, _) =
-        crate::helpers::run_cli(tmp.path(), &["jobs", "list", "--status", "failed", "--json"]);
+    let (ok, out, _) = db.cli(&["jobs", "list", "--status", "failed", "--json"]);
     assert!(ok);
     let jobs: Vec<Value> = serde_json::from_str(&out).unwrap();
     assert_eq!(jobs.len(), 2);
@@ -409,12 +402,13 @@ async fn faults_retry_then_fail_visibly_and_write_nothing() {
     assert!(jobs.iter().all(|j| j["attempts"] == 3));
 }
 
-#[tokio::test]
-async fn the_client_never_waits_for_a_hanging_llm_and_kill_9_mid_batch_reruns_once() {
+async fn the_client_never_waits_for_a_hanging_llm_and_kill_9_mid_batch_reruns_once(
+    backend: Backend,
+) {
     let llm = ScriptedLlm::start().await;
     let hang = llm.on(Rule::system_contains(EXTRACT).hang());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut s = start(tmp.path(), &llm, &[]);
+    let db = Db::new(backend).await;
+    let mut s = start(&db, &llm, &[]);
     let t = std::time::Instant::now();
     append(
         &s,
@@ -432,7 +426,7 @@ async fn the_client_never_waits_for_a_hanging_llm_and_kill_9_mid_batch_reruns_on
     llm.on(Rule::system_contains(EXTRACT).reply(
         r#"[{"content": "The user works as a pilot.", "category": "fact", "importance": 7}]"#,
     ));
-    let s = start(tmp.path(), &llm, &[]);
+    let s = start(&db, &llm, &[]);
     // The lease (3 s) expires, the job runs again and its facts exist exactly once.
     for _ in 0..200 {
         if !active(&s, "u").await.is_empty() {
@@ -446,12 +440,11 @@ async fn the_client_never_waits_for_a_hanging_llm_and_kill_9_mid_batch_reruns_on
     assert_eq!(st["memories_active"], 1);
 }
 
-#[tokio::test]
-async fn backfill_describes_old_tool_calls_once() {
-    let tmp = tempfile::tempdir().unwrap();
+async fn backfill_describes_old_tool_calls_once(backend: Backend) {
+    let db = Db::new(backend).await;
     // Stored while no LLM was configured: nothing is queued.
     {
-        let s = Server::start_on(tmp.path(), &[]);
+        let s = db.serve(&[]);
         let (st, _) = s
             .post("/v1/conversations/old/messages", json!({ "user_id": "u", "messages": [
                 { "role": "assistant", "content": "", "tool_name": "calendar", "tool_args": { "day": "2026-03-01" } },
@@ -471,13 +464,13 @@ async fn backfill_describes_old_tool_calls_once() {
     let llm_args = ["--llm-provider", "openai", "--llm-base-url", &base, "--llm-model", "m"];
     let mut args = vec!["backfill", "tool-calls"];
     args.extend_from_slice(&llm_args);
-    let (ok, out, err) = crate::helpers::run_cli(tmp.path(), &args);
+    let (ok, out, err) = db.cli(&args);
     assert!(ok, "{err}");
     assert!(out.contains("enqueued 2"), "{out}");
     // Idempotent while pending.
-    let (_, out, _) = crate::helpers::run_cli(tmp.path(), &args);
+    let (_, out, _) = db.cli(&args);
     assert!(out.contains("enqueued 0"), "{out}");
-    let s = start(tmp.path(), &llm, &[]);
+    let s = start(&db, &llm, &[]);
     drained(&s).await;
     let (_, page) = s.get("/v1/conversations/old/messages").await;
     let got: Vec<&str> = page["messages"]
@@ -488,29 +481,25 @@ async fn backfill_describes_old_tool_calls_once() {
         .collect();
     assert_eq!(got, ["Checked the calendar for 2026-03-01.", "Searched for flights to Oslo."]);
     // Done messages are not queued again.
-    let (_, out, _) = crate::helpers::run_cli(tmp.path(), &args);
+    let (_, out, _) = db.cli(&args);
     assert!(out.contains("enqueued 0"), "{out}");
 }
 
-#[tokio::test]
-async fn an_unreachable_llm_never_affects_the_client_and_fails_visibly() {
+async fn an_unreachable_llm_never_affects_the_client_and_fails_visibly(backend: Backend) {
     // A port nothing listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let base = format!("http://127.0.0.1:{port}/v1");
-    let tmp = tempfile::tempdir().unwrap();
-    let s = Server::start_on(
-        tmp.path(),
-        &[
-            "--llm-provider",
-            "openai",
-            "--llm-base-url",
-            &base,
-            "--llm-model",
-            "m",
-            "--job-backoff-ms",
-            "100",
-        ],
-    );
+    let db = Db::new(backend).await;
+    let s = db.serve(&[
+        "--llm-provider",
+        "openai",
+        "--llm-base-url",
+        &base,
+        "--llm-model",
+        "m",
+        "--job-backoff-ms",
+        "100",
+    ]);
     let t = std::time::Instant::now();
     append(&s, "down", "u", json!([{ "role": "user", "content": "I teach yoga on Tuesdays." }]))
         .await;
@@ -520,3 +509,15 @@ async fn an_unreachable_llm_never_affects_the_client_and_fails_visibly() {
     assert_eq!(stats["extraction"]["failed"], 1, "{stats}");
     assert_eq!(stats["memories_active"], 1, "only the explicit memory: {stats}");
 }
+
+on_both_backends!(
+    a_changed_fact_supersedes_the_old_one_across_sessions,
+    prompts_carry_the_date_the_rules_and_only_the_new_slice,
+    restated_facts_cost_no_consolidation_call_and_pii_is_redacted,
+    italian_conversations_and_the_rolling_summary,
+    memory_disabled_makes_no_llm_call_and_tool_calls_get_described,
+    faults_retry_then_fail_visibly_and_write_nothing,
+    the_client_never_waits_for_a_hanging_llm_and_kill_9_mid_batch_reruns_once,
+    backfill_describes_old_tool_calls_once,
+    an_unreachable_llm_never_affects_the_client_and_fails_visibly,
+);

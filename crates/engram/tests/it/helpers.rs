@@ -29,35 +29,194 @@ pub fn engram(data_dir: &Path) -> Command {
     c
 }
 
-/// Run an engram CLI command; returns (exit success, stdout, stderr).
-pub fn run_cli(data_dir: &Path, args: &[&str]) -> (bool, String, String) {
-    let out = engram(data_dir).args(args).output().expect("run engram");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// The store a test runs against. Every HTTP test runs once per backend (see
+/// [`on_both_backends`]): where the two behave differently, the contract is wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded store in a temp data dir.
+    Sqlite,
+    /// A fresh database on the PostgreSQL server of `ENGRAM_TEST_DATABASE_URL`.
+    Postgres,
+}
+
+/// The admin URL of the test PostgreSQL server; without it the PostgreSQL half of the suite
+/// fails (never silently passes) and says how to start one.
+pub fn test_database_url() -> String {
+    #[allow(clippy::disallowed_methods)] // tests read their fixture location from the environment
+    let url = std::env::var("ENGRAM_TEST_DATABASE_URL");
+    match url {
+        Ok(u) if !u.trim().is_empty() => u,
+        _ => panic!(
+            "ENGRAM_TEST_DATABASE_URL is not set: the PostgreSQL half of the HTTP suite needs a \
+             PostgreSQL server with pgvector. Start one with\n\
+             \n    export ENGRAM_TEST_DATABASE_URL=\"$(bash scripts/pg.sh start | tail -n 1)\"\n\
+             \n(scripts/test.sh does this itself)."
+        ),
+    }
+}
+
+static DB_COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A new, empty database on the test PostgreSQL server; returns (its name, its URL).
+pub async fn create_database() -> (String, String) {
+    use sqlx::Connection;
+    let admin = test_database_url();
+    let name = format!(
+        "engram_it_{}_{}_{}",
+        std::process::id(),
+        DB_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        uuid::Uuid::now_v7().simple().to_string().split_at(24).1
+    );
+    let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap_or_else(|e| {
+        panic!("cannot connect to the test PostgreSQL (ENGRAM_TEST_DATABASE_URL): {e}")
+    });
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await
+        .expect("create database");
+    let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b).to_string();
+    (name.clone(), format!("{base}/{name}"))
+}
+
+/// One fresh store for one test: a temp data dir (the store itself on SQLite; on PostgreSQL
+/// only the processes' data dir, which stays empty) and, on PostgreSQL, a new database, dropped
+/// when the test passes (kept for inspection when it fails).
+pub struct Db {
+    tmp: tempfile::TempDir,
+    /// PostgreSQL: (database name, URL).
+    pg: Option<(String, String)>,
+}
+
+impl Db {
+    pub async fn new(backend: Backend) -> Db {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let pg = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => Some(create_database().await),
+        };
+        Db { tmp, pg }
+    }
+
+    /// The data dir.
+    pub fn dir(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// PostgreSQL: the database URL.
+    pub fn url(&self) -> Option<&str> {
+        self.pg.as_ref().map(|p| p.1.as_str())
+    }
+
+    /// The flags that name this store (`--database-url` on PostgreSQL).
+    pub fn store_args(&self) -> Vec<String> {
+        match &self.pg {
+            Some((_, url)) => vec!["--database-url".into(), url.clone()],
+            None => vec![],
+        }
+    }
+
+    /// An `engram` command on this store, with the test embedder.
+    pub fn engram(&self) -> Command {
+        let mut c = engram(self.dir());
+        c.args(self.store_args());
+        c
+    }
+
+    /// Run an engram CLI command on this store; returns (exit success, stdout, stderr).
+    pub fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        let out = self.engram().args(args).output().expect("run engram");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// A server on this store, with extra `serve` flags.
+    pub fn serve(&self, extra: &[&str]) -> Server {
+        let mut args: Vec<String> = self.store_args();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Server::start_on(self.dir(), &args)
+    }
+
+    /// PostgreSQL: a connection to this test's database (to look inside it).
+    pub async fn pg(&self) -> sqlx::PgConnection {
+        use sqlx::Connection;
+        let url = self.url().expect("a PostgreSQL test database");
+        sqlx::PgConnection::connect(url).await.expect("connect to the test database")
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let Some((name, _)) = self.pg.take() else { return };
+        if std::thread::panicking() {
+            eprintln!("test failed: its PostgreSQL database {name} is kept for inspection");
+            return;
+        }
+        // Drop may run inside the test's runtime: use a thread with its own.
+        let admin = test_database_url();
+        let _ = std::thread::spawn(move || {
+            use sqlx::Connection;
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            rt.block_on(async {
+                let mut c = sqlx::PgConnection::connect(&admin).await.ok()?;
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .execute(&mut c)
+                .await
+                .ok()
+            })
+        })
+        .join();
+    }
+}
+
+/// Run each listed test body, an `async fn name(backend: Backend)`, once per backend: as the
+/// tests `name::sqlite` and `name::postgres` (`cargo test -p engram --test it postgres` runs
+/// the PostgreSQL half).
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test]
+                async fn sqlite() {
+                    super::$name(crate::helpers::Backend::Sqlite).await
+                }
+                #[tokio::test]
+                async fn postgres() {
+                    super::$name(crate::helpers::Backend::Postgres).await
+                }
+            }
+        )*
+    };
 }
 
 /// A running server.
 pub struct Server {
     pub base: String,
-    pub dir: PathBuf,
     child: Child,
     pub client: reqwest::Client,
     /// Bearer key sent with every request (None: local mode).
     pub key: Option<String>,
-    _tmp: Option<tempfile::TempDir>,
+    /// The store, when the server owns it (dropped after the process is killed).
+    db: Option<Db>,
 }
 
 impl Server {
-    /// A server on a fresh temp data dir.
-    pub fn start() -> Server {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().to_path_buf();
-        let mut s = Server::start_on(&dir, &[]);
-        s._tmp = Some(tmp);
+    /// A server on a fresh store of `backend`.
+    pub async fn on(backend: Backend) -> Server {
+        let db = Db::new(backend).await;
+        let mut s = db.serve(&[]);
+        s.db = Some(db);
         s
+    }
+
+    /// The store of a server made by [`Server::on`].
+    pub fn db(&self) -> &Db {
+        self.db.as_ref().expect("a server made by Server::on")
     }
 
     /// A server on `dir` (kept by the caller) with extra `serve` flags.
@@ -85,14 +244,7 @@ impl Server {
             let _ = child.kill();
             panic!("engram serve did not start within 120 s");
         };
-        Server {
-            base,
-            dir: dir.to_path_buf(),
-            child,
-            client: reqwest::Client::new(),
-            key: None,
-            _tmp: None,
-        }
+        Server { base, child, client: reqwest::Client::new(), key: None, db: None }
     }
 
     /// Stop the process without a chance to clean up (kill -9).

@@ -2,6 +2,7 @@
 //! (a real HTTP server on a free port, a temp data dir, the real MiniLM model fetched by
 //! `scripts/fetch-model.sh`) the way a user would.
 
+#[macro_use]
 mod helpers;
 
 mod api_memories;

@@ -10,25 +10,13 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sqlx::Connection;
 use testkit::{Match, Rule, ScriptedLlm};
 
 use crate::helpers::{Server, contents, engram};
 
 /// A fresh database on the test server; returns its URL.
 async fn fresh_database() -> String {
-    #[allow(clippy::disallowed_methods)] // tests read their fixture location from the environment
-    let admin = std::env::var("ENGRAM_TEST_DATABASE_URL")
-        .expect("ENGRAM_TEST_DATABASE_URL is not set: run `bash scripts/pg.sh start` and export the URL it prints");
-    let name = format!("engram_it_{}", uuid::Uuid::now_v7().simple());
-    let mut conn =
-        sqlx::PgConnection::connect(&admin).await.expect("connect to the test PostgreSQL");
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut conn)
-        .await
-        .expect("create database");
-    let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b).to_string();
-    format!("{base}/{name}")
+    crate::helpers::create_database().await.1
 }
 
 fn llm_args(llm: &ScriptedLlm) -> Vec<String> {

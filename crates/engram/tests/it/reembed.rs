@@ -3,24 +3,28 @@
 
 use std::process::Command;
 
-use crate::helpers::{bin, run_cli};
+use crate::helpers::{Backend, Db, bin};
 
-fn with_builtin(dir: &std::path::Path) -> Command {
+fn with_builtin(db: &Db) -> Command {
     let mut c = Command::new(bin());
-    c.arg("--data-dir").arg(dir).arg("--embedder").arg("builtin").env("ENGRAM_LOG", "warn");
+    c.arg("--data-dir")
+        .arg(db.dir())
+        .args(db.store_args())
+        .arg("--embedder")
+        .arg("builtin")
+        .env("ENGRAM_LOG", "warn");
     c
 }
 
-#[tokio::test]
-async fn switching_embedders_requires_and_survives_a_reembed() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
+async fn switching_embedders_requires_and_survives_a_reembed(backend: Backend) {
+    let db = Db::new(backend).await;
+    let dir = &db;
     for f in [
         "The user grows tomatoes on the balcony.",
         "The user is afraid of spiders.",
         "The user speaks Portuguese and Korean.",
     ] {
-        let (ok, _, err) = run_cli(dir, &["remember", f, "--user", "g"]);
+        let (ok, _, err) = dir.cli(&["remember", f, "--user", "g"]);
         assert!(ok, "{err}");
     }
     // Another model on the same store is refused, with the way out in the message.
@@ -44,7 +48,8 @@ async fn switching_embedders_requires_and_survives_a_reembed() {
     assert_eq!(v["results"][0]["memory"]["content"], "The user speaks Portuguese and Korean.");
     assert!(v["results"][0]["memory"]["embedding_model"].as_str().unwrap().starts_with("builtin:"));
     // And the MiniLM server now refuses the store.
-    let out =
-        crate::helpers::engram(dir).args(["serve", "--addr", "127.0.0.1:0"]).output().unwrap();
+    let out = dir.engram().args(["serve", "--addr", "127.0.0.1:0"]).output().unwrap();
     assert!(!out.status.success());
 }
+
+on_both_backends!(switching_embedders_requires_and_survives_a_reembed,);

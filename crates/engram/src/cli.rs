@@ -1,7 +1,8 @@
 //! The command line: `serve`, `remember`, `recall`, `forget`, `list`, `export`, `import`,
-//! `keys`. Store commands open the data dir directly (SQLite WAL lets them run beside a
-//! server on the same dir) and act as admin of `--tenant` (default `default`). `--json`
-//! prints the same wire shapes as the REST API.
+//! `keys`, `migrate` (SQLite → PostgreSQL, in [`crate::migrate`]). Store commands open the
+//! data dir directly (SQLite WAL lets them run beside a server on the same dir) and act as
+//! admin of `--tenant` (default `default`). `--json` prints the same wire shapes as the REST
+//! API.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -122,6 +123,9 @@ pub enum Command {
         #[arg(long, default_value_t = 64)]
         batch: usize,
     },
+    /// Copy a whole SQLite store into an empty PostgreSQL database (no re-embedding), then
+    /// verify the copy: rows per table, vectors, every user's export, keys, agents.
+    Migrate(crate::migrate::MigrateArgs),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -406,6 +410,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("re-embedded {n} memories with {}", embedder.model_id());
             Ok(())
         }
+        Command::Migrate(args) => crate::migrate::run(args).await,
     }
 }
 

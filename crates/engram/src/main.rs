@@ -1,12 +1,14 @@
 //! `engram`: the one binary. Parses the command line, starts logging, dispatches.
 //!
 //! Modules: [`settings`] (layered configuration), [`app`] (wiring and server life cycle),
-//! [`http`] (REST API), [`cli`] (commands), [`keys`] (API keys).
+//! [`http`] (REST API), [`cli`] (commands), [`keys`] (API keys), [`migrate`] (SQLite →
+//! PostgreSQL).
 
 mod app;
 mod cli;
 mod http;
 mod keys;
+mod migrate;
 mod settings;
 
 use clap::Parser;

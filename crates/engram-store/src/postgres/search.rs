@@ -48,8 +48,10 @@
 //!
 //! `fts` is `to_tsvector('simple', fts_text)`, where `fts_text` is the content split into
 //! words like a query ([`crate::text::index_text`]). The query's terms
-//! ([`crate::text::query_terms`], diacritics folded) go through the same `to_tsvector`, and
-//! each resulting lexeme becomes a quoted, escaped `tsquery` term (never a syntax error). The ranking is BM25 computed in SQL: FTS5's formula with k1 = 1.2,
+//! ([`crate::text::query_terms`], diacritics folded, then cut by [`crate::text::match_term`]
+//! like the SQLite store's) go through the same `to_tsvector`, and each resulting lexeme
+//! becomes a quoted, escaped `tsquery` term, `'lexeme'` or the prefix `'lexeme':*` (never a
+//! syntax error). The ranking is BM25 computed in SQL: FTS5's formula with k1 = 1.2,
 //! b = 0.75 and lexeme counts as document lengths, with the statistics (row count, average
 //! length, document frequencies) of the user's corpus — every row of the tenant and user, or
 //! of the tenant when the search names no user — rather than the SQLite store's global FTS5
@@ -65,7 +67,7 @@ use uuid::Uuid;
 
 use super::rows::col;
 use super::{PgStore, db, push_filter};
-use crate::text::{fold_diacritics, query_terms};
+use crate::text::{fold_diacritics, match_term, query_terms};
 
 /// Scopes with at most this many active vectors are searched exactly (see the module docs).
 pub const EXACT_SCAN_LIMIT: usize = 50_000;
@@ -322,11 +324,15 @@ impl PgStore {
         query: &str,
         k: usize,
     ) -> Result<Vec<(Uuid, f64)>> {
+        // Diacritics folded first (the index is folded), then cut like the SQLite store cuts
+        // (a prefix of a long word, `crate::text::match_term`).
         let mut terms: Vec<String> = Vec::new();
+        let mut prefixes: Vec<bool> = Vec::new();
         for t in query_terms(query) {
-            let t = fold_diacritics(&t);
-            if !terms.contains(&t) {
-                terms.push(t);
+            let m = match_term(&fold_diacritics(&t));
+            if !terms.iter().zip(&prefixes).any(|(x, p)| *x == m.text && *p == m.prefix) {
+                terms.push(m.text);
+                prefixes.push(m.prefix);
             }
         }
         if terms.is_empty() || k == 0 {
@@ -336,39 +342,52 @@ impl PgStore {
         let table = scope.table();
         // The statistics come from the user's corpus (every row of the tenant and user, as
         // the SQLite store counts every indexed row), the hits from the filter. Document
-        // frequencies are counted per lexeme through the GIN index; only rows matching a kept
-        // (informative) lexeme are unnested for their term frequencies.
+        // frequencies are counted per term through the GIN index (a prefix term `'pain':*`
+        // counts the rows holding any word that starts with it); only rows matching a kept
+        // (informative) term are unnested, and a term's frequency in a row is the number of
+        // occurrences of every word it matches (FTS5 counts a prefix phrase the same way).
         let mut q = QueryBuilder::<Postgres>::new(
-            "WITH lex AS MATERIALIZED (SELECT DISTINCT lexeme, \
-             '''' || replace(replace(lexeme, '\\', '\\\\'), '''', '''''') || '''' AS quoted \
-             FROM unnest(to_tsvector('simple', ",
+            "WITH lex AS MATERIALIZED (SELECT DISTINCT u.lexeme, t.prefix, \
+             '''' || replace(replace(u.lexeme, '\\', '\\\\'), '''', '''''') || '''' \
+             || CASE WHEN t.prefix THEN ':*' ELSE '' END AS quoted \
+             FROM unnest(",
         );
-        q.push_bind(terms.join(" ")).push(format!(
-            ")) u), stats AS MATERIALIZED (SELECT count(*)::float8 AS n, \
-             coalesce(avg(length(fts)), 0)::float8 AS avgdl FROM {table} WHERE "
-        ));
+        q.push_bind(terms)
+            .push("::text[], ")
+            .push_bind(prefixes)
+            .push(
+                "::bool[]) AS t(term, prefix) \
+                 CROSS JOIN LATERAL unnest(to_tsvector('simple', t.term)) u), ",
+            )
+            .push(format!(
+                "stats AS MATERIALIZED (SELECT count(*)::float8 AS n, \
+                 coalesce(avg(length(fts)), 0)::float8 AS avgdl FROM {table} WHERE "
+            ));
         scope.push_corpus(&mut q, "");
         q.push(format!(
-            "), df AS MATERIALIZED (SELECT l.lexeme, l.quoted, (SELECT count(*) FROM {table} c WHERE "
+            "), df AS MATERIALIZED (SELECT l.lexeme, l.prefix, l.quoted, \
+             (SELECT count(*) FROM {table} c WHERE "
         ));
         scope.push_corpus(&mut q, "c.");
         q.push(
             " AND c.fts @@ l.quoted::tsquery)::float8 AS df FROM lex l), \
-             kept AS MATERIALIZED (SELECT df.lexeme, df.quoted, \
+             kept AS MATERIALIZED (SELECT df.lexeme, df.prefix, df.quoted, \
                greatest(ln((s.n - df.df + 0.5) / (df.df + 0.5)), 1e-6) AS idf \
                FROM df CROSS JOIN stats s WHERE df.df > 0 AND NOT (s.n >= 4 AND df.df * 2 >= s.n)), ",
         );
         q.push(format!(
-            "hits AS (SELECT d.id, length(d.fts)::float8 AS dl, u.lexeme, \
-             coalesce(array_length(u.positions, 1), 1)::float8 AS tf \
-             FROM {table} d CROSS JOIN LATERAL unnest(d.fts) u WHERE "
+            "hits AS (SELECT d.id, length(d.fts)::float8 AS dl, k.quoted, k.idf, \
+             sum(coalesce(array_length(u.positions, 1), 1))::float8 AS tf \
+             FROM {table} d CROSS JOIN LATERAL unnest(d.fts) u \
+             JOIN kept k ON (CASE WHEN k.prefix THEN starts_with(u.lexeme, k.lexeme) \
+             ELSE u.lexeme = k.lexeme END) WHERE "
         ));
         scope.push_where(&mut q, now, "d.");
         q.push(
             " AND d.fts @@ (SELECT string_agg(quoted, ' | ')::tsquery FROM kept) \
-             AND u.lexeme IN (SELECT lexeme FROM kept)) \
-             SELECT h.id, sum(k.idf * (h.tf * 2.2) / (h.tf + 1.2 * (0.25 + 0.75 * h.dl / greatest(s.avgdl, 1)))) AS score \
-             FROM hits h JOIN kept k USING (lexeme) CROSS JOIN stats s \
+             GROUP BY d.id, d.fts, k.quoted, k.idf) \
+             SELECT h.id, sum(h.idf * (h.tf * 2.2) / (h.tf + 1.2 * (0.25 + 0.75 * h.dl / greatest(s.avgdl, 1)))) AS score \
+             FROM hits h CROSS JOIN stats s \
              GROUP BY h.id ORDER BY score DESC, h.id LIMIT ",
         )
         .push_bind(i64::try_from(k).unwrap_or(i64::MAX));

@@ -30,7 +30,7 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use time::OffsetDateTime;
 
-pub use crate::text::{fts_query, query_terms};
+pub use crate::text::{MatchTerm, fts_query, match_terms, query_terms};
 use vectors::{Entry, VectorCache};
 
 /// Map a database error to an engine error (the cause is logged by the adapter): busy past
@@ -213,16 +213,19 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// The query's terms minus those found in half the indexed rows or more (when the index
-    /// has at least 4 rows): FTS5 gives such terms an IDF of 1e-6, so a row matching only them
-    /// would enter the fusion with a meaningless rank. Returns the FTS5 query, or None.
+    /// The query's terms ([`match_terms`]: words, or prefixes of longer words) minus those
+    /// found in half the indexed rows or more (when the index has at least 4 rows): FTS5 gives
+    /// such terms an IDF of 1e-6, so a row matching only them would enter the fusion with a
+    /// meaningless rank. A prefix's rows are counted as the sum over the indexed words it
+    /// starts (an upper bound: a row holding two such words counts twice). Returns the FTS5
+    /// query, or None.
     async fn informative_query(
         &self,
         query: &str,
         vocab: &'static str,
         table: &'static str,
     ) -> Result<Option<String>> {
-        let terms = query_terms(query);
+        let terms = match_terms(query);
         if terms.is_empty() {
             return Ok(None);
         }
@@ -236,29 +239,44 @@ impl SqliteStore {
         .get(0);
         let mut keep = terms.clone();
         if n >= 4 {
-            let mut q = QueryBuilder::<Sqlite>::new(format!(
-                "SELECT term, doc FROM {vocab} WHERE term IN ("
-            ));
-            let mut sep = q.separated(", ");
-            for t in &terms {
-                sep.push_bind(t.clone());
+            // One statement: a row per term, `(index in terms, rows)`.
+            let mut q = QueryBuilder::<Sqlite>::new("");
+            for (i, t) in terms.iter().enumerate() {
+                if i > 0 {
+                    q.push(" UNION ALL ");
+                }
+                q.push(format!("SELECT {i}, coalesce(sum(doc), 0) FROM {vocab} WHERE "));
+                if t.prefix {
+                    // Every indexed word starting with the prefix (terms compare bytewise;
+                    // U+10FFFF sorts after any continuation of a UTF-8 string).
+                    q.push("term >= ")
+                        .push_bind(t.text.clone())
+                        .push(" AND term < ")
+                        .push_bind(format!("{}\u{10FFFF}", t.text));
+                } else {
+                    q.push("term = ").push_bind(t.text.clone());
+                }
             }
-            sep.push_unseparated(")");
-            let common: Vec<String> = q
+            let common: Vec<usize> = q
                 .build()
                 .fetch_all(&self.read)
                 .await
                 .map_err(db)?
                 .iter()
                 .filter(|r| r.get::<i64, _>(1) * 2 >= n)
-                .map(|r| r.get::<String, _>(0))
+                .map(|r| r.get::<i64, _>(0) as usize)
                 .collect();
-            keep.retain(|t| !common.contains(t));
+            keep = terms
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| !common.contains(i))
+                .map(|(_, t)| t)
+                .collect();
         }
         if keep.is_empty() {
             return Ok(None);
         }
-        Ok(Some(keep.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(" OR ")))
+        Ok(Some(keep.iter().map(MatchTerm::fts5).collect::<Vec<_>>().join(" OR ")))
     }
 
     /// Supersede `old` inside a write transaction (see `Store::supersede`).

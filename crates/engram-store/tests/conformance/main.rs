@@ -65,6 +65,7 @@ conformance! {
         search::vector_search_equals_brute_force,
         search::text_search_keywords_any_language,
         search::text_search_drops_common_terms,
+        search::text_search_matches_word_forms,
         search::text_search_never_a_syntax_error,
         conversations::append_seq_ownership,
         conversations::recalls,

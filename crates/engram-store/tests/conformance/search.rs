@@ -281,6 +281,53 @@ pub async fn text_search_drops_common_terms(s: Arc<dyn Store>) {
     assert_eq!(ids_of(&s, &t, &all, "Fig, cherry").await.len(), 2);
 }
 
+pub async fn text_search_matches_word_forms(s: Arc<dyn Store>) {
+    let t = tenant("t");
+    let u = user("u");
+    let texts = [
+        "The user painted a sunrise over the lake",
+        "The user paints every weekend",
+        "The user has a pain in the knee",
+        "The user bought tickets for 12345 Main Street",
+        "The user likes modern art",
+        "Пользователь живёт в Москве",
+        "The user owns a car",
+        "Der Nutzer arbeitet in einer Bäckerei",
+        "The user keeps a paper diary",
+        "The user walks the dog",
+    ];
+    let rows: Vec<_> = texts.iter().map(|x| new_row(memory(&t, &u, x), None)).collect();
+    s.insert_memories(&t, rows.clone()).await.unwrap();
+    let id = |i: usize| rows[i].memory.id;
+    let all = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+    let set = |v: Vec<MemoryId>| v.into_iter().collect::<BTreeSet<_>>();
+
+    // A long word matches the forms sharing its first letters (all but the last three).
+    assert_eq!(
+        set(ids_of(&s, &t, &all, "painting").await),
+        set(vec![id(0), id(1)]),
+        "painting → paint* → painted, paints"
+    );
+    assert_eq!(
+        set(ids_of(&s, &t, &all, "When did the user paint?").await),
+        set(vec![id(0), id(1), id(2)]),
+        "paint → painted, paints (and pain: a 4-letter stem matches like a word)"
+    );
+    assert_eq!(ids_of(&s, &t, &all, "Moskau? москва").await, vec![id(5)], "any script");
+    assert_eq!(ids_of(&s, &t, &all, "arbeiten").await, vec![id(7)]);
+    assert_eq!(ids_of(&s, &t, &all, "BACKEREIEN").await, vec![id(7)], "folded, then cut");
+    assert_eq!(ids_of(&s, &t, &all, "walking").await, vec![id(9)]);
+    // The exact form ranks first when a row has it.
+    assert_eq!(ids_of(&s, &t, &all, "pain").await[0], id(2));
+    // Words of four letters or fewer, and numbers, match only themselves.
+    assert!(ids_of(&s, &t, &all, "artist").await.is_empty(), "arti* matches no word");
+    assert_eq!(ids_of(&s, &t, &all, "art").await, vec![id(4)]);
+    assert!(ids_of(&s, &t, &all, "cars").await.is_empty());
+    assert!(ids_of(&s, &t, &all, "12349").await.is_empty());
+    assert_eq!(ids_of(&s, &t, &all, "12345").await, vec![id(3)]);
+    assert!(ids_of(&s, &t, &all, "pap").await.is_empty(), "no prefix for short words");
+}
+
 pub async fn text_search_never_a_syntax_error(s: Arc<dyn Store>) {
     let t = tenant("t");
     let u = user("u");

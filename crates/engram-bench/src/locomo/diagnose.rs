@@ -14,7 +14,7 @@
 //!   `score = 2w/(k + r_vec) + 2(1−w)/(k + r_text)` (w = 0.5 is the engine's formula);
 //! - score fusion: `α·minmax(cosine) + (1−α)·minmax(bm25)` over the top 50 of each list;
 //! - the text list of other full-text set-ups ([`super::fts`]: stemming, no frequency cut),
-//!   alone and fused (RRF k = 60, 50 per list) with the engine's vector list.
+//!   alone and fused (RRF k = 60, the engine's candidates per list) with the engine's vector list.
 //!
 //! Ties are broken by the better vector rank, then the better text rank (the engine breaks
 //! them arbitrarily).
@@ -156,7 +156,11 @@ fn variant(group: &'static str, name: String, r: &Recall) -> Variant {
     }
 }
 
-pub async fn run(ctx: &Ctx<'_>, candidates: usize) -> anyhow::Result<Diagnosis> {
+pub async fn run(
+    ctx: &Ctx<'_>,
+    candidates: usize,
+    dump: Option<&std::path::Path>,
+) -> anyhow::Result<Diagnosis> {
     let cfg = EngineConfig { candidates, max_limit: 2 * candidates, ..ctx.cfg.clone() };
     let mut questions: Vec<(&Query, Lists)> = Vec::new();
     for (c, pristine) in ctx.convs.iter().zip(ctx.pristine) {
@@ -192,6 +196,9 @@ pub async fn run(ctx: &Ctx<'_>, candidates: usize) -> anyhow::Result<Diagnosis> 
             questions.push((q, lists));
         }
     }
+    if let Some(path) = dump {
+        write_lists(path, ctx, &questions)?;
+    }
 
     let mut variants = Vec::new();
     let (r, _) = evaluate(&questions, &|l| fuse(l, &|v, _| v.map(|x| -(x.0 as f64))));
@@ -217,8 +224,8 @@ pub async fn run(ctx: &Ctx<'_>, candidates: usize) -> anyhow::Result<Diagnosis> 
     for cap in [10usize, 20, 30, 50, 100, 200].into_iter().filter(|&c| c <= candidates) {
         let f = rrf(cap, 60.0, 0.5);
         let (r, _) = evaluate(&questions, &|l| fuse(l, &f));
-        let name =
-            format!("k=60, {cap} candidates/list{}", if cap == 50 { " (engine)" } else { "" });
+        let engine = if cap == ctx.cfg.candidates { " (engine)" } else { "" };
+        let name = format!("k=60, {cap} candidates/list{engine}");
         variants.push(variant("RRF", name, &r));
     }
     for k in [1.0, 5.0, 10.0, 20.0, 30.0, 120.0] {
@@ -259,12 +266,12 @@ pub async fn run(ctx: &Ctx<'_>, candidates: usize) -> anyhow::Result<Diagnosis> 
             .collect();
         let (r, _) = evaluate(&swapped, &|l| fuse(l, &|_, t| t.map(|x| -(x.0 as f64))));
         variants.push(variant("full text", format!("{}: text list alone", v.name), &r));
-        let grid: &[(f64, usize)] = if v.grid {
-            &[(60.0, 50), (60.0, 20), (10.0, 50), (5.0, 50), (1.0, 50), (5.0, 20), (10.0, 20)]
+        let grid: Vec<(f64, usize)> = if v.grid {
+            vec![(60.0, 50), (60.0, 20), (10.0, 50), (5.0, 50), (1.0, 50), (5.0, 20), (10.0, 20)]
         } else {
-            &[(60.0, 50)]
+            vec![(60.0, ctx.cfg.candidates)]
         };
-        for &(k, cap) in grid {
+        for (k, cap) in grid {
             let f = rrf(cap, k, 0.5);
             let (r, _) = evaluate(&swapped, &|l| fuse(l, &f));
             let name = format!("{}: RRF k={k}, {cap}/list with the vector list", v.name);
@@ -299,9 +306,10 @@ pub async fn run(ctx: &Ctx<'_>, candidates: usize) -> anyhow::Result<Diagnosis> 
         let engine_text = with(&|i| questions[i].1.text.clone());
         let (r, _) = evaluate(&engine_text, &|l| fuse(l, &|v, _| v.map(|x| -(x.0 as f64))));
         variants.push(variant("vector documents", format!("{name}: vector list alone"), &r));
-        let f = rrf(50, 60.0, 0.5);
+        let ec = ctx.cfg.candidates;
+        let f = rrf(ec, 60.0, 0.5);
         let (r, _) = evaluate(&engine_text, &|l| fuse(l, &f));
-        let label = format!("{name}: RRF k=60, 50/list with the store's text list");
+        let label = format!("{name}: RRF k=60, {ec}/list with the store's text list");
         variants.push(variant("vector documents", label, &r));
         if !porter.is_empty() {
             let porter_text = with(&|i| porter[i].clone());
@@ -312,6 +320,33 @@ pub async fn run(ctx: &Ctx<'_>, candidates: usize) -> anyhow::Result<Diagnosis> 
         }
     }
     Ok(Diagnosis { candidates, variants })
+}
+
+/// One JSON line per question: its conversation, text, category, evidence and both raw lists.
+fn write_lists(
+    path: &std::path::Path,
+    ctx: &Ctx<'_>,
+    questions: &[(&Query, Lists)],
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut it = questions.iter();
+    for c in ctx.convs {
+        for _ in &c.queries {
+            let Some((q, l)) = it.next() else { break };
+            let line = serde_json::json!({
+                "sample_id": c.sample_id,
+                "question": q.text,
+                "category": q.category,
+                "evidence": q.evidence,
+                "vector": l.vector,
+                "text": l.text,
+            });
+            writeln!(w, "{line}")?;
+        }
+    }
+    w.flush()?;
+    Ok(())
 }
 
 /// `"(1:56 pm on 8 May, 2023) Caroline: Hi"` → `"Caroline: Hi"`.

@@ -2,12 +2,14 @@
 //!
 //! Each conversation's turns go into an in-memory SQLite FTS5 table (the bundled SQLite the
 //! store uses, through sqlx) with a given tokenizer; each question is turned into an FTS5
-//! query the way the store does it (`engram_store::sqlite::query_terms`: lowercased words,
-//! English function words dropped, OR-ed as quoted terms) with or without the store's
-//! frequency cut (drop any term found in half the rows or more), and the top C rows by
-//! BM25 are the text list. The first variant replicates the store, as a check that these
-//! tables rank like the real one.
+//! query the way the store does it (`engram_store::sqlite::match_terms`: lowercased words,
+//! English function words dropped, words of more than four characters cut to a prefix, OR-ed
+//! as quoted terms) or with whole words only (`query_terms`, the store before the prefix
+//! rule), with or without the store's frequency cut (drop any term found in half the rows or
+//! more), and the top C rows by BM25 are the text list. The first variant replicates the
+//! store, as a check that these tables rank like the real one.
 
+use engram_store::sqlite::MatchTerm;
 use sqlx::Row;
 use sqlx::sqlite::SqlitePoolOptions;
 
@@ -18,6 +20,9 @@ use super::Conversation;
 pub struct FtsVariant {
     pub name: &'static str,
     pub tokenize: &'static str,
+    /// Words of more than four characters as prefixes (the store's `match_terms`), else whole
+    /// words.
+    pub truncate: bool,
     /// Drop query terms found in half the rows or more (the store's rule).
     pub frequency_cut: bool,
     /// Also drop the clitic fragments `s`, `t`, `d`, `ll`, `m`, `re`, `ve` ("Caroline's",
@@ -29,22 +34,41 @@ pub struct FtsVariant {
 
 pub const VARIANTS: &[FtsVariant] = &[
     FtsVariant {
-        name: "store replica (unicode61, frequency cut)",
+        name: "store replica (unicode61, word forms by truncation, frequency cut)",
         tokenize: "unicode61 remove_diacritics 2",
+        truncate: true,
         frequency_cut: true,
         drop_clitics: false,
-        grid: false,
+        grid: true,
     },
     FtsVariant {
-        name: "unicode61, no frequency cut",
+        name: "unicode61, truncation, no frequency cut",
         tokenize: "unicode61 remove_diacritics 2",
+        truncate: true,
         frequency_cut: false,
         drop_clitics: false,
         grid: false,
     },
     FtsVariant {
-        name: "unicode61, frequency cut, clitics dropped",
+        name: "unicode61, whole words, frequency cut (the store before the prefix rule)",
         tokenize: "unicode61 remove_diacritics 2",
+        truncate: false,
+        frequency_cut: true,
+        drop_clitics: false,
+        grid: false,
+    },
+    FtsVariant {
+        name: "unicode61, whole words, no frequency cut",
+        tokenize: "unicode61 remove_diacritics 2",
+        truncate: false,
+        frequency_cut: false,
+        drop_clitics: false,
+        grid: false,
+    },
+    FtsVariant {
+        name: "unicode61, whole words, frequency cut, clitics dropped",
+        tokenize: "unicode61 remove_diacritics 2",
+        truncate: false,
         frequency_cut: true,
         drop_clitics: true,
         grid: false,
@@ -52,6 +76,7 @@ pub const VARIANTS: &[FtsVariant] = &[
     FtsVariant {
         name: "porter stemming, frequency cut",
         tokenize: "porter unicode61 remove_diacritics 2",
+        truncate: false,
         frequency_cut: true,
         drop_clitics: false,
         grid: true,
@@ -59,6 +84,7 @@ pub const VARIANTS: &[FtsVariant] = &[
     FtsVariant {
         name: "porter stemming, frequency cut, clitics dropped",
         tokenize: "porter unicode61 remove_diacritics 2",
+        truncate: false,
         frequency_cut: true,
         drop_clitics: true,
         grid: true,
@@ -66,10 +92,6 @@ pub const VARIANTS: &[FtsVariant] = &[
 ];
 
 const CLITICS: &[&str] = &["s", "t", "d", "ll", "m", "re", "ve"];
-
-fn quoted(t: &str) -> String {
-    format!("\"{}\"", t.replace('"', "\"\""))
-}
 
 /// The text list (top `k`, `(dia_id, -bm25)`) of every question, in conversation order.
 pub async fn text_lists(
@@ -97,15 +119,22 @@ pub async fn text_lists(
         tx.commit().await?;
         let n = c.turns.len() as i64;
         for q in &c.queries {
-            let mut terms = engram_store::sqlite::query_terms(&q.text);
+            let mut terms: Vec<MatchTerm> = if v.truncate {
+                engram_store::sqlite::match_terms(&q.text)
+            } else {
+                engram_store::sqlite::query_terms(&q.text)
+                    .into_iter()
+                    .map(|text| MatchTerm { text, prefix: false })
+                    .collect()
+            };
             if v.drop_clitics {
-                terms.retain(|t| !CLITICS.contains(&t.as_str()));
+                terms.retain(|t| !CLITICS.contains(&t.text.as_str()));
             }
             if v.frequency_cut && n >= 4 {
                 let mut keep = Vec::new();
                 for t in terms {
                     let df: i64 = sqlx::query("SELECT count(*) FROM t WHERE t MATCH ?")
-                        .bind(quoted(&t))
+                        .bind(t.fts5())
                         .fetch_one(&pool)
                         .await?
                         .get(0);
@@ -119,7 +148,7 @@ pub async fn text_lists(
                 out.push(Vec::new());
                 continue;
             }
-            let fq = terms.iter().map(|t| quoted(t)).collect::<Vec<_>>().join(" OR ");
+            let fq = terms.iter().map(MatchTerm::fts5).collect::<Vec<_>>().join(" OR ");
             let rows = sqlx::query(
                 "SELECT rowid, bm25(t) AS score FROM t WHERE t MATCH ? ORDER BY score LIMIT ?",
             )

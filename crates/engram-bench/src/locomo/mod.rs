@@ -117,6 +117,11 @@ pub struct Args {
     /// Candidates per list for `--diagnose`.
     #[arg(long, default_value_t = 200)]
     diagnose_candidates: usize,
+    /// With `--diagnose`: also write the raw lists of every question (JSON lines:
+    /// `sample_id`, `question`, `category`, `evidence`, `vector` and `text` as
+    /// `[dia_id, score]` best first) to this file, for offline analysis.
+    #[arg(long)]
+    dump_lists: Option<PathBuf>,
     #[command(flatten)]
     scratch: ScratchArgs,
 }
@@ -479,7 +484,7 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     }
     let diagnosis = if a.diagnose {
         eprintln!("locomo: diagnosis with {} candidates per list…", a.diagnose_candidates);
-        Some(diagnose::run(&ctx, a.diagnose_candidates).await?)
+        Some(diagnose::run(&ctx, a.diagnose_candidates, a.dump_lists.as_deref()).await?)
     } else {
         None
     };

@@ -20,8 +20,10 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.
-pub const POSTGRES: &[(i64, &str, &str)] =
-    &[(1, "init", include_str!("../migrations/postgres/0001_init.sql"))];
+pub const POSTGRES: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
+    (2, "inline_vectors", include_str!("../migrations/postgres/0002_inline_vectors.sql")),
+];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).
 pub const PG_MIGRATION_LOCK: i64 = 0x656e_6772_616d_0001;

@@ -12,6 +12,7 @@
 //!
 //! Results and the exact commands that produced them are in `benches/README.md`.
 
+mod backend;
 mod corpus;
 mod embedder;
 mod extraction;
@@ -39,7 +40,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Batch remember throughput (memories/s) into a fresh temp-dir SQLite store.
+    /// Batch remember throughput (memories/s) into a fresh temp-dir SQLite store (or a fresh
+    /// PostgreSQL database with `--database-url`).
     Remember(remember::Args),
     /// Search latency (p50/p95/p99) with one user's scope filled with N memories.
     Search(search::Args),

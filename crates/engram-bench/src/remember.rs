@@ -1,7 +1,8 @@
 //! `remember`: batch remember throughput through `Engine::remember_batch`.
 //!
 //! N synthetic facts ([`crate::corpus::facts`]) for one user go in batches of `--batch` into a
-//! fresh SQLite store in a temp dir, with or without dedup. The clock covers
+//! fresh SQLite store in a temp dir (or, with `--database-url`, a fresh PostgreSQL database on
+//! that server), with or without dedup. The clock covers
 //! `remember_batch` only (validation, embedding, dedup, the insert transaction). An
 //! "embed only" pass over the same batches, timed separately, shows how much of it is the
 //! embedder.
@@ -15,6 +16,7 @@ use engram_core::model::{
 use engram_core::store::{NewMemory, Store};
 use serde::Serialize;
 
+use crate::backend::{self, Backend, PgDatabase};
 use crate::embedder::EmbedderChoice;
 use crate::report::{self, Latency};
 use crate::{ScratchArgs, corpus};
@@ -41,13 +43,74 @@ pub struct Args {
     /// Seed of the synthetic facts.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// PostgreSQL server (`postgres://…`) instead of SQLite: each store is a fresh database
+    /// on it, dropped afterwards (kept with `--keep-data`).
+    #[arg(long)]
+    database_url: Option<String>,
+    /// PostgreSQL: drop the HNSW index before the timed batches (shows what maintaining it
+    /// on every insert costs; the search then only has the exact path).
+    #[arg(long)]
+    without_hnsw: bool,
     #[command(flatten)]
     scratch: ScratchArgs,
+}
+
+/// A fresh store: a SQLite data dir in a temp dir, or a fresh PostgreSQL database.
+struct Fresh {
+    store: std::sync::Arc<dyn Store>,
+    _dir: Option<tempfile::TempDir>,
+    db: Option<PgDatabase>,
+}
+
+impl Fresh {
+    async fn new(database_url: Option<&str>, scratch: &ScratchArgs) -> anyhow::Result<Self> {
+        match database_url {
+            Some(url) => {
+                let db = PgDatabase::fresh(url, "remember", scratch.keep_data).await?;
+                let store = backend::open(Some(&db.url), std::path::Path::new("")).await?;
+                Ok(Self { store, _dir: None, db: Some(db) })
+            }
+            None => {
+                let dir = scratch.tempdir()?;
+                let store = backend::open(None, dir.path()).await?;
+                Ok(Self { store, _dir: Some(dir), db: None })
+            }
+        }
+    }
+
+    /// Drop the HNSW indexes of `memories` (PostgreSQL).
+    async fn drop_hnsw(&self) -> anyhow::Result<()> {
+        let Some(db) = &self.db else { anyhow::bail!("--without-hnsw needs --database-url") };
+        let pool = sqlx::PgPool::connect(&db.url).await?;
+        let names: Vec<String> = sqlx::query_scalar(
+            "SELECT indexname::text FROM pg_indexes WHERE tablename = 'memories' \
+             AND indexname LIKE 'memories\\_hnsw\\_%'",
+        )
+        .fetch_all(&pool)
+        .await?;
+        anyhow::ensure!(!names.is_empty(), "no HNSW index to drop");
+        for n in names {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP INDEX {n}"))).execute(&pool).await?;
+        }
+        pool.close().await;
+        Ok(())
+    }
+
+    async fn cleanup(self) -> anyhow::Result<()> {
+        drop(self.store);
+        if let Some(db) = self.db {
+            db.cleanup().await?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Serialize)]
 struct Output {
     environment: String,
+    backend: Backend,
+    /// PostgreSQL with the HNSW index dropped (`--without-hnsw`).
+    without_hnsw: bool,
     embedder: EmbedderChoice,
     model_id: String,
     n: usize,
@@ -87,11 +150,16 @@ async fn store_only(
     batches: &[Vec<Memory>],
     vectors: Vec<Vec<Vec<f32>>>,
     embedder: &dyn engram_core::embed::Embedder,
+    database_url: Option<&str>,
+    without_hnsw: bool,
     scratch: &ScratchArgs,
 ) -> anyhow::Result<Latency> {
-    let dir = scratch.tempdir()?;
-    let store = engram_store::open_sqlite(dir.path()).await?;
+    let fresh = Fresh::new(database_url, scratch).await?;
+    let store = fresh.store.clone();
     store.ensure_embedding_space(embedder.model_id(), embedder.dims()).await?;
+    if without_hnsw {
+        fresh.drop_hnsw().await?;
+    }
     let tenant = TenantId::default_tenant();
     let mut times = Vec::with_capacity(batches.len());
     for (rows, vecs) in batches.iter().zip(vectors) {
@@ -119,6 +187,8 @@ async fn store_only(
         store.insert_memories(&tenant, rows).await?;
         times.push(t.elapsed());
     }
+    drop(store);
+    fresh.cleanup().await?;
     Ok(Latency::of(&times))
 }
 
@@ -170,9 +240,9 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
         embed_only = Some(t.elapsed().as_secs_f64());
     }
 
-    let dir = a.scratch.tempdir()?;
-    let store = engram_store::open_sqlite(dir.path()).await?;
-    let engine = Engine::new(store, embedder.clone(), EngineConfig::default()).await?;
+    let fresh = Fresh::new(a.database_url.as_deref(), &a.scratch).await?;
+    let engine =
+        Engine::new(fresh.store.clone(), embedder.clone(), EngineConfig::default()).await?;
     let p = Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin };
     let user = UserId::parse("bench-user")?;
 
@@ -216,12 +286,25 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     let store_insert = if a.dedup || baseline_vectors.is_empty() {
         None
     } else {
-        Some(store_only(&stored, baseline_vectors, embedder.as_ref(), &a.scratch).await?)
+        Some(
+            store_only(
+                &stored,
+                baseline_vectors,
+                embedder.as_ref(),
+                a.database_url.as_deref(),
+                a.without_hnsw,
+                &a.scratch,
+            )
+            .await?,
+        )
     };
     drop(engine);
+    fresh.cleanup().await?;
 
     let out = Output {
         environment: report::environment(),
+        backend: Backend::of(a.database_url.as_deref()),
+        without_hnsw: a.without_hnsw,
         embedder: a.embedder,
         model_id: embedder.model_id().to_string(),
         n: a.n,
@@ -247,6 +330,11 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     }
     println!("remember_batch throughput ({})\n", out.environment);
     let rows = vec![vec![
+        if out.without_hnsw {
+            format!("{} (no HNSW index)", out.backend.name())
+        } else {
+            out.backend.name().to_string()
+        },
         out.embedder.name().to_string(),
         out.n.to_string(),
         out.batch.to_string(),
@@ -261,6 +349,7 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
         "{}",
         report::table(
             &[
+                "store",
                 "embedder",
                 "n",
                 "batch",

@@ -13,9 +13,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::Row;
 
-use crate::helpers::{
-    Backend, Client, Db, Server, assert_error, contents, create_database, engram,
-};
+use crate::helpers::{Backend, Client, Db, Server, assert_error, contents, engram};
 
 fn key(db: &Db, args: &[&str]) -> String {
     let mut a = vec!["keys", "create", "--json"];
@@ -229,7 +227,8 @@ async fn migrate_moves_a_whole_sqlite_store_to_postgres() {
     assert!(ok, "{err}");
 
     // The move.
-    let (_, url) = create_database().await;
+    let target = Db::new(Backend::Postgres).await;
+    let url = target.url().unwrap().to_string();
     let from = old.dir().to_str().unwrap();
     let (ok, out, err) = migrate(&["--from", from, "--to", &url, "--json", "--batch", "3"]);
     assert!(ok, "migrate failed\nstdout: {out}\nstderr: {err}");
@@ -360,7 +359,8 @@ async fn migrate_refuses_a_target_with_data_bad_urls_missing_dirs_and_mixed_vect
     assert!(!ok && err.contains("does not exist"), "{err}");
     assert!(!missing.exists());
     let empty = tempfile::tempdir().unwrap();
-    let (_, url) = create_database().await;
+    let target = Db::new(Backend::Postgres).await;
+    let url = target.url().unwrap().to_string();
     let (ok, _, err) = migrate(&["--from", empty.path().to_str().unwrap(), "--to", &url]);
     assert!(!ok && err.contains("holds no engram store"), "{err}");
     assert!(!empty.path().join("engram.db").exists());
@@ -428,7 +428,8 @@ async fn migrate_refuses_a_target_with_data_bad_urls_missing_dirs_and_mixed_vect
         .unwrap();
         pool.close().await;
     }
-    let (_, fresh) = create_database().await;
+    let fresh_db = Db::new(Backend::Postgres).await;
+    let fresh = fresh_db.url().unwrap().to_string();
     let (ok, _, err) = migrate(&["--from", &from, "--to", &fresh]);
     assert!(!ok && err.contains("mixes embedding models") && err.contains("reembed"), "{err}");
 

@@ -12,11 +12,13 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use testkit::{Match, Rule, ScriptedLlm};
 
-use crate::helpers::{Server, contents, engram};
+use crate::helpers::{Backend, Db, Server, contents, engram};
 
-/// A fresh database on the test server; returns its URL.
-async fn fresh_database() -> String {
-    crate::helpers::create_database().await.1
+/// A fresh database on the test server (dropped when the test passes) and its URL.
+async fn fresh_database() -> (Db, String) {
+    let db = Db::new(Backend::Postgres).await;
+    let url = db.url().expect("a PostgreSQL database").to_string();
+    (db, url)
 }
 
 fn llm_args(llm: &ScriptedLlm) -> Vec<String> {
@@ -82,7 +84,7 @@ async fn wait_until(mut f: impl AsyncFnMut() -> bool) {
 
 #[tokio::test]
 async fn the_memory_story_on_postgres() {
-    let url = fresh_database().await;
+    let (_db, url) = fresh_database().await;
     let (s, _tmp) = serve(&url, &[]);
     let id = s.remember("alice", "The user lives in Bengaluru.").await;
     s.remember("alice", "The user's daughter Maya plays the violin.").await;
@@ -123,7 +125,7 @@ async fn the_memory_story_on_postgres() {
 
 #[tokio::test]
 async fn two_servers_and_a_worker_share_one_database() {
-    let url = fresh_database().await;
+    let (_db, url) = fresh_database().await;
     let llm = ScriptedLlm::start().await;
     llm.on(Rule::system_contains("memory extraction").reply_with(|r| {
         let text = r.full_text();
@@ -195,7 +197,7 @@ async fn two_servers_and_a_worker_share_one_database() {
 
 #[tokio::test]
 async fn a_killed_workers_job_is_taken_over_after_its_lease() {
-    let url = fresh_database().await;
+    let (_db, url) = fresh_database().await;
     let llm = ScriptedLlm::start().await;
     let hang = llm.on(Rule::system_contains("memory extraction").hang());
     let mut extra = llm_args(&llm);

@@ -56,7 +56,9 @@
 //! length, document frequencies) of the user's corpus — every row of the tenant and user, or
 //! of the tenant when the search names no user — rather than the SQLite store's global FTS5
 //! vocabulary, which mixes tenants. Terms found in half of the corpus or more (when it has at
-//! least 4 rows) are dropped, as in the SQLite store.
+//! least 4 rows) are dropped, as in the SQLite store (which, for a prefix term, counts the
+//! rows of each word the prefix starts and adds them up, an upper bound of what is counted
+//! here; the two differ only for a prefix near the 50 % line).
 
 use engram_core::error::{Error, Result};
 use engram_core::model::{MemoryId, TenantId, UserId};

@@ -490,18 +490,7 @@ async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
         KeysCommand::List { tenant, json } => {
             let tenant = tenant.map(TenantId::parse).transpose().map_err(err)?;
             let list = Store::list_api_keys(store.as_ref(), tenant.as_ref()).await.map_err(err)?;
-            let rows: Vec<serde_json::Value> = list
-                .iter()
-                .map(|k| {
-                    let (role, bound) = match &k.role {
-                        KeyRole::Admin => ("admin", None),
-                        KeyRole::Agent(a) => ("agent", Some(a.to_string())),
-                        KeyRole::User(u) => ("user", Some(u.to_string())),
-                    };
-                    serde_json::json!({ "id": k.id, "tenant": k.tenant.to_string(), "role": role, "bound_to": bound,
-                        "prefix": k.prefix, "created_at": dto::fmt_ts(k.created_at), "revoked_at": k.revoked_at.map(dto::fmt_ts) })
-                })
-                .collect();
+            let rows: Vec<serde_json::Value> = list.iter().map(key_json).collect();
             if json {
                 return print_json(&rows);
             }
@@ -524,4 +513,15 @@ async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// An API key as `keys list --json` prints it (never the secret; the hash neither).
+pub fn key_json(k: &engram_core::store::ApiKey) -> serde_json::Value {
+    let (role, bound) = match &k.role {
+        KeyRole::Admin => ("admin", None),
+        KeyRole::Agent(a) => ("agent", Some(a.to_string())),
+        KeyRole::User(u) => ("user", Some(u.to_string())),
+    };
+    serde_json::json!({ "id": k.id, "tenant": k.tenant.to_string(), "role": role, "bound_to": bound,
+        "prefix": k.prefix, "created_at": dto::fmt_ts(k.created_at), "revoked_at": k.revoked_at.map(dto::fmt_ts) })
 }

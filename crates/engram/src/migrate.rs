@@ -21,14 +21,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::bail;
-use engram_core::model::{AgentId, KeyRole, MemoryId, TenantId, UserId};
+use engram_core::model::{AgentId, MemoryId, TenantId, UserId};
 use engram_core::store::Store;
 use engram_store::postgres::PgStore;
 use engram_store::transfer::{self, CopyOptions, Progress, SqliteSource};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::http::dto::{self, AgentDto, EventDto, ExportLine, MessageDto};
+use crate::http::dto::{AgentDto, EventDto, ExportLine, MessageDto};
 
 /// Options of `engram migrate`.
 #[derive(Debug, Clone, clap::Args)]
@@ -242,18 +242,7 @@ async fn message_lines(
 }
 
 fn key_lines(keys: &[engram_core::store::ApiKey]) -> Vec<Value> {
-    let mut out: Vec<Value> = keys
-        .iter()
-        .map(|k| {
-            let (role, bound) = match &k.role {
-                KeyRole::Admin => ("admin", None),
-                KeyRole::Agent(a) => ("agent", Some(a.to_string())),
-                KeyRole::User(u) => ("user", Some(u.to_string())),
-            };
-            json!({ "id": k.id, "tenant": k.tenant.to_string(), "role": role, "bound_to": bound, "prefix": k.prefix,
-                    "created_at": dto::fmt_ts(k.created_at), "revoked_at": k.revoked_at.map(dto::fmt_ts) })
-        })
-        .collect();
+    let mut out: Vec<Value> = keys.iter().map(crate::cli::key_json).collect();
     out.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
     out
 }

@@ -14,7 +14,11 @@
 //!   `score = 2w/(k + r_vec) + 2(1−w)/(k + r_text)` (w = 0.5 is the engine's formula);
 //! - score fusion: `α·minmax(cosine) + (1−α)·minmax(bm25)` over the top 50 of each list;
 //! - the text list of other full-text set-ups ([`super::fts`]: stemming, no frequency cut),
-//!   alone and fused (RRF k = 60, the engine's candidates per list) with the engine's vector list.
+//!   alone and fused (RRF k = 60, the engine's candidates per list) with the engine's vector list;
+//! - the vector list of other turn documents ([`DOCS`]: without the date prefix, or with the
+//!   neighbouring turns of the same session embedded along with the turn), ranked by brute
+//!   force over the embedder's vectors, alone and fused with the store's text list exactly as
+//!   the engine fuses (RRF k = 60, the engine's candidates per list).
 //!
 //! Ties are broken by the better vector rank, then the better text rank (the engine breaks
 //! them arbitrarily).
@@ -31,8 +35,45 @@ use crate::report;
 /// A candidate's place in one list: `(1-based rank, score)`.
 type Part = Option<(usize, f64)>;
 
-/// Maps a stored turn to the text that gets embedded.
-type DocText = fn(&str) -> &str;
+/// How the text that gets embedded for a turn is built: the turn as stored (or without its
+/// `"(<date>) "` prefix), with up to `prev` preceding and `next` following turns of the same
+/// session around it, in conversation order, one per line and without their date prefix.
+/// The ranking unit stays the single turn: only its vector changes.
+struct DocText {
+    name: &'static str,
+    strip_date: bool,
+    prev: usize,
+    next: usize,
+}
+
+/// The vector documents compared: as stored, without the date, and with conversational
+/// context (the neighbouring turns of the same session).
+const DOCS: [DocText; 7] = [
+    DocText { name: "as stored", strip_date: false, prev: 0, next: 0 },
+    DocText { name: "without the \"(<date>) \" prefix", strip_date: true, prev: 0, next: 0 },
+    DocText { name: "context: previous turn + the turn", strip_date: false, prev: 1, next: 0 },
+    DocText { name: "context: the turn + next turn", strip_date: false, prev: 0, next: 1 },
+    DocText { name: "context: previous + the turn + next", strip_date: false, prev: 1, next: 1 },
+    DocText { name: "context: two previous + the turn", strip_date: false, prev: 2, next: 0 },
+    DocText { name: "context: three previous + the turn", strip_date: false, prev: 3, next: 0 },
+];
+
+/// The session part of a dia_id (`"D3:7"` → `"D3"`).
+fn session(dia: &str) -> &str {
+    dia.split_once(':').map_or(dia, |(s, _)| s)
+}
+
+/// The text embedded for turn `i` of `turns` (`(dia_id, content as stored)`) under `d`.
+fn document(turns: &[(String, String)], i: usize, d: &DocText) -> String {
+    let s = session(&turns[i].0);
+    let same = |j: &usize| session(&turns[*j].0) == s;
+    let before = (i.saturating_sub(d.prev)..i).filter(same);
+    let after = (i + 1..(i + 1 + d.next).min(turns.len())).filter(same);
+    let mut parts: Vec<&str> = before.map(|j| strip_date(&turns[j].1)).collect();
+    parts.push(if d.strip_date { strip_date(&turns[i].1) } else { &turns[i].1 });
+    parts.extend(after.map(|j| strip_date(&turns[j].1)));
+    parts.join("\n")
+}
 
 /// The two raw lists of one question, best first: `(dia_id, similarity or -bm25)`.
 #[derive(Debug, Clone, Default)]
@@ -291,9 +332,8 @@ pub async fn run(
         }
     }
     // The vector list with other document texts (brute force over the embedder's vectors).
-    let docs: [(&str, DocText); 2] =
-        [("as stored", |d| d), ("without the \"(<date>) \" prefix", strip_date)];
-    for (name, doc) in docs {
+    for doc in &DOCS {
+        let name = doc.name;
         let lists = vector_lists(ctx, doc, candidates).await?;
         let with = |text: &dyn Fn(usize) -> Vec<(String, f64)>| -> Vec<(&Query, Lists)> {
             questions
@@ -357,15 +397,15 @@ fn strip_date(d: &str) -> &str {
     }
 }
 
-/// Per question, the top `k` turns by cosine between the question and `doc(turn)`.
+/// Per question, the top `k` turns by cosine between the question and `document(turn)`.
 async fn vector_lists(
     ctx: &Ctx<'_>,
-    doc: fn(&str) -> &str,
+    doc: &DocText,
     k: usize,
 ) -> anyhow::Result<Vec<Vec<(String, f64)>>> {
     let mut out = Vec::new();
     for c in ctx.convs {
-        let texts: Vec<String> = c.turns.iter().map(|(_, t)| doc(t).to_string()).collect();
+        let texts: Vec<String> = (0..c.turns.len()).map(|i| document(&c.turns, i, doc)).collect();
         let mut dv = Vec::new();
         for chunk in texts.chunks(256) {
             dv.extend(ctx.embedder.embed(chunk).await?);
@@ -386,4 +426,34 @@ async fn vector_lists(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documents_take_neighbours_of_the_same_session_only() {
+        let turns: Vec<(String, String)> = [
+            ("D1:1", "(d1) A: a"),
+            ("D1:2", "(d1) B: b"),
+            ("D1:3", "(d1) A: c"),
+            ("D2:1", "(d2) B: d"),
+        ]
+        .iter()
+        .map(|(d, t)| (d.to_string(), t.to_string()))
+        .collect();
+        let doc = |i, name: &str| {
+            let d = DOCS.iter().find(|d| d.name.contains(name)).unwrap();
+            document(&turns, i, d)
+        };
+        assert_eq!(doc(1, "as stored"), "(d1) B: b");
+        assert_eq!(doc(1, "without"), "B: b");
+        assert_eq!(doc(0, "previous turn + the turn"), "(d1) A: a");
+        assert_eq!(doc(1, "previous turn + the turn"), "A: a\n(d1) B: b");
+        assert_eq!(doc(2, "the turn + next"), "(d1) A: c");
+        assert_eq!(doc(1, "previous + the turn + next"), "A: a\n(d1) B: b\nA: c");
+        assert_eq!(doc(2, "two previous"), "A: a\nB: b\n(d1) A: c");
+        assert_eq!(doc(3, "two previous"), "(d2) B: d");
+    }
 }

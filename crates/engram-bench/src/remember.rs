@@ -243,6 +243,12 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     let fresh = Fresh::new(a.database_url.as_deref(), &a.scratch).await?;
     let engine =
         Engine::new(fresh.store.clone(), embedder.clone(), EngineConfig::default()).await?;
+    if a.without_hnsw {
+        // The engine records the space (and creates the index) at its first write: record
+        // it now so that the index exists to be dropped.
+        fresh.store.ensure_embedding_space(embedder.model_id(), embedder.dims()).await?;
+        fresh.drop_hnsw().await?;
+    }
     let p = Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin };
     let user = UserId::parse("bench-user")?;
 

@@ -44,18 +44,70 @@ struct DocText {
     strip_date: bool,
     prev: usize,
     next: usize,
+    /// Keep the `"<speaker>: "` of the context turns.
+    speakers: bool,
 }
 
 /// The vector documents compared: as stored, without the date, and with conversational
-/// context (the neighbouring turns of the same session).
-const DOCS: [DocText; 7] = [
-    DocText { name: "as stored", strip_date: false, prev: 0, next: 0 },
-    DocText { name: "without the \"(<date>) \" prefix", strip_date: true, prev: 0, next: 0 },
-    DocText { name: "context: previous turn + the turn", strip_date: false, prev: 1, next: 0 },
-    DocText { name: "context: the turn + next turn", strip_date: false, prev: 0, next: 1 },
-    DocText { name: "context: previous + the turn + next", strip_date: false, prev: 1, next: 1 },
-    DocText { name: "context: two previous + the turn", strip_date: false, prev: 2, next: 0 },
-    DocText { name: "context: three previous + the turn", strip_date: false, prev: 3, next: 0 },
+/// context (the neighbouring turns of the same session, with or without their speaker).
+const DOCS: [DocText; 9] = [
+    DocText { name: "as stored", strip_date: false, prev: 0, next: 0, speakers: true },
+    DocText {
+        name: "without the \"(<date>) \" prefix",
+        strip_date: true,
+        prev: 0,
+        next: 0,
+        speakers: true,
+    },
+    DocText {
+        name: "context: previous turn + the turn",
+        strip_date: false,
+        prev: 1,
+        next: 0,
+        speakers: true,
+    },
+    DocText {
+        name: "context: the turn + next turn",
+        strip_date: false,
+        prev: 0,
+        next: 1,
+        speakers: true,
+    },
+    DocText {
+        name: "context: previous + the turn + next",
+        strip_date: false,
+        prev: 1,
+        next: 1,
+        speakers: true,
+    },
+    DocText {
+        name: "context: two previous + the turn",
+        strip_date: false,
+        prev: 2,
+        next: 0,
+        speakers: true,
+    },
+    DocText {
+        name: "context: three previous + the turn",
+        strip_date: false,
+        prev: 3,
+        next: 0,
+        speakers: true,
+    },
+    DocText {
+        name: "context without speakers: previous + the turn",
+        strip_date: false,
+        prev: 1,
+        next: 0,
+        speakers: false,
+    },
+    DocText {
+        name: "context without speakers: two previous + the turn",
+        strip_date: false,
+        prev: 2,
+        next: 0,
+        speakers: false,
+    },
 ];
 
 /// The session part of a dia_id (`"D3:7"` → `"D3"`).
@@ -69,9 +121,13 @@ fn document(turns: &[(String, String)], i: usize, d: &DocText) -> String {
     let same = |j: &usize| session(&turns[*j].0) == s;
     let before = (i.saturating_sub(d.prev)..i).filter(same);
     let after = (i + 1..(i + 1 + d.next).min(turns.len())).filter(same);
-    let mut parts: Vec<&str> = before.map(|j| strip_date(&turns[j].1)).collect();
+    let context = |j: usize| {
+        let t = strip_date(&turns[j].1);
+        if d.speakers { t } else { t.split_once(": ").map_or(t, |(_, text)| text) }
+    };
+    let mut parts: Vec<&str> = before.map(context).collect();
     parts.push(if d.strip_date { strip_date(&turns[i].1) } else { &turns[i].1 });
-    parts.extend(after.map(|j| strip_date(&turns[j].1)));
+    parts.extend(after.map(context));
     parts.join("\n")
 }
 
@@ -455,5 +511,6 @@ mod tests {
         assert_eq!(doc(1, "previous + the turn + next"), "A: a\n(d1) B: b\nA: c");
         assert_eq!(doc(2, "two previous"), "A: a\nB: b\n(d1) A: c");
         assert_eq!(doc(3, "two previous"), "(d2) B: d");
+        assert_eq!(doc(2, "without speakers: two previous"), "a\nb\n(d1) A: c");
     }
 }

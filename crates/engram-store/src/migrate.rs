@@ -23,6 +23,7 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
 pub const POSTGRES: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
     (2, "inline_vectors", include_str!("../migrations/postgres/0002_inline_vectors.sql")),
+    (3, "user_scoped_fts", include_str!("../migrations/postgres/0003_user_scoped_fts.sql")),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

@@ -171,6 +171,17 @@ impl PgStore {
             .map_err(refused)?;
         check_server(&pool, &target).await?;
         crate::migrate::run_postgres(&pool).await?;
+        let scoped: bool =
+            sqlx::query_scalar("SELECT to_regclass('memories_fts_user') IS NOT NULL")
+                .fetch_one(&pool)
+                .await
+                .map_err(db)?;
+        if !scoped {
+            tracing::warn!(
+                "PostgreSQL: extension btree_gin missing (migration 3 could not create it): keyword \
+                 search uses the table-wide GIN index, its cost grows with the whole table"
+            );
+        }
         Ok(Self { pool, exact_scan_limit: AtomicUsize::new(search::EXACT_SCAN_LIMIT) })
     }
 
@@ -250,9 +261,9 @@ impl PgStore {
             "INSERT INTO memories (tenant_id, id, user_id, agent_id, pool, kind, key, category, importance, rating, \
              content, source_kind, source_conversation_id, source_message_ids, observed_at, created_at, updated_at, \
              last_accessed_at, access_count, mention_count, expires_at, superseded_at, superseded_by, metadata, \
-             embedding, embedding_model, version, fts_text) \
+             embedding, embedding_model, version, fts_text, fts_len) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, \
-             $21, $22, $23, $24, $25, $26, $27, $28)",
+             $21, $22, $23, $24, $25, $26, $27, $28, length(to_tsvector('simple'::regconfig, $28)))",
         )
         .bind(m.tenant_id.as_str())
         .bind(m.id.0)
@@ -369,8 +380,9 @@ impl PgStore {
             "INSERT INTO memories (tenant_id, id, user_id, agent_id, pool, kind, key, category, importance, rating, \
              content, source_kind, source_conversation_id, source_message_ids, observed_at, created_at, updated_at, \
              last_accessed_at, access_count, mention_count, expires_at, superseded_at, superseded_by, metadata, \
-             embedding, embedding_model, version, fts_text) \
-             SELECT t, i, u, a, p, k, ky, c, im, r, co, sk, sc, sm::uuid[], ob, cr, up, la, ac, mc, ex, ss, sb, md, e, em, v, f \
+             embedding, embedding_model, version, fts_text, fts_len) \
+             SELECT t, i, u, a, p, k, ky, c, im, r, co, sk, sc, sm::uuid[], ob, cr, up, la, ac, mc, ex, ss, sb, md, e, em, v, f, \
+             length(to_tsvector('simple'::regconfig, f)) \
              FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
              $8::text[], $9::int2[], $10::int8[], $11::text[], $12::text[], $13::text[], $14::text[], \
              $15::timestamptz[], $16::timestamptz[], $17::timestamptz[], $18::timestamptz[], $19::int8[], \

@@ -160,3 +160,81 @@ async fn nul_characters_are_invalid_input() {
     assert!(matches!(r, Err(Error::InvalidInput { .. })), "{r:?}");
     f.finish().await;
 }
+
+/// Keyword search reads the user's statistics from `fts_len` (migration 3) and its postings
+/// from the `(tenant_id, user_id, fts)` GIN index: rows written before that migration
+/// (`fts_len` NULL) and a database without `btree_gin` (the table-wide GIN index) rank the
+/// same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyword_search_same_without_fts_len_or_btree_gin() {
+    let f = Fixture::new(Backend::Postgres).await;
+    let pg = f.pg();
+    let s: Arc<dyn Store> = pg.clone();
+    let t = tenant("t");
+    let u = user("u");
+    let other = user("other");
+    let texts = [
+        "Maya moved to Lisbon with her sister",
+        "the sister of Maya plays the cello",
+        "Maya likes green tea, green apples and green walls",
+        "a cat sleeps on the sofa",
+        "her sister's cat is called Miso",
+        "Lisbon has trams and hills",
+        "tea with Maya's sister at noon",
+    ];
+    // One row alone (the single-row insert), then the rest in a batch.
+    s.insert_memories(&t, vec![new_row(memory(&t, &u, texts[0]), None)]).await.unwrap();
+    let rows: Vec<_> = texts[1..].iter().map(|x| new_row(memory(&t, &u, x), None)).collect();
+    s.insert_memories(&t, rows).await.unwrap();
+    let noise: Vec<_> =
+        (0..20).map(|i| new_row(memory(&t, &other, &format!("maya sister {i}")), None)).collect();
+    s.insert_memories(&t, noise).await.unwrap();
+    let wrong: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM memories WHERE fts_len IS DISTINCT FROM length(fts)",
+    )
+    .fetch_one(pg.pool())
+    .await
+    .unwrap();
+    assert_eq!(wrong, 0);
+
+    let filter = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+    let queries = ["maya sister", "green tea", "sister cat lisbon", "the", "sist", "tram hills"];
+    let mut before = Vec::new();
+    for q in queries {
+        before.push(s.text_search(&t, &filter, q, 5).await.unwrap());
+    }
+    assert!(before.iter().any(|h| !h.is_empty()));
+    let same = |label: &str, after: Vec<Vec<(MemoryId, f64)>>| {
+        for ((q, b), a) in queries.iter().zip(&before).zip(&after) {
+            assert_eq!(b.len(), a.len(), "{label}: {q}");
+            for (x, y) in b.iter().zip(a) {
+                assert_eq!(x.0, y.0, "{label}: {q}");
+                assert!((x.1 - y.1).abs() < 1e-12, "{label}: {q}: {} vs {}", x.1, y.1);
+            }
+        }
+    };
+
+    // Rows written before migration 3.
+    sqlx::query("UPDATE memories SET fts_len = NULL WHERE content LIKE '%sister%'")
+        .execute(pg.pool())
+        .await
+        .unwrap();
+    let mut after = Vec::new();
+    for q in queries {
+        after.push(s.text_search(&t, &filter, q, 5).await.unwrap());
+    }
+    same("fts_len NULL", after);
+
+    // No btree_gin: the table-wide index of migration 1.
+    sqlx::raw_sql(
+        "DROP INDEX memories_fts_user; CREATE INDEX memories_fts ON memories USING gin (fts)",
+    )
+    .execute(pg.pool())
+    .await
+    .unwrap();
+    let mut after = Vec::new();
+    for q in queries {
+        after.push(s.text_search(&t, &filter, q, 5).await.unwrap());
+    }
+    same("table-wide GIN", after);
+}

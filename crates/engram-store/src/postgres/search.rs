@@ -15,9 +15,9 @@
 //! Scores are the inner product, exactly what the SQLite store computes (equal to the cosine
 //! for the unit vectors every embedder returns).
 //!
-//! **Exact by default.** A search is always about one user; the store counts the user's
-//! active vectors (stopping at the limit) and, up to [`EXACT_SCAN_LIMIT`], ranks every row
-//! of the scope: `ORDER BY embedding <#> $q` on the untyped column, which no HNSW index can
+//! **Exact by default.** A search is always about one user; one statement reads the user's
+//! active vectors (stopping after [`EXACT_SCAN_LIMIT`] + 1), counts them and, if they are at
+//! most [`EXACT_SCAN_LIMIT`], ranks every row of the scope: `ORDER BY embedding <#> $q` on the untyped column, which no HNSW index can
 //! serve, so the plan is the `(tenant_id, user_id, …)` btree plus a sort — the same result
 //! as a brute-force scan, like the SQLite store. Only larger scopes use the index, with
 //! `hnsw.iterative_scan = strict_order` and `hnsw.ef_search = 200` (approximate there).
@@ -71,7 +71,7 @@
 use engram_core::error::{Error, Result};
 use engram_core::model::{MemoryId, TenantId, UserId};
 use engram_core::store::MemoryFilter;
-use sqlx::{PgPool, Postgres, QueryBuilder};
+use sqlx::{PgPool, Postgres, QueryBuilder, Row};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -258,23 +258,40 @@ impl PgStore {
         // Like the SQLite index: only active, unexpired rows, whatever the filter says.
         let f = MemoryFilter { include_superseded: false, ..filter.clone() };
         let limit = self.exact_limit();
-        let r = sqlx::query(
-            "SELECT count(*) AS n FROM (SELECT 1 FROM memories WHERE tenant_id = $1 AND user_id = $2 \
-             AND superseded_at IS NULL AND embedding IS NOT NULL LIMIT $3) s",
-        )
-        .bind(tenant.as_str())
-        .bind(user.as_str())
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX - 1).saturating_add(1))
-        .fetch_one(&self.pool)
-        .await
-        .map_err(db)?;
-        let in_scope = usize::try_from(col::<i64>(&r, "n")?).unwrap_or(0);
-        let use_index = in_scope > limit
-            && dims <= HNSW_MAX_DIMS
-            && embedding_space(&self.pool).await?.is_some_and(|(_, d)| d == dims);
         let now = OffsetDateTime::now_utc();
         let query = pgvector::Vector::from(vector.to_vec());
         let k = i64::try_from(k).unwrap_or(i64::MAX);
+        // One pass over the user's active vectors (at most limit + 1 of them) both counts
+        // them and scores those the filter admits: if there are more than `limit`, the
+        // scores are thrown away and the HNSW index answers. (Before, a separate count read
+        // the same rows first: two passes over a user's scattered rows.)
+        let mut q = QueryBuilder::<Postgres>::new(
+            "WITH s AS MATERIALIZED (SELECT id, CASE WHEN vector_dims(embedding) = ",
+        );
+        q.push_bind(i32::try_from(dims).unwrap_or(i32::MAX))
+            .push(" THEN -(embedding <#> ")
+            .push_bind(query.clone())
+            .push(") END AS score, (true");
+        push_filter(&mut q, &f, now, "");
+        q.push(") AS ok FROM memories WHERE tenant_id = ")
+            .push_bind(tenant.as_str().to_string())
+            .push(" AND user_id = ")
+            .push_bind(user.as_str().to_string())
+            .push(" AND superseded_at IS NULL AND embedding IS NOT NULL LIMIT ")
+            .push_bind(i64::try_from(limit).unwrap_or(i64::MAX - 1).saturating_add(1))
+            .push("), c AS (SELECT count(*) AS n FROM s) SELECT c.n, h.id, h.score FROM c LEFT JOIN LATERAL (SELECT id, score FROM s WHERE c.n <= ")
+            .push_bind(i64::try_from(limit).unwrap_or(i64::MAX - 1))
+            .push(" AND ok AND score IS NOT NULL ORDER BY score DESC, id LIMIT ")
+            .push_bind(k)
+            .push(") h ON true");
+        let rows = q.build().fetch_all(&self.pool).await.map_err(db)?;
+        let in_scope = match rows.first() {
+            Some(r) => usize::try_from(col::<i64>(r, "n")?).unwrap_or(0),
+            None => 0,
+        };
+        let use_index = in_scope > limit
+            && dims <= HNSW_MAX_DIMS
+            && embedding_space(&self.pool).await?.is_some_and(|(_, d)| d == dims);
         let mut hits: Vec<(MemoryId, f32)> = if use_index {
             let mut tx = self.begin().await?;
             for (name, value) in [
@@ -310,7 +327,8 @@ impl PgStore {
             rows.iter()
                 .map(|r| Ok((MemoryId(col(r, "id")?), col::<f64>(r, "score")? as f32)))
                 .collect::<Result<_>>()?
-        } else {
+        } else if in_scope > limit {
+            // Too many rows for the exact path and no usable index: rank them all.
             let mut q = QueryBuilder::<Postgres>::new("SELECT id, -(embedding <#> ");
             q.push_bind(query).push(") AS score FROM memories WHERE tenant_id = ");
             q.push_bind(tenant.as_str().to_string());
@@ -322,6 +340,16 @@ impl PgStore {
             let rows = q.build().fetch_all(&self.pool).await.map_err(db)?;
             rows.iter()
                 .map(|r| Ok((MemoryId(col(r, "id")?), col::<f64>(r, "score")? as f32)))
+                .collect::<Result<_>>()?
+        } else {
+            rows.iter()
+                .filter_map(|r| match r.try_get::<Option<Uuid>, _>("id") {
+                    Ok(Some(id)) => {
+                        Some(col::<f64>(r, "score").map(|score| (MemoryId(id), score as f32)))
+                    }
+                    Ok(None) => None,
+                    Err(e) => Some(Err(db(e))),
+                })
                 .collect::<Result<_>>()?
         };
         hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));

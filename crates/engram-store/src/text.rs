@@ -34,7 +34,7 @@ pub const STOPWORDS: &[&str] = &[
 /// English function words unless nothing else is left.
 pub fn query_terms(q: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
-    for t in words(q) {
+    for t in words(q).filter(|t| !is_clitic_tail(q, t)) {
         let t = t.to_lowercase();
         if !terms.contains(&t) {
             terms.push(t);
@@ -119,6 +119,18 @@ fn words(s: &str) -> impl Iterator<Item = &str> {
     s.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty())
 }
 
+/// Whether `word` (a slice of `q`) is a short tail glued to the word before it by an
+/// apostrophe: the "s" of "user's", the "t" of "don't", the "ll" of "I'll". Split off as
+/// words of their own they match almost every fact ("the user's …") and only slow the
+/// query; a longer tail ("l'amour" → "amour") is a real word and stays.
+fn is_clitic_tail(q: &str, word: &str) -> bool {
+    let start = word.as_ptr() as usize - q.as_ptr() as usize;
+    let mut before = q[..start].chars().rev();
+    word.chars().count() <= 2
+        && matches!(before.next(), Some('\'' | '\u{2019}'))
+        && before.next().is_some_and(char::is_alphanumeric)
+}
+
 /// Remove the combining diacritical marks (U+0300–U+036F) of a lowercased word: "café" and
 /// "cafe" become the same term, as with FTS5's `remove_diacritics 2`. Other combining marks
 /// (e.g. the kana voicing marks) are meaningful and kept.
@@ -150,11 +162,15 @@ mod tests {
 
     #[test]
     fn terms_drop_function_words_unless_nothing_is_left() {
-        assert_eq!(
-            query_terms("What is the user's favourite Tea?"),
-            ["user", "s", "favourite", "tea"]
-        );
+        assert_eq!(query_terms("What is the user's favourite Tea?"), ["user", "favourite", "tea"]);
         assert_eq!(query_terms("what is it"), ["what", "is", "it"]);
+        // Apostrophe tails go, in either apostrophe; a real word after one stays.
+        assert_eq!(
+            query_terms("Maya’s cat doesn't bite, I'll see"),
+            ["maya", "cat", "doesn", "bite", "see"]
+        );
+        assert_eq!(query_terms("l'amour d'Anna"), ["l", "amour", "d", "anna"]);
+        assert_eq!(query_terms("s t"), ["s", "t"]);
         assert!(query_terms(" \"*(): ").is_empty());
         assert_eq!(fts_query("NEAR(a b) OR c*"), Some("\"near\" OR \"b\" OR \"c\"".into()));
     }

@@ -472,7 +472,7 @@ impl Engine {
         vector: &[f32],
         content: &str,
         threshold: f32,
-    ) -> Result<Option<(Memory, f32)>> {
+    ) -> Result<Option<(MemoryId, f32)>> {
         const NEIGHBOURS: usize = 5;
         let filter = self.filter(v);
         let hits = self.store.vector_search(&v.tenant, &filter, vector, NEIGHBOURS).await?;
@@ -483,10 +483,8 @@ impl Engine {
         }
         let ids: Vec<MemoryId> = close.iter().map(|h| h.0).collect();
         let rows = self.store.get_memories(&v.tenant, &ids).await?;
-        Ok(close.into_iter().find_map(|(id, sim)| {
-            rows.iter()
-                .find(|m| m.id == id && crate::dedup::same_fact(&m.content, content))
-                .map(|m| (m.clone(), sim))
+        Ok(close.into_iter().find(|(id, _)| {
+            rows.iter().any(|m| m.id == *id && crate::dedup::same_fact(&m.content, content))
         }))
     }
 
@@ -652,6 +650,7 @@ impl Engine {
         let mut rows: Vec<NewMemory> = Vec::new();
         // Items of this batch already accepted, per view, for in-batch dedup.
         let mut batch_vecs: HashMap<ViewKey, Vec<(usize, Vec<f32>)>> = HashMap::new();
+        let mut thresholds: HashMap<ViewKey, f32> = HashMap::new();
         for (key, mut m) in prepared {
             let v = &views[&key];
             if m.kind == Kind::Profile {
@@ -664,7 +663,15 @@ impl Engine {
                 .ok_or_else(|| Error::internal("embedder returned too few vectors"))?;
             m.embedding_model = Some(self.embedder.model_id().to_string());
             if dedup {
-                let threshold = self.dedup_threshold(&v.tenant, v.agent.as_ref()).await?;
+                // One agent lookup per view, not per item.
+                let threshold = match thresholds.get(&key) {
+                    Some(t) => *t,
+                    None => {
+                        let t = self.dedup_threshold(&v.tenant, v.agent.as_ref()).await?;
+                        thresholds.insert(key.clone(), t);
+                        t
+                    }
+                };
                 // Against earlier items of this batch: similar enough and the same words.
                 let earlier = batch_vecs.get(&key).and_then(|list| {
                     list.iter()
@@ -685,14 +692,14 @@ impl Engine {
                     continue;
                 }
                 // Against the store: the most similar fact that passes the word check.
-                if let Some((existing, sim)) =
+                if let Some((id, sim)) =
                     self.duplicate_of(v, &vector, &m.content, threshold).await?
                 {
-                    let ev = Self::event(existing.id, EventKind::Confirmed, None, p, now);
-                    self.store.confirm_memory(&v.tenant, existing.id, ev).await?;
+                    let ev = Self::event(id, EventKind::Confirmed, None, p, now);
+                    self.store.confirm_memory(&v.tenant, id, ev).await?;
                     let existing = self
                         .store
-                        .get_memory(&v.tenant, existing.id)
+                        .get_memory(&v.tenant, id)
                         .await?
                         .ok_or_else(|| Error::internal("confirmed memory vanished"))?;
                     results.push(Remembered {

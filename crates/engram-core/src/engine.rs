@@ -95,6 +95,13 @@ pub enum Decision {
 }
 
 /// Result of a remember.
+/// Rows embedded by [`Engine::reembed`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ReembedReport {
+    pub memories: usize,
+    pub messages: usize,
+}
+
 #[derive(Debug, Clone)]
 pub struct Remembered {
     pub decision: Decision,
@@ -322,17 +329,18 @@ impl Engine {
         &self.metrics
     }
 
-    /// Re-embed every memory of every tenant with `embedder` (after a model change), then
-    /// record the new embedding space. Resumable: rows already carrying the new model's
-    /// vector are skipped, and the space changes only once every row is done. Run it with
-    /// no server on the store. Returns the number of rows re-embedded.
+    /// Re-embed every memory and every transcript message of every tenant with `embedder`
+    /// (after a model change; messages appended before message embeddings existed are
+    /// embedded too), then record the new embedding space. Resumable: rows already carrying
+    /// the new model's vector are skipped, and the space changes only once every row is
+    /// done. Run it with no server on the store. Returns the numbers of rows embedded.
     pub async fn reembed(
         store: &Arc<dyn Store>,
         embedder: &Arc<dyn Embedder>,
         batch: usize,
-    ) -> Result<usize> {
+    ) -> Result<ReembedReport> {
         let model = embedder.model_id().to_string();
-        let mut done = 0;
+        let mut report = ReembedReport::default();
         for tenant in store.list_tenants().await? {
             loop {
                 let rows = store.rows_needing_vectors(&tenant, &model, batch.max(1)).await?;
@@ -347,7 +355,7 @@ impl Engine {
                         "embedder returned vectors of the wrong count or dimension",
                     ));
                 }
-                done += rows.len();
+                report.memories += rows.len();
                 store
                     .set_vectors(
                         &tenant,
@@ -356,9 +364,25 @@ impl Engine {
                     )
                     .await?;
             }
+            loop {
+                let convs =
+                    store.conversations_needing_message_vectors(&tenant, &model, 100).await?;
+                if convs.is_empty() {
+                    break;
+                }
+                let mut n = 0;
+                for c in &convs {
+                    n += crate::pipeline::messages::embed_conversation(store, embedder, &tenant, c)
+                        .await?;
+                }
+                if n == 0 {
+                    break; // nothing embeddable left (cannot loop forever)
+                }
+                report.messages += n;
+            }
         }
         store.reset_embedding_space(&model, embedder.dims()).await?;
-        Ok(done)
+        Ok(report)
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -916,13 +940,15 @@ impl Engine {
         let now = crate::model::now();
         let n = self.cfg.candidates.max(limit);
         let mut hits = Vec::new();
+        let qv = match input.mode {
+            SearchMode::TextOnly => None,
+            SearchMode::Hybrid | SearchMode::VectorOnly => Some(self.embed_one(query).await?),
+        };
 
         if input.sources.contains(&SearchSource::Memories) {
-            let vec_list = if input.mode == SearchMode::TextOnly {
-                vec![]
-            } else {
-                let qv = self.embed_one(query).await?;
-                self.store.vector_search(&v.tenant, &f, &qv, n).await?
+            let vec_list = match &qv {
+                None => vec![],
+                Some(qv) => self.store.vector_search(&v.tenant, &f, qv, n).await?,
             };
             let text_list = if input.mode == SearchMode::VectorOnly {
                 vec![]
@@ -955,24 +981,52 @@ impl Engine {
         if input.sources.contains(&SearchSource::Messages) {
             let user =
                 v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
-            let list = self.store.text_search_messages(&v.tenant, &user, query, n).await?;
-            for (rank, (id, s)) in list.iter().enumerate() {
-                if let Some(msg) = self.store.get_message(&v.tenant, *id).await? {
-                    if let (Some(pool), Some(agent)) = (&v.pool, &msg.agent_id)
-                        && &self.pool_of(&v.tenant, agent).await? != pool
-                    {
-                        continue;
-                    }
-                    let mut e = Explain {
-                        text_rank: Some(rank + 1),
-                        text_score: Some(*s),
-                        importance: 5,
-                        days_since_access: retrieval::days_between(msg.created_at, now),
-                        ..Default::default()
-                    };
-                    let score = retrieval::finish(&mut e);
-                    hits.push(Hit::Message { message: msg, score, explain: e });
+            // Messages are embedded in the background (pipeline::messages): one not embedded
+            // yet is found by its words only.
+            let vec_list = match &qv {
+                None => vec![],
+                Some(qv) => {
+                    let model = self.embedder.model_id();
+                    self.store.vector_search_messages(&v.tenant, &user, model, qv, n).await?
                 }
+            };
+            let text_list = if input.mode == SearchMode::VectorOnly {
+                vec![]
+            } else {
+                self.store.text_search_messages(&v.tenant, &user, query, n).await?
+            };
+            // In first-seen order (vector list, then text list), so ties rank the same way
+            // on every call.
+            let mut parts: Vec<(MessageId, Explain)> = Vec::new();
+            fn slot(parts: &mut Vec<(MessageId, Explain)>, id: MessageId) -> &mut Explain {
+                let i = parts.iter().position(|(p, _)| *p == id).unwrap_or_else(|| {
+                    parts.push((id, Explain::default()));
+                    parts.len() - 1
+                });
+                &mut parts[i].1
+            }
+            for (rank, (id, sim)) in vec_list.iter().enumerate() {
+                let e = slot(&mut parts, *id);
+                e.vector_rank = Some(rank + 1);
+                e.vector_similarity = Some(*sim);
+            }
+            for (rank, (id, s)) in text_list.iter().enumerate() {
+                let e = slot(&mut parts, *id);
+                e.text_rank = Some(rank + 1);
+                e.text_score = Some(*s);
+            }
+            for (id, mut e) in parts {
+                let Some(msg) = self.store.get_message(&v.tenant, id).await? else { continue };
+                if let (Some(pool), Some(agent)) = (&v.pool, &msg.agent_id)
+                    && &self.pool_of(&v.tenant, agent).await? != pool
+                {
+                    continue;
+                }
+                e.importance = 5;
+                e.rating = msg.rating;
+                e.days_since_access = retrieval::days_between(msg.created_at, now);
+                let score = retrieval::finish(&mut e);
+                hits.push(Hit::Message { message: msg, score, explain: e });
             }
         }
         hits.sort_by(|a, b| b.score().total_cmp(&a.score()));
@@ -1212,6 +1266,9 @@ impl Engine {
         conversation: &ConversationId,
         stored: &[Message],
     ) -> Result<()> {
+        if stored.iter().any(|m| !m.content.is_empty()) {
+            self.enqueue_message_embedding(tenant, user, conversation).await?;
+        }
         if self.llm.is_none() {
             return Ok(());
         }
@@ -1243,6 +1300,26 @@ impl Engine {
         if due {
             self.enqueue_extraction(tenant, user, conversation).await?;
         }
+        Ok(())
+    }
+
+    /// Enqueue the embedding of a conversation's new messages (at most one pending job per
+    /// conversation; one running at a time).
+    pub(crate) async fn enqueue_message_embedding(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        conversation: &ConversationId,
+    ) -> Result<()> {
+        let mut job = Job::new(
+            tenant.clone(),
+            Some(user.clone()),
+            JobKind::EmbedMessages,
+            serde_json::json!({ "conversation_id": conversation.as_str() }),
+        );
+        job.dedup_key = Some(format!("embed:{conversation}"));
+        job.lock_key = Some(format!("embed:{conversation}"));
+        self.store.enqueue_job(&job).await?;
         Ok(())
     }
 

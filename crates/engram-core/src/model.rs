@@ -438,6 +438,7 @@ closed_enum!(
         Extract => "extract",
         Summarize => "summarize",
         SynthesizeToolCall => "synthesize_tool_call",
+        EmbedMessages => "embed_messages",
     }
 );
 

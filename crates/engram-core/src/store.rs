@@ -107,6 +107,8 @@ pub struct StoreStats {
     pub users: u64,
     pub conversations: u64,
     pub messages: u64,
+    /// Messages with a vector of the store's embedding model (search over messages).
+    pub messages_with_vector: u64,
     pub messages_unsummarized: u64,
     pub summaries: u64,
     pub summary_depth: u64,
@@ -153,7 +155,7 @@ pub trait Store: Send + Sync {
     /// dimension exist.
     async fn ensure_embedding_space(&self, model_id: &str, dims: usize) -> Result<()>;
 
-    /// Operator maintenance: every tenant id that holds memories.
+    /// Operator maintenance: every tenant id that holds memories or messages.
     async fn list_tenants(&self) -> Result<Vec<TenantId>>;
     /// Up to `limit` rows of the tenant that need a vector of `model_id` (no vector, or one
     /// made by another model); profile facts never need one.
@@ -301,6 +303,44 @@ pub trait Store: Send + Sync {
         query: &str,
         k: usize,
     ) -> Result<Vec<(MessageId, f64)>>;
+
+    // ---- message vectors (filled in the background, see `Engine::embed_conversation`) ----
+    /// Up to `limit` messages of the conversation that need a vector of `model_id` (none
+    /// yet, or one made by another model), as `(id, seq)` by `seq`. Messages with empty
+    /// content (a tool call not yet synthesized) are not listed.
+    async fn messages_needing_vectors(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<(MessageId, i64)>>;
+    /// Up to `limit` conversations of the tenant with messages that need a vector of
+    /// `model_id` (for `engram reembed`).
+    async fn conversations_needing_message_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<ConversationId>>;
+    /// Store the vectors of these messages (one transaction), recording `model_id`. Ids
+    /// that no longer exist (erased meanwhile) are skipped.
+    async fn set_message_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        rows: Vec<(MessageId, Vec<f32>)>,
+    ) -> Result<()>;
+    /// Exact nearest neighbours among a user's messages embedded by `model_id`: the top `k`
+    /// by cosine similarity (vectors are unit length), best first.
+    async fn vector_search_messages(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        model_id: &str,
+        query: &[f32],
+        k: usize,
+    ) -> Result<Vec<(MessageId, f32)>>;
 
     // ---- recalls (feedback cascade) and context sessions ----
     async fn record_recall(&self, tenant: &TenantId, turn_id: &str, ids: &[MemoryId])

@@ -407,7 +407,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let (store, embedder) =
                 crate::app::parts(&Settings::resolve(&cli.common, &ServeArgs::default())?).await?;
             let n = Engine::reembed(&store, &embedder, batch).await.map_err(err)?;
-            println!("re-embedded {n} memories with {}", embedder.model_id());
+            println!(
+                "re-embedded {} memories and {} messages with {}",
+                n.memories,
+                n.messages,
+                embedder.model_id()
+            );
             Ok(())
         }
         Command::Migrate(args) => crate::migrate::run(args).await,

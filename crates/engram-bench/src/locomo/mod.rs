@@ -13,6 +13,14 @@
 //! - turn Recall@k = fraction of the question's evidence turns among the top k hits of
 //!   `Engine::search` (limit 20), averaged over questions, per category and overall.
 //!
+//! `--corpus messages` instead ingests each session of a conversation as a conversation of
+//! transcript messages (`append_messages`: content `<speaker>: <text>` plus the caption, the
+//! session date as `created_at`, the first speaker as `user` and the other as `assistant`,
+//! the `dia_id` in `metadata`), embeds them as the background job does
+//! (`Engine::embed_conversation`: each message with the two before it), and searches with
+//! `sources: ["messages"]`. This is how an agent platform that only sends its transcripts
+//! searches them.
+//!
 //! **Isolation.** Every search bumps the access count of what it returns, and the ranking
 //! boosts often-accessed memories, so a question's ranking depends on the questions asked
 //! before it. By default every question is therefore asked of a pristine copy of its
@@ -33,8 +41,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use engram_core::embed::Embedder;
-use engram_core::engine::{Engine, EngineConfig, Hit, RememberInput, SearchInput, SearchMode};
-use engram_core::model::{KeyRole, Principal, TenantId, UserId};
+use engram_core::engine::{
+    Engine, EngineConfig, Hit, MessageInput, RememberInput, SearchInput, SearchMode, SearchSource,
+};
+use engram_core::model::{ConversationId, KeyRole, MessageRole, Principal, TenantId, UserId};
 use serde::Serialize;
 
 use crate::ScratchArgs;
@@ -65,6 +75,14 @@ pub enum ModeArg {
     Vector,
     Text,
     All,
+}
+
+/// `--corpus` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Corpus {
+    Memories,
+    Messages,
 }
 
 /// One evaluated search mode.
@@ -99,6 +117,10 @@ pub struct Args {
     embedder: EmbedderChoice,
     #[arg(long, value_enum, default_value = "all")]
     mode: ModeArg,
+    /// What the turns become: explicit memories, or transcript messages of one
+    /// conversation per session (searched with `sources: ["messages"]`).
+    #[arg(long, value_enum, default_value = "memories")]
+    corpus: Corpus,
     /// The LoCoMo JSON file.
     #[arg(long, default_value = DEFAULT_DATA)]
     data: PathBuf,
@@ -133,7 +155,63 @@ pub struct Conversation {
     pub sample_id: String,
     /// `(dia_id, content)` in session order.
     pub turns: Vec<(String, String)>,
+    /// The same turns as transcript messages, in the same order.
+    pub messages: Vec<TurnMessage>,
     pub queries: Vec<Query>,
+}
+
+/// A turn as a transcript message.
+pub struct TurnMessage {
+    pub dia_id: String,
+    /// Session number (one conversation per session).
+    pub session: u32,
+    /// The session's date as written in the data (`"1:56 pm on 8 May, 2023"`).
+    pub date: String,
+    /// The conversation's first speaker is the `user`.
+    pub first_speaker: bool,
+    /// `<speaker>: <text>` plus ` [shares <caption>]`.
+    pub content: String,
+}
+
+/// `"1:56 pm on 8 May, 2023"` → that UTC time.
+pub fn parse_session_date(s: &str) -> Option<time::OffsetDateTime> {
+    let (clock, day) = s.trim().split_once(" on ")?;
+    let (hm, ampm) = clock.trim().split_once(' ')?;
+    let (h, m) = hm.split_once(':')?;
+    let (mut h, m): (u8, u8) = (h.parse().ok()?, m.parse().ok()?);
+    match ampm.to_ascii_lowercase().as_str() {
+        "am" if h == 12 => h = 0,
+        "am" => {}
+        "pm" if h != 12 => h += 12,
+        "pm" => {}
+        _ => return None,
+    }
+    let mut parts = day.split_whitespace();
+    let d: u8 = parts.next()?.parse().ok()?;
+    let month = parts.next()?.trim_end_matches(',');
+    let y: i32 = parts.next()?.parse().ok()?;
+    let month = time::Month::try_from(
+        [
+            "january",
+            "february",
+            "march",
+            "april",
+            "may",
+            "june",
+            "july",
+            "august",
+            "september",
+            "october",
+            "november",
+            "december",
+        ]
+        .iter()
+        .position(|n| n.eq_ignore_ascii_case(month))? as u8
+            + 1,
+    )
+    .ok()?;
+    let date = time::Date::from_calendar_date(y, month, d).ok()?;
+    Some(date.with_hms(h, m, 0).ok()?.assume_utc())
 }
 
 /// One question with its (deduplicated, existing) evidence turn ids.
@@ -191,6 +269,8 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<Conversation>> {
             .collect();
         sessions.sort_by_key(|(n, _)| *n);
         let mut turns = Vec::new();
+        let mut messages = Vec::new();
+        let mut first: Option<String> = None;
         for (n, list) in sessions {
             let date = conv
                 .get(&format!("session_{n}_date_time"))
@@ -202,10 +282,22 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<Conversation>> {
                     t["speaker"].as_str().unwrap_or_default(),
                     t["text"].as_str().unwrap_or_default()
                 );
+                let speaker = t["speaker"].as_str().unwrap_or_default().to_string();
+                let mut message = format!("{speaker}: {}", t["text"].as_str().unwrap_or_default());
                 if let Some(c) = t.get("blip_caption").and_then(|c| c.as_str()) {
                     content.push_str(&format!(" [shares {c}]"));
+                    message.push_str(&format!(" [shares {c}]"));
                 }
-                turns.push((t["dia_id"].as_str().context("dia_id")?.to_string(), content));
+                let dia_id = t["dia_id"].as_str().context("dia_id")?.to_string();
+                let first_speaker = *first.get_or_insert_with(|| speaker.clone()) == speaker;
+                messages.push(TurnMessage {
+                    dia_id: dia_id.clone(),
+                    session: n,
+                    date: date.to_string(),
+                    first_speaker,
+                    content: message,
+                });
+                turns.push((dia_id, content));
             }
         }
         let ids: std::collections::HashSet<&str> = turns.iter().map(|(d, _)| d.as_str()).collect();
@@ -232,7 +324,7 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<Conversation>> {
                 qa["question"].as_str().map_or_else(|| qa["question"].to_string(), str::to_string);
             queries.push(Query { text, category, evidence });
         }
-        out.push(Conversation { sample_id, turns, queries });
+        out.push(Conversation { sample_id, turns, messages, queries });
     }
     Ok(out)
 }
@@ -316,6 +408,7 @@ struct Output {
     environment: String,
     embedder: EmbedderChoice,
     model_id: String,
+    corpus: Corpus,
     data: String,
     conversations: usize,
     turns: usize,
@@ -370,17 +463,42 @@ impl Pristine {
     }
 }
 
-/// Remember every turn of `c` into a new store (its own data dir, its own user).
+/// Remember every turn of `c` into a new store (its own data dir, its own user), as
+/// memories or as transcript messages.
 async fn ingest(
     scratch: &ScratchArgs,
     embedder: &Arc<dyn Embedder>,
     c: &Conversation,
+    corpus: Corpus,
 ) -> anyhow::Result<Pristine> {
     let dir = scratch.tempdir()?;
     let store = engram_store::open_sqlite(&dir.path().join("data")).await?;
     let engine = Engine::new(store, embedder.clone(), EngineConfig::default()).await?;
     let p = principal();
     let user = UserId::parse(c.sample_id.clone())?;
+    if corpus == Corpus::Messages {
+        let mut sessions: BTreeMap<u32, Vec<&TurnMessage>> = BTreeMap::new();
+        for m in &c.messages {
+            sessions.entry(m.session).or_default().push(m);
+        }
+        for (n, turns) in sessions {
+            let conv = ConversationId::parse(format!("{}-session-{n}", c.sample_id))?;
+            let inputs = turns
+                .iter()
+                .map(|m| MessageInput {
+                    role: if m.first_speaker { MessageRole::User } else { MessageRole::Assistant },
+                    content: m.content.clone(),
+                    created_at: parse_session_date(&m.date),
+                    metadata: Some(serde_json::json!({ "dia_id": m.dia_id })),
+                    ..Default::default()
+                })
+                .collect();
+            engine.append_messages(&p, conv.clone(), Some(user.clone()), None, inputs).await?;
+            // What the background job does (the bench runs no workers).
+            engine.embed_conversation(&p.tenant, &conv).await?;
+        }
+        return Ok(Pristine { dir, _engine: engine });
+    }
     for chunk in c.turns.chunks(256) {
         let inputs = chunk
             .iter()
@@ -400,7 +518,9 @@ async fn ingest(
 pub fn dia_id(h: &Hit) -> Option<String> {
     match h {
         Hit::Memory { memory, .. } => memory.metadata.get("dia_id")?.as_str().map(str::to_string),
-        Hit::Message { .. } => None,
+        Hit::Message { message, .. } => {
+            message.metadata.get("dia_id")?.as_str().map(str::to_string)
+        }
     }
 }
 
@@ -410,6 +530,7 @@ async fn ask(
     c: &Conversation,
     q: &Query,
     mode: Mode,
+    corpus: Corpus,
     times: &mut Vec<Duration>,
 ) -> anyhow::Result<Vec<String>> {
     let input = SearchInput {
@@ -417,6 +538,10 @@ async fn ask(
         user_id: Some(UserId::parse(c.sample_id.clone())?),
         limit: KS[KS.len() - 1],
         mode: mode.engine(),
+        sources: vec![match corpus {
+            Corpus::Memories => SearchSource::Memories,
+            Corpus::Messages => SearchSource::Messages,
+        }],
         ..Default::default()
     };
     let t = Instant::now();
@@ -429,6 +554,7 @@ struct Ctx<'a> {
     scratch: &'a ScratchArgs,
     embedder: &'a Arc<dyn Embedder>,
     cfg: EngineConfig,
+    corpus: Corpus,
     convs: &'a [Conversation],
     pristine: &'a [Pristine],
 }
@@ -441,13 +567,13 @@ async fn eval_mode(ctx: &Ctx<'_>, mode: Mode, sequential: bool) -> anyhow::Resul
             let (_tmp, engine) =
                 pristine.open_copy(ctx.scratch, ctx.embedder, ctx.cfg.clone()).await?;
             for q in &c.queries {
-                recall.add(q, &ask(&engine, c, q, mode, &mut times).await?);
+                recall.add(q, &ask(&engine, c, q, mode, ctx.corpus, &mut times).await?);
             }
         } else {
             for q in &c.queries {
                 let (_tmp, engine) =
                     pristine.open_copy(ctx.scratch, ctx.embedder, ctx.cfg.clone()).await?;
-                recall.add(q, &ask(&engine, c, q, mode, &mut times).await?);
+                recall.add(q, &ask(&engine, c, q, mode, ctx.corpus, &mut times).await?);
             }
         }
     }
@@ -471,18 +597,26 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     let t = Instant::now();
     let mut pristine = Vec::new();
     for c in &convs {
-        pristine.push(ingest(&a.scratch, &embedder, c).await?);
+        pristine.push(ingest(&a.scratch, &embedder, c, a.corpus).await?);
     }
     let ingest_seconds = t.elapsed().as_secs_f64();
-    let ctx =
-        Ctx { scratch: &a.scratch, embedder: &embedder, cfg, convs: &convs, pristine: &pristine };
+    let ctx = Ctx {
+        scratch: &a.scratch,
+        embedder: &embedder,
+        cfg,
+        corpus: a.corpus,
+        convs: &convs,
+        pristine: &pristine,
+    };
 
     let mut results = Vec::new();
     for mode in modes {
         eprintln!("locomo: {} mode…", mode.name());
         results.push(eval_mode(&ctx, mode, a.sequential).await?);
     }
-    let diagnosis = if a.diagnose {
+    let diagnosis = if a.diagnose && a.corpus == Corpus::Messages {
+        anyhow::bail!("--diagnose analyses the memories corpus only");
+    } else if a.diagnose {
         eprintln!("locomo: diagnosis with {} candidates per list…", a.diagnose_candidates);
         Some(diagnose::run(&ctx, a.diagnose_candidates, a.dump_lists.as_deref()).await?)
     } else {
@@ -493,6 +627,7 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
         environment: report::environment(),
         embedder: a.embedder,
         model_id: embedder.model_id().to_string(),
+        corpus: a.corpus,
         data: a.data.display().to_string(),
         conversations: convs.len(),
         turns: convs.iter().map(|c| c.turns.len()).sum(),
@@ -507,10 +642,14 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
         return report::print_json(&out);
     }
     println!(
-        "LoCoMo turn recall, {} embedder ({}), {} conversations, {} turns, {} questions \
-         (categories 1-4), {} candidates per list, {} questions ({}); ingestion {:.1} s\n",
+        "LoCoMo turn recall, {} embedder ({}), turns as {}, {} conversations, {} turns, {} \
+         questions (categories 1-4), {} candidates per list, {} questions ({}); ingestion {:.1} s\n",
         out.embedder.name(),
         out.model_id,
+        match out.corpus {
+            Corpus::Memories => "memories",
+            Corpus::Messages => "messages (one conversation per session)",
+        },
         out.conversations,
         out.turns,
         out.questions,
@@ -564,6 +703,15 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_dates_parse() {
+        let d = parse_session_date("1:56 pm on 8 May, 2023").unwrap();
+        assert_eq!(d.to_string(), "2023-05-08 13:56:00.0 +00:00:00");
+        let d = parse_session_date("12:09 am on 13 September, 2023").unwrap();
+        assert_eq!((d.hour(), d.minute(), d.day()), (0, 9, 13));
+        assert!(parse_session_date("sometime").is_none());
+    }
 
     #[test]
     fn evidence_parsing_tolerates_malformed_strings() {

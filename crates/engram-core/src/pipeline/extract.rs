@@ -282,6 +282,7 @@ impl Engine {
             JobKind::Extract => self.run_extract(job).await.map(|_| ()),
             JobKind::Summarize => self.run_summarize(job).await,
             JobKind::SynthesizeToolCall => self.run_tool_synthesis(job).await,
+            JobKind::EmbedMessages => self.run_embed_messages(job).await,
         }
     }
 
@@ -713,7 +714,11 @@ impl Engine {
         if sentence.is_empty() {
             return Err(JobError::runtime("the LLM returned an empty description"));
         }
-        self.store().set_message_content(&job.tenant_id, id, sentence).await?;
+        if self.store().set_message_content(&job.tenant_id, id, sentence).await? {
+            // The message now has text to embed.
+            self.enqueue_message_embedding(&job.tenant_id, &msg.user_id, &msg.conversation_id)
+                .await?;
+        }
         Ok(())
     }
 }

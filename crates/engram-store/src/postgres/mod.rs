@@ -685,7 +685,8 @@ impl Store for PgStore {
 
     async fn list_tenants(&self) -> Result<Vec<TenantId>> {
         let rows = sqlx::query(
-            "SELECT tenant_id FROM memories GROUP BY tenant_id ORDER BY tenant_id COLLATE \"C\"",
+            "SELECT tenant_id FROM (SELECT tenant_id FROM memories UNION SELECT tenant_id FROM messages) t \
+             ORDER BY tenant_id COLLATE \"C\"",
         )
         .fetch_all(&self.pool)
         .await
@@ -1293,6 +1294,103 @@ impl Store for PgStore {
         Ok(hits.into_iter().map(|(id, s)| (MessageId(id), s)).collect())
     }
 
+    async fn messages_needing_vectors(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<(MessageId, i64)>> {
+        let rows = sqlx::query(
+            "SELECT id, seq FROM messages WHERE tenant_id = $1 AND conversation_id = $2 \
+             AND content != '' AND (embedding IS NULL OR embedding_model IS DISTINCT FROM $3) \
+             ORDER BY seq LIMIT $4",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.as_str())
+        .bind(model_id)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        rows.iter().map(|r| Ok((MessageId(col(r, "id")?), col::<i64>(r, "seq")?))).collect()
+    }
+
+    async fn conversations_needing_message_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<ConversationId>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT conversation_id FROM messages WHERE tenant_id = $1 AND content != '' \
+             AND (embedding IS NULL OR embedding_model IS DISTINCT FROM $2) \
+             ORDER BY 1 LIMIT $3",
+        )
+        .bind(tenant.as_str())
+        .bind(model_id)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        rows.iter().map(|r| ConversationId::parse(col::<String>(r, "conversation_id")?)).collect()
+    }
+
+    async fn set_message_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        rows: Vec<(MessageId, Vec<f32>)>,
+    ) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.0.0).collect();
+        let vectors: Vec<pgvector::Vector> =
+            rows.into_iter().map(|r| pgvector::Vector::from(r.1)).collect();
+        sqlx::query(
+            "UPDATE messages m SET embedding = v.embedding, embedding_model = $2 \
+             FROM unnest($3::uuid[], $4::vector[]) AS v(id, embedding) \
+             WHERE m.tenant_id = $1 AND m.id = v.id",
+        )
+        .bind(tenant.as_str())
+        .bind(model_id)
+        .bind(&ids)
+        .bind(&vectors)
+        .execute(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(())
+    }
+
+    async fn vector_search_messages(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        model_id: &str,
+        query: &[f32],
+        k: usize,
+    ) -> Result<Vec<(MessageId, f32)>> {
+        // Exact: a user's messages are ranked in full (no index on this column), and only
+        // vectors of the query's model and dimension are compared.
+        let rows = sqlx::query(
+            "SELECT id, -(embedding <#> $4) AS sim FROM messages \
+             WHERE tenant_id = $1 AND user_id = $2 AND embedding_model = $3 \
+               AND vector_dims(embedding) = $5 \
+             ORDER BY embedding <#> $4, id LIMIT $6",
+        )
+        .bind(tenant.as_str())
+        .bind(user.as_str())
+        .bind(model_id)
+        .bind(pgvector::Vector::from(query.to_vec()))
+        .bind(query.len() as i32)
+        .bind(k as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        rows.iter().map(|r| Ok((MessageId(col(r, "id")?), col::<f64>(r, "sim")? as f32))).collect()
+    }
+
     async fn record_recall(
         &self,
         tenant: &TenantId,
@@ -1668,6 +1766,7 @@ impl Store for PgStore {
               (SELECT count(DISTINCT user_id) FROM memories WHERE tenant_id = $1) AS users, \
               (SELECT count(*) FROM conversations WHERE tenant_id = $1) AS convs, \
               (SELECT count(*) FROM messages WHERE tenant_id = $1) AS msgs, \
+              (SELECT count(*) FROM messages WHERE tenant_id = $1 AND embedding IS NOT NULL) AS msgs_vec, \
               (SELECT count(*) FROM messages m WHERE tenant_id = $1 AND NOT EXISTS \
                  (SELECT 1 FROM summary_sources s WHERE s.tenant_id = $1 AND s.source_id = m.id::text)) AS unsummarized, \
               (SELECT count(*) FROM summaries WHERE tenant_id = $1) AS summaries, \
@@ -1692,6 +1791,7 @@ impl Store for PgStore {
             users: g("users")?,
             conversations: g("convs")?,
             messages: g("msgs")?,
+            messages_with_vector: g("msgs_vec")?,
             messages_unsummarized: g("unsummarized")?,
             summaries: g("summaries")?,
             summary_depth: g("depth")?,

@@ -630,10 +630,12 @@ impl Store for SqliteStore {
     }
 
     async fn list_tenants(&self) -> Result<Vec<TenantId>> {
-        let rows = sqlx::query("SELECT DISTINCT tenant_id FROM memories ORDER BY 1")
-            .fetch_all(&self.read)
-            .await
-            .map_err(db)?;
+        let rows = sqlx::query(
+            "SELECT tenant_id FROM memories UNION SELECT tenant_id FROM messages ORDER BY 1",
+        )
+        .fetch_all(&self.read)
+        .await
+        .map_err(db)?;
         rows.iter().map(|r| TenantId::parse(r.get::<String, _>(0))).collect()
     }
 
@@ -1326,6 +1328,102 @@ impl Store for SqliteStore {
             .collect()
     }
 
+    async fn messages_needing_vectors(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<(MessageId, i64)>> {
+        let rows = sqlx::query(
+            "SELECT id, seq FROM messages WHERE tenant_id = ? AND conversation_id = ? \
+             AND content != '' AND (embedding IS NULL OR embedding_model IS NOT ?) ORDER BY seq LIMIT ?",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.as_str())
+        .bind(model_id)
+        .bind(limit as i64)
+        .fetch_all(&self.read)
+        .await
+        .map_err(db)?;
+        rows.iter()
+            .map(|r| Ok((MessageId::parse(r.get::<&str, _>("id"))?, r.get::<i64, _>("seq"))))
+            .collect()
+    }
+
+    async fn conversations_needing_message_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<ConversationId>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT conversation_id FROM messages WHERE tenant_id = ? AND content != '' \
+             AND (embedding IS NULL OR embedding_model IS NOT ?) ORDER BY 1 LIMIT ?",
+        )
+        .bind(tenant.as_str())
+        .bind(model_id)
+        .bind(limit as i64)
+        .fetch_all(&self.read)
+        .await
+        .map_err(db)?;
+        rows.iter().map(|r| ConversationId::parse(r.get::<String, _>(0))).collect()
+    }
+
+    async fn set_message_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        rows: Vec<(MessageId, Vec<f32>)>,
+    ) -> Result<()> {
+        let mut tx = self.begin().await?;
+        for (id, v) in rows {
+            sqlx::query(
+                "UPDATE messages SET embedding = ?, embedding_model = ? WHERE tenant_id = ? AND id = ?",
+            )
+            .bind(vec_to_blob(&v))
+            .bind(model_id)
+            .bind(tenant.as_str())
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        }
+        tx.commit().await.map_err(db)
+    }
+
+    async fn vector_search_messages(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        model_id: &str,
+        query: &[f32],
+        k: usize,
+    ) -> Result<Vec<(MessageId, f32)>> {
+        let rows = sqlx::query(
+            "SELECT id, embedding FROM messages WHERE tenant_id = ? AND user_id = ? \
+             AND embedding IS NOT NULL AND embedding_model = ?",
+        )
+        .bind(tenant.as_str())
+        .bind(user.as_str())
+        .bind(model_id)
+        .fetch_all(&self.read)
+        .await
+        .map_err(db)?;
+        let mut scored = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let blob: &[u8] = r.get("embedding");
+            if blob.len() != query.len() * 4 {
+                continue; // another space: never comparable with this query
+            }
+            let sim = vectors::dot(&blob_to_vec(blob), query);
+            scored.push((sim, r.get::<String, _>("id")));
+        }
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        scored.truncate(k);
+        scored.into_iter().map(|(s, id)| Ok((MessageId::parse(&id)?, s))).collect()
+    }
+
     async fn record_recall(
         &self,
         tenant: &TenantId,
@@ -1796,6 +1894,7 @@ impl Store for SqliteStore {
               (SELECT count(DISTINCT user_id) FROM memories WHERE tenant_id = ?1) AS users, \
               (SELECT count(*) FROM conversations WHERE tenant_id = ?1) AS convs, \
               (SELECT count(*) FROM messages WHERE tenant_id = ?1) AS msgs, \
+              (SELECT count(*) FROM messages WHERE tenant_id = ?1 AND embedding IS NOT NULL) AS msgs_vec, \
               (SELECT count(*) FROM messages m WHERE tenant_id = ?1 AND NOT EXISTS \
                  (SELECT 1 FROM summary_sources s WHERE s.tenant_id = ?1 AND s.source_id = m.id)) AS unsummarized, \
               (SELECT count(*) FROM summaries WHERE tenant_id = ?1) AS summaries, \
@@ -1820,6 +1919,7 @@ impl Store for SqliteStore {
             users: g("users"),
             conversations: g("convs"),
             messages: g("msgs"),
+            messages_with_vector: g("msgs_vec"),
             messages_unsummarized: g("unsummarized"),
             summaries: g("summaries"),
             summary_depth: g("depth"),

@@ -114,6 +114,9 @@ pub struct StatsDto {
     pub embedder_dims: usize,
     /// Share of active facts with a vector of the current model (1.0 = complete).
     pub embedding_coverage: f64,
+    /// Share of transcript messages with a vector (embedded in the background; 1.0 when
+    /// the queue has caught up; tool calls not yet described have no text to embed).
+    pub message_embedding_coverage: f64,
     pub extraction: ExtractionStats,
 }
 
@@ -140,7 +143,10 @@ pub async fn stats(State(st): State<Arc<AppState>>, Auth(p): Auth) -> ApiResult<
     } else {
         s.memories_with_vector as f64 / s.memories_active as f64
     };
+    let message_coverage =
+        if s.messages == 0 { 1.0 } else { s.messages_with_vector as f64 / s.messages as f64 };
     Ok(Json(StatsDto {
+        message_embedding_coverage: message_coverage,
         embedder: st.engine.embedder().model_id().to_string(),
         embedder_dims: st.engine.embedder().dims(),
         embedding_coverage: coverage,

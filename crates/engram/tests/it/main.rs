@@ -14,6 +14,7 @@ mod conversations;
 mod dedup;
 mod erase;
 mod extraction;
+mod message_search;
 mod migrate;
 mod outage;
 mod postgres;

@@ -13,6 +13,7 @@ mod extraction;
 mod harness;
 mod jobs;
 mod memories;
+mod message_vectors;
 mod pg_only;
 mod search;
 mod tls;
@@ -72,6 +73,11 @@ conformance! {
         conversations::context_sessions,
         conversations::agents,
         conversations::api_keys,
+        message_vectors::message_vectors_needed_by_seq_and_model,
+        message_vectors::message_vectors_set_per_tenant,
+        message_vectors::message_vectors_search_exact_top_k,
+        message_vectors::message_vectors_search_equals_brute_force,
+        message_vectors::message_vectors_erased_with_the_user,
         erase::erase_user_removes_only_that_user,
         jobs::enqueue_dedup_and_claim_order,
         jobs::lease_expiry_reclaims,

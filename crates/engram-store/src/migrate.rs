@@ -24,6 +24,7 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
     (2, "inline_vectors", include_str!("../migrations/postgres/0002_inline_vectors.sql")),
     (3, "user_scoped_fts", include_str!("../migrations/postgres/0003_user_scoped_fts.sql")),
+    (4, "scoped_lexemes", include_str!("../migrations/postgres/0004_scoped_lexemes.sql")),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

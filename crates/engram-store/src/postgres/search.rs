@@ -56,17 +56,30 @@
 //! length, document frequencies) of the user's corpus — every row of the tenant and user, or
 //! of the tenant when the search names no user — rather than the SQLite store's global FTS5
 //! vocabulary, which mixes tenants. Terms found in half of the corpus or more (when it has at
-//! least 4 rows) are dropped, as in the SQLite store (which, for a prefix term, counts the
-//! rows of each word the prefix starts and adds them up, an upper bound of what is counted
-//! here; the two differ only for a prefix near the 50 % line).
+//! least 4 rows) are dropped, as in the SQLite store; for a prefix term both count the rows
+//! of each word the prefix starts and add them up (an upper bound; a search that names no
+//! user counts the distinct rows, which differs only for a prefix near the 50 % line).
 //!
-//! Every step reads only the user's rows (migration 3): the row count and mean length come
-//! from an index-only scan of `(tenant_id, user_id, fts_len)` (`fts_len` = `length(fts)`,
-//! written with the row), the document frequencies and the matching rows from the GIN index
-//! `(tenant_id, user_id, fts)` (`btree_gin`; without that extension the table-wide GIN index
-//! of migration 1 remains and the cost grows with the table), and a term's count stops at
-//! half the corpus, where it is dropped anyway. Measured at 100k rows (user of 10k, one
-//! query, load ~4): 73 ms before, 25–45 ms after (`benches/README.md`).
+//! A search of one user reads nothing of other users (migration 4). The row count, mean
+//! length and document frequencies come from `memory_fts_stats`, kept per (tenant, user)
+//! and lexeme by statement triggers on every insert and delete of memories: one row per term
+//! (a prefix sums the rows of the words it starts, the upper bound the SQLite store uses to
+//! drop common terms; a kept prefix of several words is then counted exactly through the
+//! postings). Counting them from the rows instead cost a heap visit per matching row (GIN
+//! has no index-only scans; ~10,000 page visits for a word in every row of a user of 10k).
+//! The matching rows come from the user's own postings: a GIN index on
+//! `engram_scoped_fts(tenant_id, user_id, fts)`, the row's lexemes each prefixed with an
+//! 8-hex key of its tenant and user (`'k1b2c3d4_maya'`), so a query term `'<key>_maya'` or
+//! `'<key>_siste':*` reads one short posting list of that user instead of the term's
+//! table-wide list (which migration 3's `btree_gin` index on `(tenant_id, user_id, fts)`
+//! still decoded whole: 4–22 ms per term at 1M rows against ~0.1 ms). Two users sharing a
+//! key share postings; the statement still filters `tenant_id` and `user_id`, so that costs
+//! speed, never results. The index keeps the first 500 characters of a lexeme
+//! (`SCOPED_TERM_CHARS`): shorter query terms match a cut lexeme exactly as the whole one,
+//! longer ones go through the unscoped index. Messages, and a search that names no user,
+//! count their statistics from the rows (migration 3: an index-only scan of `(tenant_id,
+//! user_id, fts_len)` and a count per term that stops at half the corpus, where the term is
+//! dropped anyway). Measured in `benches/README.md` ("PostgreSQL beside SQLite").
 
 use engram_core::error::{Error, Result};
 use engram_core::model::{MemoryId, TenantId, UserId};
@@ -87,6 +100,9 @@ const HNSW_MAX_DIMS: usize = 2000;
 const HNSW_EF_SEARCH: usize = 200;
 /// `hnsw.max_scan_tuples` of the index path: how far an iterative scan may go for a filter.
 const HNSW_MAX_SCAN_TUPLES: usize = 200_000;
+/// Query terms at least this long (characters) are matched through the unscoped index: the
+/// per-user one (migration 4) holds lexemes cut to this length.
+const SCOPED_TERM_CHARS: usize = 500;
 /// Advisory lock taken while the embedding space (meta rows, HNSW index) changes.
 const SPACE_LOCK: i64 = 0x656e_6772_616d_0002;
 
@@ -130,12 +146,18 @@ impl TextScope<'_> {
         }
     }
 
-    /// `<p>tenant_id = … [AND <p>user_id = …]`: the corpus whose statistics rank a search.
-    fn push_corpus(&self, q: &mut QueryBuilder<Postgres>, p: &str) {
-        let (t, u) = match self {
+    /// The tenant and, if the search names one, the user: the corpus whose statistics rank
+    /// a search.
+    fn corpus(&self) -> (&TenantId, Option<&UserId>) {
+        match self {
             TextScope::Memories(t, f) => (*t, f.user_id.as_ref()),
             TextScope::Messages(t, u) => (*t, Some(*u)),
-        };
+        }
+    }
+
+    /// `<p>tenant_id = … [AND <p>user_id = …]`: the corpus whose statistics rank a search.
+    fn push_corpus(&self, q: &mut QueryBuilder<Postgres>, p: &str) {
+        let (t, u) = self.corpus();
         q.push(format!("{p}tenant_id = ")).push_bind(t.as_str().to_string());
         if let Some(u) = u {
             q.push(format!(" AND {p}user_id = ")).push_bind(u.as_str().to_string());
@@ -378,61 +400,123 @@ impl PgStore {
         }
         let now = OffsetDateTime::now_utc();
         let table = scope.table();
+        // A search of one user matches through that user's postings (migration 4): every
+        // lexeme, and every query term, carries the user's key. Terms of SCOPED_TERM_CHARS
+        // characters or more (never a real word) go through the unscoped index, because the
+        // scoped one holds lexemes cut to that length.
+        let (tenant, user) = scope.corpus();
+        let scoped = user.filter(|_| terms.iter().all(|t| t.chars().count() < SCOPED_TERM_CHARS));
+        let fts = |p: &str| match scoped {
+            Some(_) => format!("engram_scoped_fts({p}tenant_id, {p}user_id, {p}fts)"),
+            None => format!("{p}fts"),
+        };
         // The statistics come from the user's corpus (every row of the tenant and user, as
         // the SQLite store counts every indexed row), the hits from the filter. Document
-        // frequencies are counted per term through the GIN index (a prefix term `'pain':*`
-        // counts the rows holding any word that starts with it); only rows matching a kept
+        // frequencies come from the user's statistics table or are counted per term through
+        // the GIN index (a prefix term `'pain':*` counts the rows holding any word that
+        // starts with it); only rows matching a kept
         // (informative) term are unnested, and a term's frequency in a row is the number of
         // occurrences of every word it matches (FTS5 counts a prefix phrase the same way).
         let mut q = QueryBuilder::<Postgres>::new(
-            "WITH lex AS MATERIALIZED (SELECT DISTINCT u.lexeme, t.prefix, \
-             '''' || replace(replace(u.lexeme, '\\', '\\\\'), '''', '''''') || '''' \
+            "WITH lex AS MATERIALIZED (SELECT DISTINCT u.lexeme, t.prefix, '''' || ",
+        );
+        if let Some(user) = scoped {
+            q.push("engram_fts_key(")
+                .push_bind(tenant.as_str().to_string())
+                .push(", ")
+                .push_bind(user.as_str().to_string())
+                .push(") || '_' || ");
+        }
+        q.push(
+            "replace(replace(u.lexeme, '\\', '\\\\'), '''', '''''') || '''' \
              || CASE WHEN t.prefix THEN ':*' ELSE '' END AS quoted \
              FROM unnest(",
         );
-        q.push_bind(terms)
-            .push("::text[], ")
-            .push_bind(prefixes)
-            .push(
-                "::bool[]) AS t(term, prefix) \
+        q.push_bind(terms).push("::text[], ").push_bind(prefixes).push(
+            "::bool[]) AS t(term, prefix) \
                  CROSS JOIN LATERAL unnest(to_tsvector('simple', t.term)) u), ",
-            )
-            .push("stats AS MATERIALIZED (SELECT count(*)::float8 AS n, ");
-        match scope {
-            // Index-only on memories_fts_len; rows written before migration 3 (fts_len NULL)
-            // add their length(fts) through memories_fts_len_missing. The same numeric
-            // division as avg(int4), so the same mean.
-            TextScope::Memories(..) => {
-                q.push(
-                    "coalesce((coalesce(sum(fts_len), 0) + (SELECT coalesce(sum(length(x.fts)), 0) \
-                     FROM memories x WHERE ",
-                );
-                scope.push_corpus(&mut q, "x.");
-                q.push(
-                    " AND x.fts_len IS NULL))::numeric / nullif(count(*), 0)::numeric, 0)::float8 \
-                     AS avgdl FROM memories WHERE ",
-                );
-            }
-            TextScope::Messages(..) => {
-                q.push("coalesce(avg(length(fts)), 0)::float8 AS avgdl FROM messages WHERE ");
-            }
-        }
-        scope.push_corpus(&mut q, "");
-        // A term found in ceil(n / 2) rows or more (n ≥ 4) is dropped whatever its exact
-        // frequency, so its count stops there: a common word reads at most half the corpus.
-        q.push(format!(
-            "), df AS MATERIALIZED (SELECT l.lexeme, l.prefix, l.quoted, \
-             (SELECT count(*) FROM (SELECT 1 FROM {table} c WHERE "
-        ));
-        scope.push_corpus(&mut q, "c.");
-        q.push(
-            " AND c.fts @@ l.quoted::tsquery \
-             LIMIT (CASE WHEN s.n >= 4 THEN ceil(s.n / 2) ELSE s.n END)::bigint) c)::float8 AS df \
-             FROM lex l CROSS JOIN stats s), \
-             kept AS MATERIALIZED (SELECT df.lexeme, df.prefix, df.quoted, \
-               greatest(ln((s.n - df.df + 0.5) / (df.df + 0.5)), 1e-6) AS idf \
-               FROM df CROSS JOIN stats s WHERE df.df > 0 AND NOT (s.n >= 4 AND df.df * 2 >= s.n)), ",
         );
+        if let (TextScope::Memories(..), Some(user)) = (&scope, user) {
+            // The user's statistics as the triggers of migration 4 keep them: the row count
+            // and lexeme total, and per term the rows holding it — for a prefix, the sum over
+            // the words it starts (`forms` of them), an upper bound that decides the drop as
+            // the SQLite store decides it; a kept prefix of several forms is then counted
+            // exactly through the postings (it holds under half the corpus). The same numeric
+            // division as avg(int4), so the same mean as counting the rows.
+            let (t, u) = (tenant.as_str().to_string(), user.as_str().to_string());
+            q.push(
+                "stats AS MATERIALIZED (SELECT coalesce(max(rows), 0)::float8 AS n, \
+                 coalesce(max(len::numeric / nullif(rows, 0)::numeric), 0)::float8 AS avgdl \
+                 FROM memory_fts_stats WHERE tenant_id = ",
+            )
+            .push_bind(t.clone())
+            .push(" AND user_id = ")
+            .push_bind(u.clone())
+            .push(
+                " AND lexeme = ''), \
+                 sums AS MATERIALIZED (SELECT l.lexeme, l.prefix, l.quoted, x.total, x.forms \
+                 FROM lex l CROSS JOIN LATERAL (SELECT coalesce(sum(f.rows), 0)::float8 AS total, \
+                 count(*) AS forms FROM memory_fts_stats f WHERE f.tenant_id = ",
+            )
+            .push_bind(t.clone())
+            .push(" AND f.user_id = ")
+            .push_bind(u.clone())
+            .push(
+                " AND f.lexeme >= l.lexeme AND f.lexeme < l.lexeme || \
+                 CASE WHEN l.prefix THEN chr(1114111) ELSE chr(1) END \
+                 AND (f.lexeme = l.lexeme OR l.prefix AND starts_with(f.lexeme, l.lexeme))) x), \
+                 df AS MATERIALIZED (SELECT m.lexeme, m.prefix, m.quoted, m.total, \
+                 CASE WHEN m.prefix AND m.forms > 1 AND NOT (s.n >= 4 AND m.total * 2 >= s.n) \
+                 THEN (SELECT count(*) FROM memories c WHERE c.tenant_id = ",
+            )
+            .push_bind(t)
+            .push(" AND c.user_id = ")
+            .push_bind(u)
+            .push(format!(" AND {} @@ m.quoted::tsquery)::float8 ", fts("c.")))
+            .push(
+                "ELSE m.total END AS df FROM sums m CROSS JOIN stats s), \
+                 kept AS MATERIALIZED (SELECT df.lexeme, df.prefix, df.quoted, \
+                   greatest(ln((s.n - df.df + 0.5) / (df.df + 0.5)), 1e-6) AS idf \
+                   FROM df CROSS JOIN stats s WHERE df.total > 0 AND NOT (s.n >= 4 AND df.total * 2 >= s.n)), ",
+            );
+        } else {
+            // Counted from the rows: messages, and memories of a whole tenant.
+            q.push("stats AS MATERIALIZED (SELECT count(*)::float8 AS n, ");
+            match scope {
+                // Index-only on memories_fts_len; rows written before migration 3 (fts_len
+                // NULL) add their length(fts) through memories_fts_len_missing.
+                TextScope::Memories(..) => {
+                    q.push(
+                        "coalesce((coalesce(sum(fts_len), 0) + (SELECT coalesce(sum(length(x.fts)), 0) \
+                         FROM memories x WHERE ",
+                    );
+                    scope.push_corpus(&mut q, "x.");
+                    q.push(
+                        " AND x.fts_len IS NULL))::numeric / nullif(count(*), 0)::numeric, 0)::float8 \
+                         AS avgdl FROM memories WHERE ",
+                    );
+                }
+                TextScope::Messages(..) => {
+                    q.push("coalesce(avg(length(fts)), 0)::float8 AS avgdl FROM messages WHERE ");
+                }
+            }
+            scope.push_corpus(&mut q, "");
+            // A term found in ceil(n / 2) rows or more (n ≥ 4) is dropped whatever its exact
+            // frequency, so its count stops there: a common word reads at most half the corpus.
+            q.push(format!(
+                "), df AS MATERIALIZED (SELECT l.lexeme, l.prefix, l.quoted, \
+                 (SELECT count(*) FROM (SELECT 1 FROM {table} c WHERE "
+            ));
+            scope.push_corpus(&mut q, "c.");
+            q.push(format!(" AND {} @@ l.quoted::tsquery", fts("c.")));
+            q.push(
+                " LIMIT (CASE WHEN s.n >= 4 THEN ceil(s.n / 2) ELSE s.n END)::bigint) c)::float8 AS df \
+                 FROM lex l CROSS JOIN stats s), \
+                 kept AS MATERIALIZED (SELECT df.lexeme, df.prefix, df.quoted, \
+                   greatest(ln((s.n - df.df + 0.5) / (df.df + 0.5)), 1e-6) AS idf \
+                   FROM df CROSS JOIN stats s WHERE df.df > 0 AND NOT (s.n >= 4 AND df.df * 2 >= s.n)), ",
+            );
+        }
         q.push(format!(
             "hits AS (SELECT d.id, length(d.fts)::float8 AS dl, k.quoted, k.idf, \
              sum(coalesce(array_length(u.positions, 1), 1))::float8 AS tf \
@@ -441,9 +525,12 @@ impl PgStore {
              ELSE u.lexeme = k.lexeme END) WHERE "
         ));
         scope.push_where(&mut q, now, "d.");
+        q.push(format!(
+            " AND {} @@ (SELECT string_agg(quoted, ' | ')::tsquery FROM kept)",
+            fts("d.")
+        ));
         q.push(
-            " AND d.fts @@ (SELECT string_agg(quoted, ' | ')::tsquery FROM kept) \
-             GROUP BY d.id, d.fts, k.quoted, k.idf) \
+            " GROUP BY d.id, d.fts, k.quoted, k.idf) \
              SELECT h.id, sum(h.idf * (h.tf * 2.2) / (h.tf + 1.2 * (0.25 + 0.75 * h.dl / greatest(s.avgdl, 1)))) AS score \
              FROM hits h CROSS JOIN stats s \
              GROUP BY h.id ORDER BY score DESC, h.id LIMIT ",

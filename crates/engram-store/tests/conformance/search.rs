@@ -326,6 +326,36 @@ pub async fn text_search_matches_word_forms(s: Arc<dyn Store>) {
     assert!(ids_of(&s, &t, &all, "12349").await.is_empty());
     assert_eq!(ids_of(&s, &t, &all, "12345").await, vec![id(3)]);
     assert!(ids_of(&s, &t, &all, "pap").await.is_empty(), "no prefix for short words");
+
+    // Words of any length (PostgreSQL's per-user index keeps the first 500 characters of a
+    // word and matches longer query terms another way): a 600-character word is found
+    // whole, and through its first 450 or 200 characters.
+    let v = user("v");
+    let long = "abcdefghij".repeat(60);
+    // Words with a digit match only whole.
+    let code = "a1".repeat(300);
+    let rows: Vec<_> = [
+        format!("a token {long} here"),
+        code.clone(),
+        long[..300].into(),
+        code[..500].into(),
+        "filler one".into(),
+        "filler two".into(),
+        "filler three".into(),
+        "filler four".into(),
+    ]
+    .iter()
+    .map(|x| new_row(memory(&t, &v, x), None))
+    .collect();
+    s.insert_memories(&t, rows.clone()).await.unwrap();
+    let id = |i: usize| rows[i].memory.id;
+    let all = MemoryFilter { user_id: Some(v.clone()), ..Default::default() };
+    assert_eq!(ids_of(&s, &t, &all, &long).await, vec![id(0)]);
+    assert_eq!(ids_of(&s, &t, &all, &long[..450]).await, vec![id(0)]);
+    assert_eq!(set(ids_of(&s, &t, &all, &long[..200]).await), set(vec![id(0), id(2)]));
+    assert_eq!(ids_of(&s, &t, &all, &code).await, vec![id(1)]);
+    assert_eq!(ids_of(&s, &t, &all, &code[..500]).await, vec![id(3)]);
+    assert!(ids_of(&s, &t, &all, &code[..498]).await.is_empty());
 }
 
 pub async fn text_search_never_a_syntax_error(s: Arc<dyn Store>) {

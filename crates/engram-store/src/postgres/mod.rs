@@ -28,15 +28,18 @@
 //!   transaction-level advisory lock on the key and a re-check in a fresh snapshot, so two
 //!   workers can never both start jobs of one conversation.
 //! - **Vectors** ([`search`]): an untyped `vector` column (the dimension is only known at the
-//!   first vector), searched exactly by default, with a per-dimension partial HNSW index made
-//!   by `ensure_embedding_space` for very large scopes. Measurements and the choice: see
-//!   [`search`].
+//!   first vector), searched exactly by default; a scope over the exact limit gets an HNSW
+//!   index of its own (partial on its tenant and user), built in the background when a
+//!   search first finds it over the limit, so writes maintain no graph until some scope
+//!   needs one. Measurements and the choice: see [`search`].
 //! - **Full text** ([`search`]): a generated `tsvector` column with the language-neutral
 //!   `simple` configuration over `fts_text`, the content split into words exactly like a
 //!   query ([`crate::text`]), lowercased and with diacritics folded in Rust, so matching does
 //!   not depend on the database locale. Ranking is BM25 computed in SQL with the statistics
-//!   of the searched scope (FTS5's formula, k1 = 1.2, b = 0.75), and query terms found in
-//!   half the scope's rows or more are dropped, as in the SQLite store.
+//!   of the searched scope (FTS5's formula, k1 = 1.2, b = 0.75; per user, kept by triggers in
+//!   `memory_fts_stats`), postings read per user through lexemes prefixed with a key of the
+//!   tenant and user, and query terms found in half the scope's rows or more are dropped,
+//!   as in the SQLite store.
 
 pub mod jobs;
 pub mod rows;
@@ -118,6 +121,8 @@ pub struct PgStore {
     pool: PgPool,
     /// Scopes with at most this many active vectors are searched exactly (see [`search`]).
     exact_scan_limit: AtomicUsize,
+    /// `hnsw.ef_search` of the index path (see [`search`]).
+    hnsw_ef_search: AtomicUsize,
 }
 
 /// Connection settings beyond the URL.
@@ -182,7 +187,11 @@ impl PgStore {
                  search uses the table-wide GIN index, its cost grows with the whole table"
             );
         }
-        Ok(Self { pool, exact_scan_limit: AtomicUsize::new(search::EXACT_SCAN_LIMIT) })
+        Ok(Self {
+            pool,
+            exact_scan_limit: AtomicUsize::new(search::EXACT_SCAN_LIMIT),
+            hnsw_ef_search: AtomicUsize::new(search::HNSW_EF_SEARCH),
+        })
     }
 
     /// The connection pool (for operators' tools and tests).
@@ -190,14 +199,24 @@ impl PgStore {
         &self.pool
     }
 
-    /// Change the scope size above which vector search uses the HNSW index (tests use 0 to
-    /// exercise the index path on small data).
+    /// Change the scope size above which vector search uses an HNSW index (tests use small
+    /// limits to exercise the index path on small data; `usize::MAX`: always exact, never an
+    /// index, as the benchmarks' reference).
     pub fn set_exact_scan_limit(&self, rows: usize) {
         self.exact_scan_limit.store(rows, Ordering::Relaxed);
     }
 
     fn exact_limit(&self) -> usize {
         self.exact_scan_limit.load(Ordering::Relaxed)
+    }
+
+    /// Change `hnsw.ef_search` of the index path (1–1000; benchmarks measure recall with it).
+    pub fn set_hnsw_ef_search(&self, ef: usize) {
+        self.hnsw_ef_search.store(ef.clamp(1, 1000), Ordering::Relaxed);
+    }
+
+    fn ef_search(&self) -> usize {
+        self.hnsw_ef_search.load(Ordering::Relaxed)
     }
 
     async fn begin(&self) -> Result<Tx> {

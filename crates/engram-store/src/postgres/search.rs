@@ -4,26 +4,43 @@
 //!
 //! `memories.embedding` is an untyped pgvector `vector`: the store's dimension is only known
 //! at the first vector, and a re-embed (`set_vectors` then `reset_embedding_space`) may move
-//! every row to another dimension. `ensure_embedding_space` / `reset_embedding_space` create,
-//! for the space's dimension N (≤ 2000, pgvector's HNSW limit), the partial expression index
-//!
-//! ```sql
-//! CREATE INDEX memories_hnsw_N ON memories USING hnsw ((embedding::vector(N)) vector_ip_ops)
-//!     WHERE vector_dims(embedding) = N AND superseded_at IS NULL
-//! ```
-//!
-//! Scores are the inner product, exactly what the SQLite store computes (equal to the cosine
-//! for the unit vectors every embedder returns).
+//! every row to another dimension. Scores are the inner product, exactly what the SQLite
+//! store computes (equal to the cosine for the unit vectors every embedder returns).
 //!
 //! **Exact by default.** A search is always about one user; one statement reads the user's
 //! active vectors (stopping after [`EXACT_SCAN_LIMIT`] + 1), counts them and, if they are at
 //! most [`EXACT_SCAN_LIMIT`], ranks every row of the scope: `ORDER BY embedding <#> $q` on the untyped column, which no HNSW index can
 //! serve, so the plan is the `(tenant_id, user_id, …)` btree plus a sort — the same result
-//! as a brute-force scan, like the SQLite store. Only larger scopes use the index, with
-//! `hnsw.iterative_scan = strict_order` and `hnsw.ef_search = 200` (approximate there).
+//! as a brute-force scan, like the SQLite store.
 //!
-//! Measured (2 cores, PostgreSQL 18.6, pgvector 0.8.6, HNSW m = 16, ef_construction = 64,
-//! 384 dimensions; 200 000 rows: 80 users × 1 000 rows, one of 20 000 and one of 100 000, each
+//! **An HNSW index per large scope, built when first needed.** No HNSW index exists until a
+//! search finds a scope over the limit. That search ranks the whole scope exactly (correct,
+//! slower: ~0.15–0.3 s at 100k vectors) and starts building, in the background, the scope's
+//! own partial index (N = the space's dimension, ≤ 2000, pgvector's HNSW limit):
+//!
+//! ```sql
+//! CREATE INDEX CONCURRENTLY memories_hnsw_N_<16 hex of md5(tenant, user)> ON memories
+//!     USING hnsw ((embedding::vector(N)) vector_ip_ops)
+//!     WHERE tenant_id = '…' AND user_id = '…' AND vector_dims(embedding) = N AND superseded_at IS NULL
+//! ```
+//!
+//! on a connection of its own holding a session advisory lock (one build at a time per
+//! database, across processes; an invalid index left by an interrupted build is dropped and
+//! built again). Writes go on during the build; searches of the scope stay exact until it
+//! is valid, then go through it (`hnsw.iterative_scan = strict_order`, approximate there)
+//! without counting the scope first. The trade-off: every write pays the graph insertion
+//! (~95 % of a PostgreSQL write, `benches/README.md`) only for rows of a scope that has an
+//! index, so a deployment whose users all stay under the limit never maintains a graph; a
+//! scope that grows past it is searched exactly (its latency grows with it) until its build
+//! ends (~20–40 s at 100k vectors on 2 cores). Being partial on one user, the graph holds
+//! only that user's rows, so the search walks no other user's vectors (a table-wide graph
+//! under a 10 % filter found 0.54 of the exact top 10). Stores of earlier versions keep
+//! their table-wide `memories_hnsw_N`, used for scopes over the limit until theirs exists;
+//! dropping it makes every other write cheaper. [`PgStore::build_scope_index`] builds one
+//! scope's index at once (tests, benchmarks, operators).
+//!
+//! Measured with the earlier table-wide index (2 cores, PostgreSQL 18.6, pgvector 0.8.6, HNSW
+//! m = 16, ef_construction = 64, 384 dimensions; 200 000 rows: 80 users × 1 000 rows, one of 20 000 and one of 100 000, each
 //! user's rows drawn around 30–300 topic centres; 20–30 queries per line; recall@10 against
 //! the exact top 10 of the same filter):
 //!
@@ -81,10 +98,14 @@
 //! user_id, fts_len)` and a count per term that stops at half the corpus, where the term is
 //! dropped anyway). Measured in `benches/README.md` ("PostgreSQL beside SQLite").
 
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
 use engram_core::error::{Error, Result};
 use engram_core::model::{MemoryId, TenantId, UserId};
 use engram_core::store::MemoryFilter;
-use sqlx::{PgPool, Postgres, QueryBuilder, Row};
+use sqlx::postgres::PgConnection;
+use sqlx::{Connection, PgPool, Postgres, QueryBuilder, Row};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -97,7 +118,7 @@ pub const EXACT_SCAN_LIMIT: usize = 50_000;
 /// pgvector's HNSW index on `vector` supports up to 2000 dimensions.
 const HNSW_MAX_DIMS: usize = 2000;
 /// `hnsw.ef_search` of the index path (measured recall 0.91–0.99, see the module docs).
-const HNSW_EF_SEARCH: usize = 200;
+pub const HNSW_EF_SEARCH: usize = 200;
 /// `hnsw.max_scan_tuples` of the index path: how far an iterative scan may go for a filter.
 const HNSW_MAX_SCAN_TUPLES: usize = 200_000;
 /// Query terms at least this long (characters) are matched through the unscoped index: the
@@ -105,6 +126,10 @@ const HNSW_MAX_SCAN_TUPLES: usize = 200_000;
 const SCOPED_TERM_CHARS: usize = 500;
 /// Advisory lock taken while the embedding space (meta rows, HNSW index) changes.
 const SPACE_LOCK: i64 = 0x656e_6772_616d_0002;
+/// Session advisory lock held while a scope's HNSW index is built (one build at a time).
+const INDEX_BUILD_LOCK: i64 = 0x656e_6772_616d_0003;
+/// `maintenance_work_mem` of a scope's index build.
+const HNSW_BUILD_MEMORY: &str = "512MB";
 
 /// The recorded embedding space.
 pub async fn embedding_space(pool: &PgPool) -> Result<Option<(String, usize)>> {
@@ -126,8 +151,159 @@ pub async fn embedding_space(pool: &PgPool) -> Result<Option<(String, usize)>> {
     Ok(model.zip(dims))
 }
 
+/// The table-wide HNSW index of `dims` that versions before lazy per-scope indexes created
+/// for every store (still used when present).
 fn hnsw_index_name(dims: usize) -> String {
     format!("memories_hnsw_{dims}")
+}
+
+/// SQL for the name of a scope's HNSW index, `memories_hnsw_<dims>_<16 hex of md5(tenant,
+/// U+001F, user)>` (ids contain no control characters, so the input is unambiguous), from
+/// the parameters `$1` tenant, `$2` user, `$3` dims.
+const SCOPE_INDEX_NAME: &str =
+    "'memories_hnsw_' || $3::int || '_' || left(md5($1::text || chr(31) || $2::text), 16)";
+
+/// Whether the scope's own HNSW index of `dims` is valid, and whether the table-wide one is.
+async fn scope_indexes(
+    pool: &PgPool,
+    tenant: &TenantId,
+    user: &UserId,
+    dims: usize,
+) -> Result<(bool, bool)> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT c.relname::text AS name, i.indisvalid AS valid FROM pg_class c \
+         JOIN pg_index i ON i.indexrelid = c.oid \
+         WHERE c.relnamespace = current_schema()::regnamespace \
+         AND c.relname IN ({SCOPE_INDEX_NAME}, $4)"
+    )))
+    .bind(tenant.as_str())
+    .bind(user.as_str())
+    .bind(i32::try_from(dims).unwrap_or(i32::MAX))
+    .bind(hnsw_index_name(dims))
+    .fetch_all(pool)
+    .await
+    .map_err(db)?;
+    let mut out = (false, false);
+    for r in &rows {
+        let valid: bool = col(r, "valid")?;
+        if col::<String>(r, "name")? == hnsw_index_name(dims) {
+            out.1 = valid;
+        } else {
+            out.0 = valid;
+        }
+    }
+    Ok(out)
+}
+
+/// Scopes whose index this process is building (a search of such a scope starts no other).
+static BUILDING: Mutex<BTreeSet<(String, String, usize)>> = Mutex::new(BTreeSet::new());
+
+/// Start building a scope's index in the background, unless this process already is.
+fn spawn_scope_index_build(pool: PgPool, tenant: TenantId, user: UserId, dims: usize) {
+    let key = (tenant.as_str().to_string(), user.as_str().to_string(), dims);
+    if !BUILDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.clone()) {
+        return;
+    }
+    tokio::spawn(async move {
+        let t = std::time::Instant::now();
+        match build_scope_index(&pool, &tenant, &user, dims, false).await {
+            Ok(true) => tracing::info!(
+                tenant = tenant.as_str(),
+                user = user.as_str(),
+                dims,
+                seconds = t.elapsed().as_secs_f64(),
+                "built the HNSW index of a scope over the exact-search limit"
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(
+                tenant = tenant.as_str(),
+                user = user.as_str(),
+                "building the HNSW index of a scope failed (searches stay exact): {e}"
+            ),
+        }
+        BUILDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&key);
+    });
+}
+
+/// Build a scope's partial HNSW index with `CREATE INDEX CONCURRENTLY` (writes go on), on a
+/// connection of its own holding [`INDEX_BUILD_LOCK`]: one build at a time per database,
+/// across processes. `wait`: wait for the lock (else return false if another build runs).
+/// An invalid index left by an interrupted build is dropped and built again. Returns whether
+/// the index is valid afterwards.
+async fn build_scope_index(
+    pool: &PgPool,
+    tenant: &TenantId,
+    user: &UserId,
+    dims: usize,
+    wait: bool,
+) -> Result<bool> {
+    let opts = pool.connect_options();
+    let mut conn = PgConnection::connect_with(&opts).await.map_err(db)?;
+    let result = async {
+        // Waiting is polling: a session blocked in pg_advisory_lock is a running transaction,
+        // which the other session's CREATE INDEX CONCURRENTLY waits for (a deadlock).
+        loop {
+            let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+                .bind(INDEX_BUILD_LOCK)
+                .fetch_one(&mut conn)
+                .await
+                .map_err(db)?;
+            if got {
+                break;
+            }
+            if !wait {
+                return Ok(false);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let dims_i32 = i32::try_from(dims).unwrap_or(i32::MAX);
+        // The DDL is written by the server (%I, %L quote the name and the ids).
+        let r = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT n.name, i.indisvalid AS valid, \
+             format('CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON memories USING hnsw \
+             ((embedding::vector(%s)) vector_ip_ops) WHERE tenant_id = %L AND user_id = %L \
+             AND vector_dims(embedding) = %s AND superseded_at IS NULL', n.name, $3, $1, $2, $3) AS ddl \
+             FROM (SELECT {SCOPE_INDEX_NAME} AS name) n \
+             LEFT JOIN pg_class c ON c.relname = n.name AND c.relnamespace = current_schema()::regnamespace \
+             LEFT JOIN pg_index i ON i.indexrelid = c.oid"
+        )))
+        .bind(tenant.as_str())
+        .bind(user.as_str())
+        .bind(dims_i32)
+        .fetch_one(&mut conn)
+        .await
+        .map_err(db)?;
+        let name: String = col(&r, "name")?;
+        let valid: Option<bool> = col(&r, "valid")?;
+        let ddl: String = col(&r, "ddl")?;
+        match valid {
+            Some(true) => return Ok(true),
+            Some(false) => {
+                // Left by a build that was interrupted (we hold the lock: nobody builds it).
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                    "DROP INDEX CONCURRENTLY IF EXISTS \"{name}\""
+                )))
+                .execute(&mut conn)
+                .await
+                .map_err(db)?;
+            }
+            None => {}
+        }
+        // The graph of a 100k-vector scope (384 dimensions) takes ~200 MB: built in memory
+        // when it fits (much faster than on disk).
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "SET maintenance_work_mem = '{HNSW_BUILD_MEMORY}'"
+        )))
+        .execute(&mut conn)
+        .await
+        .map_err(db)?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(ddl)).execute(&mut conn).await.map_err(db)?;
+        Ok(true)
+    }
+    .await;
+    // Closing the session releases the lock and the setting.
+    let _ = conn.close().await;
+    result
 }
 
 /// Where a text search looks.
@@ -182,7 +358,8 @@ impl TextScope<'_> {
 }
 
 impl PgStore {
-    /// Record the embedding space (first use, or `reset`), creating its HNSW index.
+    /// Record the embedding space (first use, or `reset`; a reset drops the HNSW indexes of
+    /// other dimensions). HNSW indexes are made per scope, when a search needs one.
     pub(super) async fn ensure_space(
         &self,
         model_id: &str,
@@ -225,28 +402,26 @@ impl PgStore {
         .execute(&mut *tx)
         .await
         .map_err(db)?;
-        if (1..=HNSW_MAX_DIMS).contains(&dims) {
-            // `dims` is a number, so formatting it into DDL is safe.
-            let sql = format!(
-                "CREATE INDEX IF NOT EXISTS {} ON memories USING hnsw ((embedding::vector({dims})) vector_ip_ops) \
-                 WHERE vector_dims(embedding) = {dims} AND superseded_at IS NULL",
-                hnsw_index_name(dims)
-            );
-            sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut *tx).await.map_err(db)?;
-        }
         if reset {
             // Indexes of other dimensions serve no search any more.
             let rows = sqlx::query(
                 "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() \
-                 AND tablename = 'memories' AND indexname LIKE 'memories\\_hnsw\\_%' AND indexname <> $1",
+                 AND tablename = 'memories' AND indexname LIKE 'memories\\_hnsw\\_%'",
             )
-            .bind(hnsw_index_name(dims))
             .fetch_all(&mut *tx)
             .await
             .map_err(db)?;
             for r in &rows {
                 let name: String = col(r, "indexname")?;
-                if name.trim_start_matches("memories_hnsw_").chars().all(|c| c.is_ascii_digit()) {
+                // memories_hnsw_<dims> (table-wide) or memories_hnsw_<dims>_<scope key>.
+                let rest = name.trim_start_matches("memories_hnsw_");
+                let d = rest.split('_').next().unwrap_or_default();
+                let key = rest.get(d.len()..).unwrap_or_default().trim_start_matches('_');
+                if !d.is_empty()
+                    && d.chars().all(|c| c.is_ascii_digit())
+                    && d != dims.to_string()
+                    && key.chars().all(|c| c.is_ascii_hexdigit())
+                {
                     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP INDEX IF EXISTS {name}")))
                         .execute(&mut *tx)
                         .await
@@ -283,43 +458,62 @@ impl PgStore {
         let now = OffsetDateTime::now_utc();
         let query = pgvector::Vector::from(vector.to_vec());
         let k = i64::try_from(k).unwrap_or(i64::MAX);
-        // One pass over the user's active vectors (at most limit + 1 of them) both counts
-        // them and scores those the filter admits: if there are more than `limit`, the
-        // scores are thrown away and the HNSW index answers. (Before, a separate count read
-        // the same rows first: two passes over a user's scattered rows.)
-        let mut q = QueryBuilder::<Postgres>::new(
-            "WITH s AS MATERIALIZED (SELECT id, CASE WHEN vector_dims(embedding) = ",
-        );
-        q.push_bind(i32::try_from(dims).unwrap_or(i32::MAX))
-            .push(" THEN -(embedding <#> ")
-            .push_bind(query.clone())
-            .push(") END AS score, (true");
-        push_filter(&mut q, &f, now, "");
-        q.push(") AS ok FROM memories WHERE tenant_id = ")
-            .push_bind(tenant.as_str().to_string())
-            .push(" AND user_id = ")
-            .push_bind(user.as_str().to_string())
-            .push(" AND superseded_at IS NULL AND embedding IS NOT NULL LIMIT ")
-            .push_bind(i64::try_from(limit).unwrap_or(i64::MAX - 1).saturating_add(1))
-            .push("), c AS (SELECT count(*) AS n FROM s) SELECT c.n, h.id, h.score FROM c LEFT JOIN LATERAL (SELECT id, score FROM s WHERE c.n <= ")
-            .push_bind(i64::try_from(limit).unwrap_or(i64::MAX - 1))
-            .push(" AND ok AND score IS NOT NULL ORDER BY score DESC, id LIMIT ")
-            .push_bind(k)
-            .push(") h ON true");
-        let rows = q.build().fetch_all(&self.pool).await.map_err(db)?;
-        let in_scope = match rows.first() {
-            Some(r) => usize::try_from(col::<i64>(r, "n")?).unwrap_or(0),
-            None => 0,
-        };
-        let use_index = in_scope > limit
-            && dims <= HNSW_MAX_DIMS
+        let indexable = dims <= HNSW_MAX_DIMS
+            && limit != usize::MAX
             && embedding_space(&self.pool).await?.is_some_and(|(_, d)| d == dims);
+        let indexes = if indexable {
+            scope_indexes(&self.pool, tenant, user, dims).await?
+        } else {
+            (false, false)
+        };
+        // A scope with an index of its own was found over the limit before: no count.
+        let mut use_index = indexes.0;
+        let mut rows = Vec::new();
+        let mut in_scope = 0;
+        if !use_index {
+            // One pass over the user's active vectors (at most limit + 1 of them) both counts
+            // them and scores those the filter admits: if there are more than `limit`, the
+            // scores are thrown away and an index answers, or every row is ranked.
+            let mut q = QueryBuilder::<Postgres>::new(
+                "WITH s AS MATERIALIZED (SELECT id, CASE WHEN vector_dims(embedding) = ",
+            );
+            q.push_bind(i32::try_from(dims).unwrap_or(i32::MAX))
+                .push(" THEN -(embedding <#> ")
+                .push_bind(query.clone())
+                .push(") END AS score, (true");
+            push_filter(&mut q, &f, now, "");
+            q.push(") AS ok FROM memories WHERE tenant_id = ")
+                .push_bind(tenant.as_str().to_string())
+                .push(" AND user_id = ")
+                .push_bind(user.as_str().to_string())
+                .push(" AND superseded_at IS NULL AND embedding IS NOT NULL LIMIT ")
+                .push_bind(i64::try_from(limit).unwrap_or(i64::MAX - 1).saturating_add(1))
+                .push("), c AS (SELECT count(*) AS n FROM s) SELECT c.n, h.id, h.score FROM c LEFT JOIN LATERAL (SELECT id, score FROM s WHERE c.n <= ")
+                .push_bind(i64::try_from(limit).unwrap_or(i64::MAX - 1))
+                .push(" AND ok AND score IS NOT NULL ORDER BY score DESC, id LIMIT ")
+                .push_bind(k)
+                .push(") h ON true");
+            rows = q.build().fetch_all(&self.pool).await.map_err(db)?;
+            in_scope = match rows.first() {
+                Some(r) => usize::try_from(col::<i64>(r, "n")?).unwrap_or(0),
+                None => 0,
+            };
+            if in_scope > limit && indexable {
+                // Build the scope's index in the background; until it is there, a table-wide
+                // index of an older version serves, or the whole scope is ranked.
+                spawn_scope_index_build(self.pool.clone(), tenant.clone(), user.clone(), dims);
+                use_index = indexes.1;
+            }
+        }
         let mut hits: Vec<(MemoryId, f32)> = if use_index {
             let mut tx = self.begin().await?;
             for (name, value) in [
                 ("hnsw.iterative_scan", "strict_order".to_string()),
-                ("hnsw.ef_search", HNSW_EF_SEARCH.to_string()),
+                ("hnsw.ef_search", self.ef_search().to_string()),
                 ("hnsw.max_scan_tuples", HNSW_MAX_SCAN_TUPLES.to_string()),
+                // The scope's partial index names the tenant and user as constants: only a
+                // plan made for the bound values can prove that the index applies.
+                ("plan_cache_mode", "force_custom_plan".to_string()),
             ] {
                 sqlx::query("SELECT set_config($1, $2, true)")
                     .bind(name)
@@ -376,6 +570,19 @@ impl PgStore {
         };
         hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         Ok(hits)
+    }
+
+    /// Build the HNSW index of one user's scope now (what a search does in the background
+    /// when it finds the scope over the exact limit), waiting for a build another process
+    /// runs. Returns whether the index is valid afterwards (false: no embedding space yet, or
+    /// vectors of more dimensions than HNSW supports). For operators' tools, the benchmarks
+    /// and tests.
+    pub async fn build_scope_index(&self, tenant: &TenantId, user: &UserId) -> Result<bool> {
+        let Some((_, dims)) = embedding_space(&self.pool).await? else { return Ok(false) };
+        if dims > HNSW_MAX_DIMS {
+            return Ok(false);
+        }
+        build_scope_index(&self.pool, tenant, user, dims, true).await
     }
 
     pub(super) async fn text_search_impl(

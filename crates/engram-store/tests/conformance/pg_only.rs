@@ -1,5 +1,5 @@
-//! What only the PostgreSQL store has: the HNSW path for very large scopes, migrations
-//! shared by several processes.
+//! What only the PostgreSQL store has: HNSW indexes for very large scopes, per-user keyword
+//! postings, migrations shared by several processes.
 
 use std::sync::Arc;
 
@@ -12,15 +12,19 @@ use crate::harness::{
     Backend, Fixture, MODEL, dot, memory, new_row, normalize, tenant, unit, user,
 };
 
-/// A clustered data set (like real embeddings), queried through the HNSW index: results
-/// must be close to the exact answer (recall@10 ≥ 0.9) and never short under a filter.
+/// A clustered data set (like real embeddings) in one scope over the exact limit: no HNSW
+/// index exists until a search finds the scope over the limit; that search is answered
+/// exactly and starts building the scope's own partial index in the background; later
+/// searches go through it, close to the exact answer (recall@10 ≥ 0.9) and never short
+/// under a filter. Other scopes stay exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hnsw_path_for_very_large_scopes() {
+async fn hnsw_index_built_lazily_for_scopes_over_the_exact_limit() {
     let f = Fixture::new(Backend::Postgres).await;
     let pg = f.pg();
     let s: Arc<dyn Store> = pg.clone();
     let t = tenant("t");
     let u = user("u");
+    let small = user("small");
     let dims = 32;
     s.ensure_embedding_space(MODEL, dims).await.unwrap();
     let centres: Vec<Vec<f32>> = (0..40).map(|c| unit(dims, 5000 + c)).collect();
@@ -38,30 +42,70 @@ async fn hnsw_path_for_very_large_scopes() {
     for chunk in rows.chunks(500) {
         s.insert_memories(&t, chunk.to_vec()).await.unwrap();
     }
+    let small_rows: Vec<_> = (0..50u64)
+        .map(|i| new_row(memory(&t, &small, &format!("small {i}")), Some(unit(dims, 300 + i))))
+        .collect();
+    s.insert_memories(&t, small_rows).await.unwrap();
     sqlx::query("ANALYZE memories").execute(pg.pool()).await.unwrap();
-    pg.set_exact_scan_limit(0);
+    let indexes = || async {
+        sqlx::query_as::<_, (String, bool)>(
+            "SELECT c.relname::text, i.indisvalid FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid \
+             WHERE c.relname LIKE 'memories\\_hnsw\\_%' ORDER BY 1",
+        )
+        .fetch_all(pg.pool())
+        .await
+        .unwrap()
+    };
+    assert!(indexes().await.is_empty(), "writes maintain no HNSW index before a scope needs one");
 
-    let all = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
-    let facts = MemoryFilter { categories: Some(vec![Category::Fact]), ..all.clone() };
-    let mut found = 0usize;
-    let mut total = 0usize;
-    for qi in 0..20u64 {
-        let q = normalize(
+    let exact_top = |q: &[f32], cat: Option<Category>| {
+        let mut exact: Vec<(MemoryId, f32)> = vectors
+            .iter()
+            .filter(|(_, c, _)| cat.is_none_or(|x| x == *c))
+            .map(|(id, _, v)| (*id, dot(v, q)))
+            .collect();
+        exact.sort_by(|a, b| b.1.total_cmp(&a.1));
+        exact.truncate(10);
+        exact
+    };
+    let query = |qi: u64| {
+        normalize(
             centres[(qi * 7 % 40) as usize]
                 .iter()
                 .zip(unit(dims, 7_000 + qi))
                 .map(|(a, b)| a + 0.6 * b)
                 .collect(),
-        );
+        )
+    };
+    pg.set_exact_scan_limit(2000);
+    let all = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+    let facts = MemoryFilter { categories: Some(vec![Category::Fact]), ..all.clone() };
+    // The first search over the limit ranks the whole scope (exact) and starts the build.
+    let q = query(0);
+    let got = s.vector_search(&t, &all, &q, 10).await.unwrap();
+    let ids: Vec<MemoryId> = got.iter().map(|g| g.0).collect();
+    assert_eq!(ids, exact_top(&q, None).iter().map(|e| e.0).collect::<Vec<_>>());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let built = loop {
+        let ix = indexes().await;
+        if ix.len() == 1 && ix[0].1 {
+            break ix[0].0.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no index built in the background: {ix:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(built.starts_with(&format!("memories_hnsw_{dims}_")), "{built}");
+    // An explicit build finds it there.
+    assert!(pg.build_scope_index(&t, &u).await.unwrap());
+    assert_eq!(indexes().await.len(), 1);
+
+    let mut found = 0usize;
+    let mut total = 0usize;
+    for qi in 0..20u64 {
+        let q = query(qi);
         for (filter, cat) in [(&all, None), (&facts, Some(Category::Fact))] {
             let got = s.vector_search(&t, filter, &q, 10).await.unwrap();
-            let mut exact: Vec<(MemoryId, f32)> = vectors
-                .iter()
-                .filter(|(_, c, _)| cat.is_none_or(|x| x == *c))
-                .map(|(id, _, v)| (*id, dot(v, &q)))
-                .collect();
-            exact.sort_by(|a, b| b.1.total_cmp(&a.1));
-            exact.truncate(10);
+            let exact = exact_top(&q, cat);
             assert_eq!(got.len(), 10, "the iterative scan fills the page under a filter");
             assert!(got.windows(2).all(|w| w[0].1 >= w[1].1));
             found += got.iter().filter(|g| exact.iter().any(|e| e.0 == g.0)).count();
@@ -71,21 +115,43 @@ async fn hnsw_path_for_very_large_scopes() {
     let recall = found as f64 / total as f64;
     assert!(recall >= 0.9, "recall@10 through HNSW: {recall}");
 
-    // The index path really uses the index (and the default path never does).
+    // The scope's searches really use its index; another user's rows are not in it.
     let mut tx = pg.pool().begin().await.unwrap();
     sqlx::query("SET LOCAL hnsw.iterative_scan = strict_order").execute(&mut *tx).await.unwrap();
-    let plan: Vec<String> = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "EXPLAIN SELECT id FROM memories WHERE tenant_id = 't' AND user_id = 'u' AND superseded_at IS NULL \
-         AND vector_dims(embedding) = {dims} ORDER BY (embedding::vector({dims})) <#> (SELECT embedding FROM memories LIMIT 1)::vector({dims}) LIMIT 10"
-    )))
-    .fetch_all(&mut *tx)
-    .await
-    .unwrap()
-    .iter()
-    .map(|r| r.get::<String, _>(0))
-    .collect();
-    assert!(plan.iter().any(|l| l.contains(&format!("memories_hnsw_{dims}"))), "{plan:#?}");
+    let plan = |user: &'static str| {
+        format!(
+            "EXPLAIN SELECT id FROM memories WHERE tenant_id = 't' AND user_id = '{user}' AND superseded_at IS NULL \
+             AND vector_dims(embedding) = {dims} ORDER BY (embedding::vector({dims})) <#> (SELECT embedding FROM memories LIMIT 1)::vector({dims}) LIMIT 10"
+        )
+    };
+    let lines = |rows: Vec<sqlx::postgres::PgRow>| -> Vec<String> {
+        rows.iter().map(|r| r.get::<String, _>(0)).collect()
+    };
+    let p = lines(sqlx::query(sqlx::AssertSqlSafe(plan("u"))).fetch_all(&mut *tx).await.unwrap());
+    assert!(p.iter().any(|l| l.contains(&built)), "{p:#?}");
+    let p =
+        lines(sqlx::query(sqlx::AssertSqlSafe(plan("small"))).fetch_all(&mut *tx).await.unwrap());
+    assert!(!p.iter().any(|l| l.contains("hnsw")), "{p:#?}");
     tx.rollback().await.unwrap();
+    let small_filter = MemoryFilter { user_id: Some(small.clone()), ..Default::default() };
+    assert_eq!(s.vector_search(&t, &small_filter, &q, 100).await.unwrap().len(), 50);
+    assert_eq!(indexes().await.len(), 1, "a scope within the limit gets no index");
+
+    // An interrupted build leaves an invalid index: the next build replaces it.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "UPDATE pg_index SET indisvalid = false WHERE indexrelid = '{built}'::regclass"
+    )))
+    .execute(pg.pool())
+    .await
+    .unwrap();
+    let got = s.vector_search(&t, &all, &q, 10).await.unwrap();
+    assert_eq!(
+        got.iter().map(|g| g.0).collect::<Vec<_>>(),
+        exact_top(&q, None).iter().map(|e| e.0).collect::<Vec<_>>(),
+        "exact while the index is invalid"
+    );
+    assert!(pg.build_scope_index(&t, &u).await.unwrap());
+    assert_eq!(indexes().await, vec![(built, true)]);
     f.finish().await;
 }
 

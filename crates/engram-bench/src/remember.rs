@@ -47,13 +47,17 @@ pub struct Args {
     /// on it, dropped afterwards (kept with `--keep-data`).
     #[arg(long)]
     database_url: Option<String>,
-    /// PostgreSQL: drop the HNSW index before the timed batches (shows what maintaining it
-    /// on every insert costs; the search then only has the exact path).
+    /// PostgreSQL: give the written user's scope its HNSW index before the timed batches, as
+    /// a scope over the store's exact-search limit has (shows what maintaining the index on
+    /// every insert costs; without it, the default, no index exists: the scope is small).
     #[arg(long)]
-    without_hnsw: bool,
+    with_hnsw: bool,
     #[command(flatten)]
     scratch: ScratchArgs,
 }
+
+/// The user every memory of the benchmark belongs to.
+const BENCH_USER: &str = "bench-user";
 
 /// A fresh store: a SQLite data dir in a temp dir, or a fresh PostgreSQL database.
 struct Fresh {
@@ -78,21 +82,14 @@ impl Fresh {
         }
     }
 
-    /// Drop the HNSW indexes of `memories` (PostgreSQL).
-    async fn drop_hnsw(&self) -> anyhow::Result<()> {
-        let Some(db) = &self.db else { anyhow::bail!("--without-hnsw needs --database-url") };
-        let pool = sqlx::PgPool::connect(&db.url).await?;
-        let names: Vec<String> = sqlx::query_scalar(
-            "SELECT indexname::text FROM pg_indexes WHERE tablename = 'memories' \
-             AND indexname LIKE 'memories\\_hnsw\\_%'",
-        )
-        .fetch_all(&pool)
-        .await?;
-        anyhow::ensure!(!names.is_empty(), "no HNSW index to drop");
-        for n in names {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP INDEX {n}"))).execute(&pool).await?;
-        }
-        pool.close().await;
+    /// Build the HNSW index of the bench user's scope (PostgreSQL).
+    async fn build_hnsw(&self) -> anyhow::Result<()> {
+        let Some(db) = &self.db else { anyhow::bail!("--with-hnsw needs --database-url") };
+        let pg = engram_store::open_postgres(&db.url).await?;
+        let built =
+            pg.build_scope_index(&TenantId::default_tenant(), &UserId::parse(BENCH_USER)?).await?;
+        anyhow::ensure!(built, "no HNSW index built");
+        pg.pool().close().await;
         Ok(())
     }
 
@@ -109,8 +106,8 @@ impl Fresh {
 struct Output {
     environment: String,
     backend: Backend,
-    /// PostgreSQL with the HNSW index dropped (`--without-hnsw`).
-    without_hnsw: bool,
+    /// PostgreSQL with the user's HNSW index maintained (`--with-hnsw`).
+    with_hnsw: bool,
     embedder: EmbedderChoice,
     model_id: String,
     n: usize,
@@ -151,14 +148,14 @@ async fn store_only(
     vectors: Vec<Vec<Vec<f32>>>,
     embedder: &dyn engram_core::embed::Embedder,
     database_url: Option<&str>,
-    without_hnsw: bool,
+    with_hnsw: bool,
     scratch: &ScratchArgs,
 ) -> anyhow::Result<Latency> {
     let fresh = Fresh::new(database_url, scratch).await?;
     let store = fresh.store.clone();
     store.ensure_embedding_space(embedder.model_id(), embedder.dims()).await?;
-    if without_hnsw {
-        fresh.drop_hnsw().await?;
+    if with_hnsw {
+        fresh.build_hnsw().await?;
     }
     let tenant = TenantId::default_tenant();
     let mut times = Vec::with_capacity(batches.len());
@@ -243,14 +240,12 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     let fresh = Fresh::new(a.database_url.as_deref(), &a.scratch).await?;
     let engine =
         Engine::new(fresh.store.clone(), embedder.clone(), EngineConfig::default()).await?;
-    if a.without_hnsw {
-        // The engine records the space (and creates the index) at its first write: record
-        // it now so that the index exists to be dropped.
+    if a.with_hnsw {
         fresh.store.ensure_embedding_space(embedder.model_id(), embedder.dims()).await?;
-        fresh.drop_hnsw().await?;
+        fresh.build_hnsw().await?;
     }
     let p = Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin };
-    let user = UserId::parse("bench-user")?;
+    let user = UserId::parse(BENCH_USER)?;
 
     let mut added = 0;
     let mut deduplicated = 0;
@@ -298,7 +293,7 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
                 baseline_vectors,
                 embedder.as_ref(),
                 a.database_url.as_deref(),
-                a.without_hnsw,
+                a.with_hnsw,
                 &a.scratch,
             )
             .await?,
@@ -310,7 +305,7 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     let out = Output {
         environment: report::environment(),
         backend: Backend::of(a.database_url.as_deref()),
-        without_hnsw: a.without_hnsw,
+        with_hnsw: a.with_hnsw,
         embedder: a.embedder,
         model_id: embedder.model_id().to_string(),
         n: a.n,
@@ -336,8 +331,8 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     }
     println!("remember_batch throughput ({})\n", out.environment);
     let rows = vec![vec![
-        if out.without_hnsw {
-            format!("{} (no HNSW index)", out.backend.name())
+        if out.with_hnsw {
+            format!("{} (scope with its HNSW index)", out.backend.name())
         } else {
             out.backend.name().to_string()
         },

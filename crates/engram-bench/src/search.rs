@@ -21,14 +21,14 @@
 //! user's vectors into its in-memory index).
 //!
 //! `--recall` (PostgreSQL) compares the store's vector search (top 10) with the exact top 10
-//! of the same scope filter: as served (exact up to the store's switch-over, HNSW above),
-//! and with the HNSW path forced.
+//! of the same scope filter: as served (exact up to the store's switch-over, the scope's own
+//! HNSW index above), and through the scope's HNSW index (built for the measurement).
 //!
 //! `--reuse` keeps a filled store under `--data-root` (SQLite) or as a database named after
 //! the table (PostgreSQL) and reuses it when it was filled completely before: large tables
-//! are loaded once. On PostgreSQL the fill drops the HNSW index and builds it again at the
-//! end (a bulk build is far faster than one insert at a time; `--keep-index` fills with the
-//! index in place).
+//! are loaded once. On PostgreSQL the store keeps no HNSW index until a scope passes the
+//! exact-search limit; the fill then builds the index of each searched scope over the limit
+//! at the end (as its first search would, in the background).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -120,6 +120,9 @@ pub struct Args {
     /// served and with the HNSW path forced (PostgreSQL only).
     #[arg(long)]
     recall: bool,
+    /// `--recall`: `hnsw.ef_search` of the index path measured (default: the store's).
+    #[arg(long)]
+    ef_search: Option<usize>,
     /// How the scope is filled.
     #[arg(long, value_enum, default_value = "engine")]
     fill: Fill,
@@ -135,7 +138,7 @@ pub struct Args {
     /// Where `--reuse` keeps SQLite data dirs.
     #[arg(long, default_value = "target/bench-data")]
     data_root: PathBuf,
-    /// PostgreSQL: fill with the HNSW index in place (default: drop it, fill, build it).
+    /// PostgreSQL: keep a table-wide HNSW index an older store made (default: drop it).
     #[arg(long)]
     keep_index: bool,
     /// The `engram` binary (default: next to this one, i.e. `target/release/engram`).
@@ -447,8 +450,10 @@ fn recall_of(found: &[(MemoryId, f32)], exact: &[(MemoryId, f32)]) -> f64 {
     ok as f64 / exact.len() as f64
 }
 
-/// Recall@k of the PostgreSQL vector search as served and with HNSW forced, against the
-/// exact path, on separate store handles of the same database.
+/// Recall@k of the PostgreSQL vector search as served and through the scope's own HNSW
+/// index, against the exact path, on separate store handles of the same database. A scope
+/// within the exact limit gets its index only for this measurement (built here, dropped
+/// afterwards, so that it is served exactly again).
 async fn recall(
     url: &str,
     engine: &Engine,
@@ -456,16 +461,22 @@ async fn recall(
     scope: usize,
     queries: &[String],
     k: usize,
+    ef_search: Option<usize>,
 ) -> anyhow::Result<Recall> {
     let exact = engram_store::open_postgres(url).await?;
     exact.set_exact_scan_limit(usize::MAX);
     let hnsw = engram_store::open_postgres(url).await?;
     hnsw.set_exact_scan_limit(0);
+    if let Some(ef) = ef_search {
+        hnsw.set_hnsw_ef_search(ef);
+    }
     let served = engine.store();
     let tenant = TenantId::default_tenant();
     let filter = MemoryFilter { user_id: Some(user.clone()), ..Default::default() };
     let (mut rs, mut rh) = (0.0, 0.0);
     let (mut ts, mut th, mut te) = (Vec::new(), Vec::new(), Vec::new());
+    let mut vectors = Vec::new();
+    let mut exacts = Vec::new();
     for (i, q) in queries.iter().enumerate() {
         let v = engine.embedder().embed(std::slice::from_ref(q)).await?.pop().unwrap_or_default();
         let t = Instant::now();
@@ -474,14 +485,33 @@ async fn recall(
         let t = Instant::now();
         let s = served.vector_search(&tenant, &filter, &v, k).await?;
         ts.push(t.elapsed());
-        let t = Instant::now();
-        let h = hnsw.vector_search(&tenant, &filter, &v, k).await?;
-        th.push(t.elapsed());
         rs += recall_of(&s, &e);
-        rh += recall_of(&h, &e);
         if i == 0 {
             anyhow::ensure!(e.len() == k.min(scope), "exact path returned {} rows", e.len());
         }
+        vectors.push(v);
+        exacts.push(e);
+    }
+    let temporary = scope <= engram_store::postgres::search::EXACT_SCAN_LIMIT;
+    anyhow::ensure!(hnsw.build_scope_index(&tenant, user).await?, "no HNSW index built");
+    for (v, e) in vectors.iter().zip(&exacts) {
+        let t = Instant::now();
+        let h = hnsw.vector_search(&tenant, &filter, v, k).await?;
+        th.push(t.elapsed());
+        rh += recall_of(&h, e);
+    }
+    if temporary {
+        let ix: String = sqlx::query_scalar(
+            "SELECT 'memories_hnsw_' || (SELECT value FROM meta WHERE key = 'embedding_dims') \
+             || '_' || left(md5($1 || chr(31) || $2), 16)",
+        )
+        .bind(tenant.as_str())
+        .bind(user.as_str())
+        .fetch_one(hnsw.pool())
+        .await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP INDEX IF EXISTS \"{ix}\"")))
+            .execute(hnsw.pool())
+            .await?;
     }
     let n = queries.len() as f64;
     Ok(Recall {
@@ -666,8 +696,11 @@ async fn hnsw_indexes(pool: &sqlx::PgPool) -> anyhow::Result<Vec<String>> {
     .await?)
 }
 
-/// Fill a table through the engine; on PostgreSQL without `--keep-index`, drop the HNSW
-/// index first and build it again at the end (returns the fill and the build seconds).
+/// Fill a table through the engine. On PostgreSQL the store builds HNSW indexes only for
+/// scopes over its exact-search limit (lazily, at their first search): the fill writes
+/// without one (an older store's table-wide index is dropped first unless `--keep-index`),
+/// then builds the index of every searched scope over the limit, timed (returns the fill
+/// and the build seconds).
 async fn fill_table(
     a: &Args,
     place: &Place,
@@ -679,44 +712,36 @@ async fn fill_table(
     let Some(url) = place.url() else {
         return Ok((fill_engine(engine, facts, users, row_users, a.fill_batch).await?, None));
     };
-    if a.keep_index {
-        return Ok((fill_engine(engine, facts, users, row_users, a.fill_batch).await?, None));
-    }
     let pool = sqlx::PgPool::connect(url).await?;
-    // The bulk build keeps the graph in memory when it fits (1M × 384 floats ≈ 2 GB).
-    let name: String =
-        sqlx::query_scalar("SELECT current_database()::text").fetch_one(&pool).await?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "ALTER DATABASE {name} SET maintenance_work_mem = '4GB'"
-    )))
-    .execute(&pool)
-    .await?;
-    // The engine records the embedding space (and creates the index) at its first write:
-    // record it now, so that the index exists to be dropped.
     let embedder = engine.embedder();
     engine.store().ensure_embedding_space(embedder.model_id(), embedder.dims()).await?;
     let t = Instant::now();
-    let dropped = hnsw_indexes(&pool).await?;
-    anyhow::ensure!(!dropped.is_empty(), "no HNSW index to drop before the fill");
-    for ix in dropped {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP INDEX {ix}"))).execute(&pool).await?;
+    if !a.keep_index {
+        for ix in hnsw_indexes(&pool).await? {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP INDEX {ix}"))).execute(&pool).await?;
+        }
     }
     fill_engine(engine, facts, users, row_users, a.fill_batch).await?;
-    eprintln!("  rows in {:.1} s; building the HNSW index…", t.elapsed().as_secs_f64());
-    let ti = Instant::now();
-    let (model, dims) = engine
-        .store()
-        .embedding_space()
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("no embedding space after the fill"))?;
-    // A fresh store handle: its connections start with the new maintenance_work_mem.
-    let s = engram_store::open_postgres(url).await?;
-    s.reset_embedding_space(&model, dims).await?;
+    eprintln!(
+        "  rows in {:.1} s; building the HNSW indexes of large scopes…",
+        t.elapsed().as_secs_f64()
+    );
     sqlx::query("ANALYZE memories").execute(&pool).await?;
+    let ti = Instant::now();
+    let s = engram_store::open_postgres(url).await?;
+    let tenant = TenantId::default_tenant();
+    let mut built = false;
+    for (scope, user) in a.scope.iter().map(|&s| (s, user_of(s))) {
+        if scope > engram_store::postgres::search::EXACT_SCAN_LIMIT {
+            built |= s.build_scope_index(&tenant, &UserId::parse(user)?).await?;
+        }
+    }
     let index = ti.elapsed().as_secs_f64();
-    eprintln!("  HNSW index built in {index:.1} s");
+    if built {
+        eprintln!("  HNSW indexes built in {index:.1} s");
+    }
     pool.close().await;
-    Ok((t.elapsed().as_secs_f64(), Some(index)))
+    Ok((t.elapsed().as_secs_f64(), built.then_some(index)))
 }
 
 pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
@@ -805,7 +830,9 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
                     && let Some(url) = place.url()
                 {
                     eprintln!("{} rows, scope {}: recall…", t.rows, sr.scope);
-                    sr.recall = Some(recall(url, &engine, &uid, sr.scope, &queries, 10).await?);
+                    sr.recall = Some(
+                        recall(url, &engine, &uid, sr.scope, &queries, 10, a.ef_search).await?,
+                    );
                 }
             }
         }

@@ -107,7 +107,8 @@ pub struct StoreStats {
     pub users: u64,
     pub conversations: u64,
     pub messages: u64,
-    /// Messages with a vector of the store's embedding model (search over messages).
+    /// Messages with a vector (search over messages). The store holds one model's vectors
+    /// except during an unfinished `engram reembed`, when old ones count too.
     pub messages_with_vector: u64,
     pub messages_unsummarized: u64,
     pub summaries: u64,

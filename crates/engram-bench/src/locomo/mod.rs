@@ -14,12 +14,11 @@
 //!   `Engine::search` (limit 20), averaged over questions, per category and overall.
 //!
 //! `--corpus messages` instead ingests each session of a conversation as a conversation of
-//! transcript messages (`append_messages`: content `<speaker>: <text>` plus the caption, the
-//! session date as `created_at`, the first speaker as `user` and the other as `assistant`,
-//! the `dia_id` in `metadata`), embeds them as the background job does
+//! transcript messages (`append_messages`: the same turn text as content, the session date
+//! also as `created_at`, the first speaker as `user` and the other as `assistant`, the
+//! `dia_id` in `metadata`), embeds them as the background job does
 //! (`Engine::embed_conversation`: each message with the two before it), and searches with
-//! `sources: ["messages"]`. This is how an agent platform that only sends its transcripts
-//! searches them.
+//! `sources: ["messages"]`: how an agent platform that sends its transcripts searches them.
 //!
 //! **Isolation.** Every search bumps the access count of what it returns, and the ranking
 //! boosts often-accessed memories, so a question's ranking depends on the questions asked
@@ -169,7 +168,7 @@ pub struct TurnMessage {
     pub date: String,
     /// The conversation's first speaker is the `user`.
     pub first_speaker: bool,
-    /// `<speaker>: <text>` plus ` [shares <caption>]`.
+    /// The turn text of the metric, as in `turns`.
     pub content: String,
 }
 
@@ -283,10 +282,8 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<Conversation>> {
                     t["text"].as_str().unwrap_or_default()
                 );
                 let speaker = t["speaker"].as_str().unwrap_or_default().to_string();
-                let mut message = format!("{speaker}: {}", t["text"].as_str().unwrap_or_default());
                 if let Some(c) = t.get("blip_caption").and_then(|c| c.as_str()) {
                     content.push_str(&format!(" [shares {c}]"));
-                    message.push_str(&format!(" [shares {c}]"));
                 }
                 let dia_id = t["dia_id"].as_str().context("dia_id")?.to_string();
                 let first_speaker = *first.get_or_insert_with(|| speaker.clone()) == speaker;
@@ -295,7 +292,7 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<Conversation>> {
                     session: n,
                     date: date.to_string(),
                     first_speaker,
-                    content: message,
+                    content: content.clone(),
                 });
                 turns.push((dia_id, content));
             }

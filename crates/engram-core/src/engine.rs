@@ -187,6 +187,20 @@ impl Hit {
             Hit::Memory { score, .. } | Hit::Message { score, .. } => *score,
         }
     }
+
+    /// Best first: by score, then (exact ties) by the better vector rank, then by id, so
+    /// the same store and query always give the same order.
+    fn rank_cmp(a: &Hit, b: &Hit) -> std::cmp::Ordering {
+        let key = |h: &Hit| match h {
+            Hit::Memory { memory, explain, .. } => {
+                (explain.vector_rank.unwrap_or(usize::MAX), memory.id.to_string())
+            }
+            Hit::Message { message, explain, .. } => {
+                (explain.vector_rank.unwrap_or(usize::MAX), message.id.to_string())
+            }
+        };
+        b.score().total_cmp(&a.score()).then_with(|| key(a).cmp(&key(b)))
+    }
 }
 
 /// Context block request.
@@ -1029,7 +1043,7 @@ impl Engine {
                 hits.push(Hit::Message { message: msg, score, explain: e });
             }
         }
-        hits.sort_by(|a, b| b.score().total_cmp(&a.score()));
+        hits.sort_by(Hit::rank_cmp);
         hits.truncate(limit);
         let ids: Vec<MemoryId> = hits
             .iter()

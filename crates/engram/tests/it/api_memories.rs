@@ -187,10 +187,10 @@ async fn list_paginates_filters_and_rating_reorders(backend: Backend) {
     let a = s.remember("r", "The user likes green tea in the morning.").await;
     let b_id = s.remember("r", "The user likes black tea in the morning.").await;
     let first = s.search("r", "tea in the morning").await[0].clone();
-    let loser = if first.contains("green") { &a } else { &b_id };
+    // The second gets +1, the first -1.
+    let (winner, loser) = if first.contains("green") { (&a, &b_id) } else { (&b_id, &a) };
     let (st, m) = s.post(&format!("/v1/memories/{loser}/rating"), json!({ "value": 1 })).await;
     assert_eq!((st, m["rating"].as_i64()), (StatusCode::OK, Some(1)), "{m}");
-    let winner = if first.contains("green") { &a } else { &b_id };
     s.post(&format!("/v1/memories/{winner}/rating"), json!({ "value": -1 })).await;
     let now_first = s.search("r", "tea in the morning").await[0].clone();
     assert_ne!(first, now_first, "rating did not reorder");

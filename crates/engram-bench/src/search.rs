@@ -819,13 +819,9 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
             }
             for (sr, (_, user)) in r.scopes.iter_mut().zip(&t.searched) {
                 let uid = UserId::parse(user)?;
-                eprintln!("{} rows, scope {}: engine search…", t.rows, sr.scope);
-                let (l, h) =
-                    measure_engine(&engine, &uid, &queries, a.warmup, a.limit, a.mode).await?;
-                (sr.engine, sr.engine_mean_hits) = (Some(l), Some(h));
-                if a.breakdown {
-                    sr.breakdown = Some(breakdown(&engine, &uid, &queries, a.limit).await?);
-                }
+                // Recall first: every search bumps its hits' access counts, and on
+                // PostgreSQL an update that cannot stay on its page adds the row's new
+                // version to every index, the HNSW graph too (a duplicate vector).
                 if a.recall
                     && let Some(url) = place.url()
                 {
@@ -833,6 +829,13 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
                     sr.recall = Some(
                         recall(url, &engine, &uid, sr.scope, &queries, 10, a.ef_search).await?,
                     );
+                }
+                eprintln!("{} rows, scope {}: engine search…", t.rows, sr.scope);
+                let (l, h) =
+                    measure_engine(&engine, &uid, &queries, a.warmup, a.limit, a.mode).await?;
+                (sr.engine, sr.engine_mean_hits) = (Some(l), Some(h));
+                if a.breakdown {
+                    sr.breakdown = Some(breakdown(&engine, &uid, &queries, a.limit).await?);
                 }
             }
         }

@@ -188,15 +188,18 @@ impl Hit {
         }
     }
 
-    /// Best first: by score, then (exact ties) by the better vector rank, then by id, so
-    /// the same store and query always give the same order.
+    /// Best first: by score, then (exact ties, e.g. vector rank 1 + text rank 2 against the
+    /// reverse) by the better keyword rank, then by id, so the same store and query always
+    /// give the same order. Keyword first: on LoCoMo it is the more precise list (R@10 text
+    /// alone 0.633 vs vector alone 0.551), and breaking ties by it measured R@10 0.687 vs
+    /// 0.682 by vector rank (memories; messages 0.737 vs 0.739, R@1 0.305 vs 0.293).
     fn rank_cmp(a: &Hit, b: &Hit) -> std::cmp::Ordering {
         let key = |h: &Hit| match h {
             Hit::Memory { memory, explain, .. } => {
-                (explain.vector_rank.unwrap_or(usize::MAX), memory.id.to_string())
+                (explain.text_rank.unwrap_or(usize::MAX), memory.id.to_string())
             }
             Hit::Message { message, explain, .. } => {
-                (explain.vector_rank.unwrap_or(usize::MAX), message.id.to_string())
+                (explain.text_rank.unwrap_or(usize::MAX), message.id.to_string())
             }
         };
         b.score().total_cmp(&a.score()).then_with(|| key(a).cmp(&key(b)))

@@ -471,9 +471,9 @@ impl PgStore {
         let now = OffsetDateTime::now_utc();
         let query = pgvector::Vector::from(vector.to_vec());
         let k = i64::try_from(k).unwrap_or(i64::MAX);
-        let indexable = dims <= HNSW_MAX_DIMS
-            && limit != usize::MAX
-            && embedding_space(&self.pool).await?.is_some_and(|(_, d)| d == dims);
+        // An index of this dimension covers exactly the rows of that dimension (its
+        // predicate), so whether it is the store's space only matters for building one.
+        let indexable = dims <= HNSW_MAX_DIMS && limit != usize::MAX;
         let indexes = if indexable {
             scope_indexes(&self.pool, tenant, user, dims).await?
         } else {
@@ -511,7 +511,10 @@ impl PgStore {
                 Some(r) => usize::try_from(col::<i64>(r, "n")?).unwrap_or(0),
                 None => 0,
             };
-            if in_scope > limit && indexable {
+            if in_scope > limit
+                && indexable
+                && embedding_space(&self.pool).await?.is_some_and(|(_, d)| d == dims)
+            {
                 // Build the scope's index in the background; until it is there, a table-wide
                 // index of an older version serves, or the whole scope is ranked.
                 spawn_scope_index_build(self.pool.clone(), tenant.clone(), user.clone(), dims);

@@ -141,7 +141,8 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     });
     // Machine-readable readiness line for scripts and tests.
     println!("engram listening on http://{addr}");
-    let app = router(AppState { engine, loopback }, settings.max_body_bytes);
+    let app =
+        router(AppState { engine, loopback, shutdown: shutdown.clone() }, settings.max_body_bytes);
     let server_shutdown = shutdown.clone();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {

@@ -1,8 +1,9 @@
-//! The command line: `serve`, `remember`, `recall`, `forget`, `list`, `export`, `import`,
-//! `keys`, `migrate` (SQLite → PostgreSQL, in [`crate::migrate`]). Store commands open the
-//! data dir directly (SQLite WAL lets them run beside a server on the same dir) and act as
-//! admin of `--tenant` (default `default`). `--json` prints the same wire shapes as the REST
-//! API.
+//! The command line: `serve`, `mcp` (MCP over stdio, in [`crate::mcp`]), `remember`,
+//! `recall`, `forget`, `list`, `export`, `import`, `keys`, `migrate` (SQLite → PostgreSQL, in
+//! [`crate::migrate`]). Store commands open the data dir directly (SQLite WAL lets them run
+//! beside a server on the same dir) and act as admin of `--tenant` (default `default`);
+//! `engram mcp` can act as an API key instead (`--key` / `ENGRAM_API_KEY`). `--json` prints
+//! the same wire shapes as the REST API.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -29,8 +30,18 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the HTTP server (REST API, /healthz, /openapi.json).
+    /// Run the HTTP server (REST API, MCP at /mcp, /healthz, /openapi.json).
     Serve(ServeArgs),
+    /// Serve the MCP tools over stdin/stdout, for an MCP client that starts engram itself.
+    Mcp {
+        /// Tenant to act in, as admin (like the other store commands).
+        #[arg(long, default_value = "default")]
+        tenant: String,
+        /// Act as this API key instead: its tenant and role (an agent or user key narrows
+        /// what the client can see and do).
+        #[arg(long, env = "ENGRAM_API_KEY", hide_env_values = true)]
+        key: Option<String>,
+    },
     /// Store a memory.
     Remember {
         /// The fact, e.g. "The user lives in Bengaluru."
@@ -228,6 +239,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 tracing::warn!("{w}");
             }
             crate::app::serve(settings).await
+        }
+        Command::Mcp { tenant, key } => {
+            let engine = open(&cli.common).await?;
+            let principal = match key {
+                None => admin(&tenant)?,
+                Some(secret) => {
+                    let k = engine
+                        .store()
+                        .find_api_key(&crate::keys::hash(secret.trim()))
+                        .await
+                        .map_err(err)?
+                        .ok_or_else(|| anyhow::anyhow!("unknown or revoked API key (--key)"))?;
+                    Principal { tenant: k.tenant, role: k.role }
+                }
+            };
+            crate::mcp::serve_stdio(engine, principal).await
         }
         Command::Remember { content, user, agent, category, importance, kind, key, out } => {
             let engine = open(&cli.common).await?;

@@ -1,13 +1,14 @@
 //! `engram`: the one binary. Parses the command line, starts logging, dispatches.
 //!
 //! Modules: [`settings`] (layered configuration), [`app`] (wiring and server life cycle),
-//! [`http`] (REST API), [`cli`] (commands), [`keys`] (API keys), [`migrate`] (SQLite →
-//! PostgreSQL).
+//! [`http`] (REST API), [`mcp`] (MCP tools over stdio and HTTP), [`cli`] (commands),
+//! [`keys`] (API keys), [`migrate`] (SQLite → PostgreSQL).
 
 mod app;
 mod cli;
 mod http;
 mod keys;
+mod mcp;
 mod migrate;
 mod settings;
 

@@ -1,4 +1,5 @@
-//! The REST API (SPEC §4): router, shared state, authentication and the OpenAPI document.
+//! The REST API (SPEC §4): router, shared state, authentication and the OpenAPI document;
+//! the router also serves MCP at `/mcp` ([`crate::mcp`]) with the same authentication.
 //!
 //! **API Boundary:** handlers only parse wire input into core types, call one
 //! [`engram_core::engine::Engine`] method with the caller's [`Principal`], and render the
@@ -36,6 +37,8 @@ pub struct AppState {
     pub engine: Engine,
     /// True when the listener is on a loopback address (local mode is allowed).
     pub loopback: bool,
+    /// Cancelled at shutdown: ends the open MCP streams so the server can stop.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 /// The authenticated caller of a request.
@@ -127,8 +130,34 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
     ApiError::new(ErrorCode::MethodNotAllowed, format!("{method} is not allowed on {}", uri.path()))
 }
 
+/// `/mcp`: the MCP tools over streamable HTTP ([`crate::mcp`]), each request authenticated
+/// like the REST API. On a loopback listener only loopback `Host` names are accepted (DNS
+/// rebinding protection for local mode); elsewhere every request needs a key anyway.
+fn mcp_service(state: &Arc<AppState>, max_body_bytes: usize) -> Router {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let engine = state.engine.clone();
+    let mut config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(state.shutdown.child_token())
+        .with_max_request_body_bytes(max_body_bytes);
+    if !state.loopback {
+        config = config.disable_allowed_hosts();
+    }
+    let svc = StreamableHttpService::new(
+        move || Ok(crate::mcp::McpServer::http(engine.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    Router::new()
+        .route_service("/mcp", svc)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::mcp::auth_layer))
+}
+
 /// The whole HTTP application.
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+    let state = Arc::new(state);
+    let mcp = mcp_service(&state, max_body_bytes);
     Router::new()
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi_json))
@@ -156,6 +185,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+        .merge(mcp)
         .layer(tower_http::trace::TraceLayer::new_for_http())
-        .with_state(Arc::new(state))
 }

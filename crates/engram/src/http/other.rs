@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use engram_core::engine::AgentInput;
+use engram_core::engine::{AgentInput, Engine};
 use engram_core::model::{AgentId, UserId};
 use engram_core::store::EraseCounts;
 use serde::{Deserialize, Serialize};
@@ -136,7 +136,12 @@ pub struct ExtractionStats {
 #[utoipa::path(get, path = "/v1/stats", responses((status = 200, body = StatsDto), (status = 403, body = ErrorBody)))]
 pub async fn stats(State(st): State<Arc<AppState>>, Auth(p): Auth) -> ApiResult<Json<StatsDto>> {
     let s = st.engine.stats(&p).await?;
-    let llm = st.engine.llm();
+    Ok(Json(stats_dto(&st.engine, s)))
+}
+
+/// The stats as `/v1/stats` (and the MCP tool `memory_stats`) show them.
+pub fn stats_dto(engine: &Engine, s: engram_core::store::StoreStats) -> StatsDto {
+    let llm = engine.llm();
     let finished = s.extractions_done + s.extractions_failed;
     let coverage = if s.memories_active == 0 {
         1.0
@@ -145,10 +150,10 @@ pub async fn stats(State(st): State<Arc<AppState>>, Auth(p): Auth) -> ApiResult<
     };
     let message_coverage =
         if s.messages == 0 { 1.0 } else { s.messages_with_vector as f64 / s.messages as f64 };
-    Ok(Json(StatsDto {
+    StatsDto {
         message_embedding_coverage: message_coverage,
-        embedder: st.engine.embedder().model_id().to_string(),
-        embedder_dims: st.engine.embedder().dims(),
+        embedder: engine.embedder().model_id().to_string(),
+        embedder_dims: engine.embedder().dims(),
         embedding_coverage: coverage,
         extraction: ExtractionStats {
             enabled: llm.is_some(),
@@ -164,5 +169,5 @@ pub async fn stats(State(st): State<Arc<AppState>>, Auth(p): Auth) -> ApiResult<
             pending: s.jobs_pending,
         },
         store: s,
-    }))
+    }
 }

@@ -1,0 +1,765 @@
+//! The MCP interface (SPEC §4): eight tools over the [`Engine`], served over stdio by
+//! `engram mcp` and over streamable HTTP at `/mcp` by `engram serve` (rmcp, the official
+//! MCP Rust SDK).
+//!
+//! **API Boundary:** like the REST handlers, a tool only parses its arguments into core
+//! types, calls [`Engine`] methods with the caller's [`Principal`] and renders the result
+//! with the REST wire shapes ([`crate::http::dto`]); every rule (scoping, roles, limits)
+//! lives in the engine.
+//!
+//! | tool | engine | what |
+//! |---|---|---|
+//! | `remember` | `remember` | store a fact (PII filter, embedding, dedup: `ADD`/`UPDATE`/`NONE`) |
+//! | `recall` | `search` / `context` | the facts most relevant to a query; without a query, the prompt block of everything known |
+//! | `forget` | `forget` | supersede a fact with no successor (kept in history), or purge it |
+//! | `list_memories` | `list` / `search` | page through facts with filters (newest first); with `query`, the best matches |
+//! | `relate` | `remember` / `get` + `search` | record a relation `from label to` as a `relationship` fact; or, given a memory id, the facts related to it |
+//! | `memory_search` | `search` | hybrid search over memories and/or transcript messages, with filters and `explain` |
+//! | `memory_browse` | `messages` | a conversation's transcript, chronologically, page by page |
+//! | `memory_stats` | `stats` | queue depth, failed jobs, embedding coverage, counts (admin) |
+//!
+//! engram has no entity graph: `relate` keeps a relation as what engram already stores
+//! well — a standalone `relationship` fact ("Anna is the user's sister."), with
+//! `metadata.relation = {from, to, label}`, deduplicated, searchable and superseded like any
+//! fact (its validity interval is `observed_at` … `superseded_at`).
+//!
+//! Errors: bad arguments (missing or unknown fields, wrong types, NUL characters) and every
+//! engine error are **tool errors** (`isError: true`) whose text and structured content are
+//! the REST error body `{"error": {"code", "message"}}` with the engine's code; an unknown
+//! tool name is a JSON-RPC invalid-params error.
+//!
+//! Who calls: over stdio, the principal is fixed at start (`--tenant` admin, or the role of
+//! `--key`). Over HTTP, every request is authenticated like the REST API (Bearer key or
+//! local mode, see [`crate::http`]) by [`auth_layer`], which puts the [`Principal`] in the
+//! request's extensions; rmcp hands the request parts to the tool. A session is bound to the
+//! principal of its first request: a later request of the same session with another key is
+//! refused.
+
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use engram_core::engine::{
+    ContextInput, Engine, ListInput, RememberInput, SearchInput, SearchMode, SearchSource,
+};
+use engram_core::model::{
+    AgentId, Category, ConversationId, Importance, Kind, MemoryId, Principal, UserId,
+};
+use engram_core::{Error, Result};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
+};
+use rmcp::schemars::JsonSchema;
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, ServerHandler};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::http::dto::{self, MemoryDto, MessageDto, SearchResultDto};
+use crate::http::{AppState, Auth};
+
+/// What the server tells a client (and its model) at `initialize`.
+const INSTRUCTIONS: &str = "engram is the long-term memory of this assistant: durable facts \
+about the user, kept across conversations. At the start of a conversation call `recall` with \
+the user_id (no query) to get everything known; before answering something personal, `recall` \
+with a query. When the user states a durable fact, preference, decision or relationship, \
+`remember` it as one standalone third-person sentence (\"The user lives in Bengaluru.\"). \
+When the user says a fact is wrong or outdated, `forget` it by id. `memory_search` also \
+searches past conversation messages; `memory_browse` reads a conversation around a hit.";
+
+/// The MCP server: one per stdio process, one per HTTP session.
+#[derive(Clone)]
+pub struct McpServer {
+    engine: Engine,
+    /// stdio: the principal of the whole process.
+    fixed: Option<Principal>,
+    /// HTTP: the principal the session's first request authenticated as.
+    session: Arc<Mutex<Option<Principal>>>,
+}
+
+impl McpServer {
+    /// A server acting as `principal` for every call (stdio).
+    pub fn stdio(engine: Engine, principal: Principal) -> Self {
+        Self { engine, fixed: Some(principal), session: Arc::default() }
+    }
+
+    /// A server for one HTTP session: each request carries its principal ([`auth_layer`]).
+    pub fn http(engine: Engine) -> Self {
+        Self { engine, fixed: None, session: Arc::default() }
+    }
+
+    /// The caller of a request.
+    fn principal(&self, ctx: &RequestContext<RoleServer>) -> Result<Principal> {
+        if let Some(p) = &self.fixed {
+            return Ok(p.clone());
+        }
+        let p = ctx
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Principal>())
+            .cloned()
+            .ok_or_else(|| {
+                Error::Unauthorized("the request carries no authenticated key".into())
+            })?;
+        let mut bound = self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*bound {
+            Some(first) if first != &p => Err(Error::Forbidden(
+                "this MCP session was opened with another key; open a new session".into(),
+            )),
+            Some(_) => Ok(p),
+            None => {
+                *bound = Some(p.clone());
+                Ok(p)
+            }
+        }
+    }
+
+    async fn call(&self, p: &Principal, name: &str, args: Value) -> Result<Outcome> {
+        if let Some(path) = dto::nul_path(&args) {
+            let field = if path.is_empty() { "arguments".to_string() } else { path };
+            return Err(Error::invalid(
+                field.clone(),
+                format!("{field}: text must not contain the NUL character (U+0000)"),
+            ));
+        }
+        match name {
+            "remember" => self.remember(p, parse(args)?).await,
+            "recall" => self.recall(p, parse(args)?).await,
+            "forget" => self.forget(p, parse(args)?).await,
+            "list_memories" => self.list_memories(p, parse(args)?).await,
+            "relate" => self.relate(p, parse(args)?).await,
+            "memory_search" => self.memory_search(p, parse(args)?).await,
+            "memory_browse" => self.memory_browse(p, parse(args)?).await,
+            "memory_stats" => {
+                let _: StatsArgs = parse(args)?;
+                let s = self.engine.stats(p).await?;
+                Ok(Outcome::json(to_value(crate::http::other::stats_dto(&self.engine, s))?))
+            }
+            other => Err(Error::not_found(format!("tool '{other}'"))),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------- arguments
+
+/// Arguments of `remember`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct RememberArgs {
+    /// The fact: one standalone third-person sentence, e.g. "The user lives in Bengaluru."
+    pub content: String,
+    /// The person the fact is about (your platform's user id).
+    pub user_id: String,
+    /// The agent writing the fact (default: the key's agent, or none = user-wide).
+    pub agent_id: Option<String>,
+    /// `knowledge` (default), `profile` (a key-value fact such as the user's timezone; needs
+    /// `key`) or `shared` (visible to every agent of the tenant).
+    pub kind: Option<String>,
+    /// The key of a `profile` fact ("timezone", "name"): a new value replaces the old one.
+    pub key: Option<String>,
+    /// `preference`, `fact`, `event`, `relationship`, `decision` or `general` (default).
+    pub category: Option<String>,
+    /// How much the fact matters, 1–10 (default 5).
+    #[schemars(range(min = 1, max = 10))]
+    pub importance: Option<i64>,
+    /// Free JSON object kept with the fact.
+    pub metadata: Option<Value>,
+    /// When the fact was observed (RFC 3339, default now).
+    pub observed_at: Option<String>,
+    /// When the fact stops being true (RFC 3339, in the future).
+    pub expires_at: Option<String>,
+}
+
+/// Arguments of `recall`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct RecallArgs {
+    /// The person whose memories to recall.
+    pub user_id: String,
+    /// What you need to know, in words ("where does the user live?"). Leave it out to get
+    /// every known fact as one prompt-ready block.
+    pub query: Option<String>,
+    /// Recall within this agent's memory (default: the key's agent, or all of the user's).
+    pub agent_id: Option<String>,
+    /// With a query: how many facts, 1–200 (default 5).
+    pub limit: Option<usize>,
+    /// Without a query: the block's size in tokens (default 4000).
+    pub token_budget: Option<usize>,
+    /// Your turn id: the recalled facts are recorded so that rating the reply rates them.
+    pub turn_id: Option<String>,
+}
+
+/// Arguments of `forget`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct ForgetArgs {
+    /// The id of the memory to forget (from `recall`, `memory_search` or `list_memories`).
+    pub memory_id: String,
+    /// Delete the row physically instead of keeping it in history (admin or user key).
+    pub purge: Option<bool>,
+}
+
+/// Arguments of `list_memories`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct ListArgs {
+    /// Only this user's memories (required with `query`).
+    pub user_id: Option<String>,
+    /// Only this agent's memory pool (and user-wide and shared facts).
+    pub agent_id: Option<String>,
+    /// Only this kind: `knowledge`, `profile` or `shared`.
+    pub kind: Option<String>,
+    /// Only this category: `preference`, `fact`, `event`, `relationship`, `decision`, `general`.
+    pub category: Option<String>,
+    /// Words to match: the best matches instead of the newest (one page, no cursor).
+    pub query: Option<String>,
+    /// Include superseded and forgotten facts (history).
+    pub include_superseded: Option<bool>,
+    /// Page size, 1–200 (default 20).
+    pub limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// Arguments of `relate`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct RelateArgs {
+    /// To record a relation: its subject ("Anna", "The user").
+    pub from: Option<String>,
+    /// To record a relation: the relation, read between `from` and `to` ("is the sister of").
+    pub label: Option<String>,
+    /// To record a relation: its object ("the user", "Acme Corp").
+    pub to: Option<String>,
+    /// To record a relation: the person it is about.
+    pub user_id: Option<String>,
+    /// To record a relation: the agent writing it.
+    pub agent_id: Option<String>,
+    /// To record a relation: 1–10 (default 5).
+    #[schemars(range(min = 1, max = 10))]
+    pub importance: Option<i64>,
+    /// To explore instead: the id of a memory whose related facts you want.
+    pub memory_id: Option<String>,
+    /// To explore: how many related facts, 1–200 (default 5).
+    pub limit: Option<usize>,
+}
+
+/// Arguments of `memory_search`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct SearchArgs {
+    /// What to look for, in words.
+    pub query: String,
+    /// The person whose memories and conversations to search.
+    pub user_id: String,
+    /// Search within this agent's memory.
+    pub agent_id: Option<String>,
+    /// `memories` (default) and/or `messages` (past conversation messages).
+    pub sources: Option<Vec<String>>,
+    /// Only these categories.
+    pub categories: Option<Vec<String>>,
+    /// Only these kinds (`knowledge`, `profile`, `shared`).
+    pub kinds: Option<Vec<String>>,
+    /// Only what was observed at or after this time (RFC 3339).
+    pub since: Option<String>,
+    /// Only what was observed before this time (RFC 3339).
+    pub until: Option<String>,
+    /// 1–200 (default 10).
+    pub limit: Option<usize>,
+    /// Return every score component (vector and keyword ranks, decay, importance, rating).
+    pub explain: Option<bool>,
+    /// Your turn id: the returned memories are recorded so that rating the reply rates them.
+    pub turn_id: Option<String>,
+}
+
+/// Arguments of `memory_browse`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct BrowseArgs {
+    /// The conversation to read (a message's `conversation_id` from `memory_search`).
+    pub conversation_id: String,
+    /// Start after this message sequence number (`next_after` of the previous page; default 0).
+    pub after: Option<i64>,
+    /// 1–1000 (default 50).
+    pub limit: Option<usize>,
+}
+
+/// `memory_stats` takes no arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct StatsArgs {}
+
+/// Arguments → a typed struct; any mismatch is `invalid_input` naming the field.
+fn parse<T: DeserializeOwned>(args: Value) -> Result<T> {
+    serde_path_to_error::deserialize(args).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        let field = if path == "." { missing_field(&inner).unwrap_or("arguments") } else { &path };
+        let field = field.to_string();
+        Error::invalid(field.clone(), format!("{field}: {inner}"))
+    })
+}
+
+/// The field named by serde's "missing field `x`".
+fn missing_field(msg: &str) -> Option<&str> {
+    msg.strip_prefix("missing field `").and_then(|r| r.split('`').next())
+}
+
+fn list_of<T>(v: Option<Vec<String>>, parse: fn(&str) -> Result<T>) -> Result<Option<Vec<T>>> {
+    v.map(|v| v.iter().map(|s| parse(s)).collect()).transpose()
+}
+
+// ---------------------------------------------------------------------------- tools
+
+/// A tool's answer: structured JSON and the text a model reads.
+struct Outcome {
+    value: Value,
+    text: String,
+}
+
+impl Outcome {
+    fn json(value: Value) -> Self {
+        let text = value.to_string();
+        Outcome { value, text }
+    }
+}
+
+fn to_value(v: impl serde::Serialize) -> Result<Value> {
+    serde_json::to_value(v).map_err(|e| Error::internal(format!("cannot render a result: {e}")))
+}
+
+/// A one-line view of a fact for a model.
+fn fact_line(m: &MemoryDto) -> String {
+    format!("- {} (id {}, {}, importance {})", m.content, m.id, m.category, m.importance)
+}
+
+impl McpServer {
+    async fn remember(&self, p: &Principal, a: RememberArgs) -> Result<Outcome> {
+        let input = RememberInput {
+            user_id: Some(UserId::parse(a.user_id)?),
+            agent_id: a.agent_id.map(AgentId::parse).transpose()?,
+            kind: a.kind.as_deref().map(Kind::parse).transpose()?.unwrap_or_default(),
+            key: a.key,
+            category: a.category.as_deref().map(Category::parse).transpose()?.unwrap_or_default(),
+            importance: a.importance.map(Importance::parse).transpose()?.unwrap_or_default(),
+            content: a.content,
+            metadata: a.metadata,
+            observed_at: dto::opt_ts("observed_at", a.observed_at.as_deref())?,
+            expires_at: dto::opt_ts("expires_at", a.expires_at.as_deref())?,
+            ..Default::default()
+        };
+        let r = self.engine.remember(p, input).await?;
+        Ok(Outcome::json(json!({
+            "decision": dto::decision_str(r.decision),
+            "memory": MemoryDto::from(&r.memory),
+            "similarity": r.similarity,
+        })))
+    }
+
+    async fn recall(&self, p: &Principal, a: RecallArgs) -> Result<Outcome> {
+        let user_id = Some(UserId::parse(a.user_id)?);
+        let agent_id = a.agent_id.map(AgentId::parse).transpose()?;
+        let Some(query) = a.query.filter(|q| !q.trim().is_empty()) else {
+            let input = ContextInput {
+                user_id,
+                agent_id,
+                token_budget: a.token_budget,
+                turn_id: a.turn_id,
+                ..Default::default()
+            };
+            let block = self.engine.context(p, input).await?;
+            let value = to_value(dto::ContextDto::from(&block))?;
+            return Ok(Outcome { value, text: block.text });
+        };
+        let input = SearchInput {
+            query,
+            user_id,
+            agent_id,
+            limit: a.limit.unwrap_or(5),
+            turn_id: a.turn_id,
+            ..Default::default()
+        };
+        let hits = self.engine.search(p, input).await?;
+        let results: Vec<SearchResultDto> =
+            hits.iter().map(|h| SearchResultDto::from_hit(h, false)).collect();
+        let lines: Vec<String> =
+            results.iter().filter_map(|r| r.memory.as_ref()).map(fact_line).collect();
+        let text =
+            if lines.is_empty() { "No memories match.".to_string() } else { lines.join("\n") };
+        Ok(Outcome { value: json!({ "results": results }), text })
+    }
+
+    async fn forget(&self, p: &Principal, a: ForgetArgs) -> Result<Outcome> {
+        let id = MemoryId::parse(&a.memory_id)?;
+        let purge = a.purge.unwrap_or(false);
+        self.engine.forget(p, id, purge).await?;
+        let status = if purge { "purged" } else { "forgotten" };
+        Ok(Outcome::json(json!({ "id": id.to_string(), "status": status })))
+    }
+
+    async fn list_memories(&self, p: &Principal, a: ListArgs) -> Result<Outcome> {
+        let user_id = a.user_id.map(UserId::parse).transpose()?;
+        let agent_id = a.agent_id.map(AgentId::parse).transpose()?;
+        let kinds = a.kind.as_deref().map(Kind::parse).transpose()?.map(|k| vec![k]);
+        let categories = a.category.as_deref().map(Category::parse).transpose()?.map(|c| vec![c]);
+        let limit = a.limit.unwrap_or(20);
+        if let Some(query) = a.query.filter(|q| !q.trim().is_empty()) {
+            if a.cursor.is_some() || a.include_superseded == Some(true) {
+                return Err(Error::invalid(
+                    "query",
+                    "query gives one page of the best active matches: it takes neither cursor nor include_superseded",
+                ));
+            }
+            let input = SearchInput {
+                query,
+                user_id,
+                agent_id,
+                kinds,
+                categories,
+                limit,
+                ..Default::default()
+            };
+            let hits = self.engine.search(p, input).await?;
+            let memories: Vec<MemoryDto> =
+                hits.iter().filter_map(|h| SearchResultDto::from_hit(h, false).memory).collect();
+            return Ok(Outcome::json(json!({ "memories": memories, "next_cursor": null })));
+        }
+        let input = ListInput {
+            user_id,
+            agent_id,
+            kinds,
+            categories,
+            include_superseded: a.include_superseded.unwrap_or(false),
+            cursor: a.cursor.as_deref().map(MemoryId::parse).transpose()?,
+            limit,
+        };
+        let page = self.engine.list(p, input).await?;
+        let memories: Vec<MemoryDto> = page.memories.iter().map(Into::into).collect();
+        Ok(Outcome::json(json!({
+            "memories": memories,
+            "next_cursor": page.next_cursor.map(|c| c.to_string()),
+        })))
+    }
+
+    async fn relate(&self, p: &Principal, a: RelateArgs) -> Result<Outcome> {
+        let writes = a.from.is_some() || a.to.is_some() || a.label.is_some();
+        match (&a.memory_id, writes) {
+            (Some(_), true) => Err(Error::invalid(
+                "memory_id",
+                "give either from, label, to and user_id (record a relation) or memory_id (find related facts), not both",
+            )),
+            (None, false) => Err(Error::invalid(
+                "from",
+                "give from, label, to and user_id to record a relation, or memory_id to find related facts",
+            )),
+            (Some(id), false) => {
+                let id = MemoryId::parse(id)?;
+                let m = self.engine.get(p, id).await?;
+                let input = SearchInput {
+                    query: m.content.clone(),
+                    user_id: Some(m.user_id.clone()),
+                    limit: a.limit.unwrap_or(5).saturating_add(1),
+                    ..Default::default()
+                };
+                let mut related: Vec<SearchResultDto> = self
+                    .engine
+                    .search(p, input)
+                    .await?
+                    .iter()
+                    .map(|h| SearchResultDto::from_hit(h, false))
+                    .filter(|r| r.memory.as_ref().is_none_or(|x| x.id != m.id.to_string()))
+                    .collect();
+                related.truncate(a.limit.unwrap_or(5));
+                Ok(Outcome::json(json!({ "memory": MemoryDto::from(&m), "related": related })))
+            }
+            (None, true) => {
+                let part = |v: Option<String>, field: &str| -> Result<String> {
+                    let v = v.map(|s| s.trim().to_string()).unwrap_or_default();
+                    if v.is_empty() {
+                        return Err(Error::invalid(
+                            field,
+                            format!("{field} is required to record a relation"),
+                        ));
+                    }
+                    Ok(v)
+                };
+                let from = part(a.from, "from")?;
+                let label = part(a.label, "label")?;
+                let to = part(a.to, "to")?;
+                let user = a.user_id.ok_or_else(|| {
+                    Error::invalid("user_id", "user_id is required to record a relation")
+                })?;
+                let mut content = format!("{from} {label} {to}");
+                if !content.ends_with(['.', '!', '?']) {
+                    content.push('.');
+                }
+                let input = RememberInput {
+                    user_id: Some(UserId::parse(user)?),
+                    agent_id: a.agent_id.map(AgentId::parse).transpose()?,
+                    category: Category::Relationship,
+                    importance: a
+                        .importance
+                        .map(Importance::parse)
+                        .transpose()?
+                        .unwrap_or_default(),
+                    content,
+                    metadata: Some(
+                        json!({ "relation": { "from": from, "label": label, "to": to } }),
+                    ),
+                    ..Default::default()
+                };
+                let r = self.engine.remember(p, input).await?;
+                Ok(Outcome::json(json!({
+                    "decision": dto::decision_str(r.decision),
+                    "memory": MemoryDto::from(&r.memory),
+                    "similarity": r.similarity,
+                })))
+            }
+        }
+    }
+
+    async fn memory_search(&self, p: &Principal, a: SearchArgs) -> Result<Outcome> {
+        let sources = match a.sources {
+            None => vec![SearchSource::Memories],
+            Some(v) => v
+                .iter()
+                .map(|s| match s.as_str() {
+                    "memories" => Ok(SearchSource::Memories),
+                    "messages" => Ok(SearchSource::Messages),
+                    other => Err(Error::invalid(
+                        "sources",
+                        format!("unknown source '{other}'; expected memories or messages"),
+                    )),
+                })
+                .collect::<Result<Vec<_>>>()?,
+        };
+        let explain = a.explain.unwrap_or(false);
+        let input = SearchInput {
+            query: a.query,
+            user_id: Some(UserId::parse(a.user_id)?),
+            agent_id: a.agent_id.map(AgentId::parse).transpose()?,
+            categories: list_of(a.categories, Category::parse)?,
+            kinds: list_of(a.kinds, Kind::parse)?,
+            sources,
+            since: dto::opt_bound("since", a.since.as_deref())?,
+            until: dto::opt_bound("until", a.until.as_deref())?,
+            limit: a.limit.unwrap_or(10),
+            explain,
+            turn_id: a.turn_id,
+            mode: SearchMode::Hybrid,
+        };
+        let hits = self.engine.search(p, input).await?;
+        let results: Vec<SearchResultDto> =
+            hits.iter().map(|h| SearchResultDto::from_hit(h, explain)).collect();
+        Ok(Outcome::json(json!({ "results": results })))
+    }
+
+    async fn memory_browse(&self, p: &Principal, a: BrowseArgs) -> Result<Outcome> {
+        let conv = ConversationId::parse(a.conversation_id)?;
+        let limit = a.limit.unwrap_or(50);
+        let msgs = self.engine.messages(p, &conv, a.after.unwrap_or(0), limit).await?;
+        let next_after = if msgs.len() == limit { msgs.last().map(|m| m.seq) } else { None };
+        let messages: Vec<MessageDto> = msgs.iter().map(Into::into).collect();
+        Ok(Outcome::json(json!({ "messages": messages, "next_after": next_after })))
+    }
+}
+
+// ---------------------------------------------------------------------------- catalogue
+
+fn tool<T: JsonSchema + 'static>(
+    name: &'static str,
+    description: &'static str,
+    annotations: ToolAnnotations,
+) -> Tool {
+    Tool::new(name, description, rmcp::handler::server::common::schema_for_type::<T>())
+        .annotate(annotations)
+}
+
+/// The eight tools, with their input schemas.
+pub fn tools() -> Vec<Tool> {
+    let read = |title: &str| ToolAnnotations::with_title(title).read_only(true).open_world(false);
+    let write = |title: &str| {
+        ToolAnnotations::with_title(title).read_only(false).destructive(false).open_world(false)
+    };
+    vec![
+        tool::<RememberArgs>(
+            "remember",
+            "Store a durable fact about a user: one standalone third-person sentence (\"The user \
+             is vegetarian.\"). Personal data is filtered per the agent's policy; a near-duplicate \
+             of a known fact is not stored again (decision NONE, the existing fact is confirmed). \
+             Profile facts (kind=profile with a key such as \"timezone\") replace their previous \
+             value (decision UPDATE). Returns the decision and the stored memory with its id.",
+            write("Remember a fact"),
+        ),
+        tool::<RecallArgs>(
+            "recall",
+            "Recall what is known about a user. With a query: the facts most relevant to it, best \
+             first (hybrid meaning + keyword search, default 5). Without a query: every active \
+             fact as one prompt-ready block (\"Known facts about the user:\" and a bullet list, \
+             profile facts first, within token_budget). Each fact shows its id for forget.",
+            read("Recall facts about a user"),
+        ),
+        tool::<ForgetArgs>(
+            "forget",
+            "Forget a memory by id, when the user says it is wrong or no longer true. The fact \
+             stops being recalled at once; it stays in the audit history unless purge is true.",
+            ToolAnnotations::with_title("Forget a memory")
+                .read_only(false)
+                .destructive(true)
+                .idempotent(false)
+                .open_world(false),
+        ),
+        tool::<ListArgs>(
+            "list_memories",
+            "List memories for inspection, newest first, with filters (user, agent, kind, \
+             category, include superseded history) and cursor pages (pass next_cursor back). \
+             With query: one page of the best matches instead.",
+            read("List memories"),
+        ),
+        tool::<RelateArgs>(
+            "relate",
+            "Relations between people, places and things. To record one, give from, label, to \
+             and user_id: it is stored as a relationship fact \"<from> <label> <to>.\" (e.g. from \
+             \"Anna\", label \"is the sister of\", to \"the user\"), deduplicated and searchable \
+             like any fact, with metadata.relation = {from, label, to}. To explore, give \
+             memory_id instead: the facts most related to that memory.",
+            write("Relate or find related facts"),
+        ),
+        tool::<SearchArgs>(
+            "memory_search",
+            "Hybrid search (meaning + keywords, fused by reciprocal rank, weighted by recency, \
+             importance and rating) over a user's memories and, with sources [\"messages\"], the \
+             messages of past conversations. Filters: agent, categories, kinds, since/until. \
+             explain=true shows every score component. Results: {type: memory|message, score, \
+             memory|message}, best first.",
+            read("Search memories and conversations"),
+        ),
+        tool::<BrowseArgs>(
+            "memory_browse",
+            "Read a conversation's transcript chronologically, page by page (after = \
+             next_after of the previous page). Use it to see the context around a message \
+             found by memory_search.",
+            read("Browse a conversation"),
+        ),
+        tool::<StatsArgs>(
+            "memory_stats",
+            "Health of the memory system (admin key): counts of facts and messages, background \
+             queue depth, failed jobs, embedding coverage of facts and messages, extraction \
+             health and the embedder and LLM in use.",
+            read("Memory system stats"),
+        ),
+    ]
+}
+
+fn error_result(e: &Error) -> CallToolResult {
+    if let Error::Internal(detail) = e {
+        tracing::error!(error = %detail, "internal error in an MCP tool");
+    } else if let Error::StoreUnavailable(detail) = e {
+        tracing::warn!(error = %detail, "database unavailable");
+    }
+    let body = json!({ "error": { "code": e.code().as_str(), "message": e.public_message() } });
+    let mut r = CallToolResult::error(vec![ContentBlock::text(body.to_string())]);
+    r.structured_content = Some(body);
+    r
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(
+                Implementation::new("engram", env!("CARGO_PKG_VERSION"))
+                    .with_title("engram long-term memory"),
+            )
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult { tools: tools(), ..Default::default() })
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tools().into_iter().find(|t| t.name == name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResponse, McpError> {
+        let name = request.name.as_ref();
+        if !tools().iter().any(|t| t.name == name) {
+            return Err(McpError::invalid_params(
+                format!(
+                    "unknown tool '{name}'; the tools are remember, recall, forget, list_memories, relate, memory_search, memory_browse, memory_stats"
+                ),
+                None,
+            ));
+        }
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let outcome = match self.principal(&context) {
+            Ok(p) => self.call(&p, name, args).await,
+            Err(e) => Err(e),
+        };
+        Ok(match outcome {
+            Ok(o) => {
+                let mut r = CallToolResult::success(vec![ContentBlock::text(o.text)]);
+                r.structured_content = Some(o.value);
+                r
+            }
+            Err(e) => error_result(&e),
+        }
+        .into())
+    }
+}
+
+// ---------------------------------------------------------------------------- transports
+
+/// `engram mcp`: serve the tools over stdin/stdout until the client closes stdin.
+pub async fn serve_stdio(engine: Engine, principal: Principal) -> anyhow::Result<()> {
+    use rmcp::ServiceExt;
+    tracing::info!(tenant = %principal.tenant, "engram MCP server on stdio");
+    let running = McpServer::stdio(engine, principal)
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
+    running.waiting().await.map_err(|e| anyhow::anyhow!("MCP server stopped: {e}"))?;
+    Ok(())
+}
+
+/// Authenticate a `/mcp` request like any REST request and hand its [`Principal`] to the
+/// tools (through the request's extensions); refuse it with the REST 401 body otherwise.
+pub async fn auth_layer(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let (mut parts, body) = req.into_parts();
+    match Auth::from_request_parts(&mut parts, &st).await {
+        Ok(Auth(p)) => {
+            parts.extensions.insert(p);
+            next.run(Request::from_parts(parts, body)).await
+        }
+        Err(e) => {
+            let mut r = e.into_response();
+            if r.status() == axum::http::StatusCode::UNAUTHORIZED {
+                r.headers_mut().insert(
+                    axum::http::header::WWW_AUTHENTICATE,
+                    axum::http::HeaderValue::from_static("Bearer"),
+                );
+            }
+            r
+        }
+    }
+}

@@ -14,6 +14,7 @@ mod conversations;
 mod dedup;
 mod erase;
 mod extraction;
+mod mcp;
 mod message_search;
 mod migrate;
 mod outage;

@@ -587,7 +587,19 @@ fn tool<T: JsonSchema + 'static>(
         .annotate(annotations)
 }
 
-/// The eight tools, with their input schemas.
+/// The names of the tools, in the order of [`tools`].
+const TOOL_NAMES: [&str; 8] = [
+    "remember",
+    "recall",
+    "forget",
+    "list_memories",
+    "relate",
+    "memory_search",
+    "memory_browse",
+    "memory_stats",
+];
+
+/// The eight tools, with their input schemas (named as [`TOOL_NAMES`]).
 pub fn tools() -> Vec<Tool> {
     let read = |title: &str| ToolAnnotations::with_title(title).read_only(true).open_world(false);
     let write = |title: &str| {
@@ -703,11 +715,9 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResponse, McpError> {
         let name = request.name.as_ref();
-        if !tools().iter().any(|t| t.name == name) {
+        if !TOOL_NAMES.contains(&name) {
             return Err(McpError::invalid_params(
-                format!(
-                    "unknown tool '{name}'; the tools are remember, recall, forget, list_memories, relate, memory_search, memory_browse, memory_stats"
-                ),
+                format!("unknown tool '{name}'; the tools are {}", TOOL_NAMES.join(", ")),
                 None,
             ));
         }
@@ -761,5 +771,32 @@ pub async fn auth_layer(State(st): State<Arc<AppState>>, req: Request, next: Nex
             }
             r
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_names_match_the_catalogue_and_every_schema_is_an_object() {
+        let tools = tools();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(names, TOOL_NAMES);
+        for t in &tools {
+            assert_eq!(t.input_schema.get("type"), Some(&json!("object")), "{}", t.name);
+        }
+    }
+
+    #[test]
+    fn bad_arguments_name_their_field() {
+        let e = parse::<RememberArgs>(json!({ "content": "x" })).unwrap_err();
+        assert_eq!(e.code(), engram_core::ErrorCode::InvalidInput);
+        assert!(matches!(&e, Error::InvalidInput { field, .. } if field == "user_id"), "{e:?}");
+        let e = parse::<RememberArgs>(json!({ "content": "x", "user_id": "u", "importance": "7" }))
+            .unwrap_err();
+        assert!(matches!(&e, Error::InvalidInput { field, .. } if field == "importance"), "{e:?}");
+        let e = parse::<StatsArgs>(json!({ "extra": 1 })).unwrap_err();
+        assert!(e.to_string().contains("extra"), "{e}");
     }
 }

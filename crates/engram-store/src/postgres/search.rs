@@ -637,9 +637,9 @@ impl PgStore {
         // the SQLite store counts every indexed row), the hits from the filter. Document
         // frequencies come from the user's statistics table or are counted per term through
         // the GIN index (a prefix term `'pain':*` counts the rows holding any word that
-        // starts with it); only rows matching a kept
-        // (informative) term are unnested, and a term's frequency in a row is the number of
-        // occurrences of every word it matches (FTS5 counts a prefix phrase the same way).
+        // starts with it); only rows matching a kept (informative) term are unnested, and a
+        // term's frequency in a row is the number of occurrences of every word it matches
+        // (FTS5 counts a prefix phrase the same way).
         let mut q = QueryBuilder::<Postgres>::new(
             "WITH lex AS MATERIALIZED (SELECT DISTINCT u.lexeme, t.prefix, '''' || ",
         );
@@ -740,25 +740,26 @@ impl PgStore {
                    FROM df CROSS JOIN stats s WHERE df.df > 0 AND NOT (s.n >= 4 AND df.df * 2 >= s.n)), ",
             );
         }
+        // Each matching row is scored on its own (its lexemes against the kept terms, a
+        // handful of rows to group) and only the top k are sorted: grouping every match of
+        // every term together sorted thousands of (row, tsvector, term) rows (measured:
+        // 49-68 → 38-53 ms for a query matching 1,917 rows of a user of 10k, same scores).
         q.push(format!(
-            "hits AS (SELECT d.id, length(d.fts)::float8 AS dl, k.quoted, k.idf, \
-             sum(coalesce(array_length(u.positions, 1), 1))::float8 AS tf \
-             FROM {table} d CROSS JOIN LATERAL unnest(d.fts) u \
-             JOIN kept k ON (CASE WHEN k.prefix THEN starts_with(u.lexeme, k.lexeme) \
-             ELSE u.lexeme = k.lexeme END) WHERE "
+            "hits AS (SELECT d.id, (SELECT sum(x.idf * (x.tf * 2.2) / (x.tf + 1.2 * \
+             (0.25 + 0.75 * length(d.fts)::float8 / greatest(s.avgdl, 1)))) \
+             FROM (SELECT k.idf, sum(coalesce(array_length(u.positions, 1), 1))::float8 AS tf \
+             FROM unnest(d.fts) u JOIN kept k ON (CASE WHEN k.prefix \
+             THEN starts_with(u.lexeme, k.lexeme) ELSE u.lexeme = k.lexeme END) \
+             GROUP BY k.quoted, k.idf) x) AS score \
+             FROM {table} d CROSS JOIN stats s WHERE "
         ));
         scope.push_where(&mut q, now, "d.");
         q.push(format!(
             " AND {} @@ (SELECT string_agg(quoted, ' | ')::tsquery FROM kept)",
             fts("d.")
         ));
-        q.push(
-            " GROUP BY d.id, d.fts, k.quoted, k.idf) \
-             SELECT h.id, sum(h.idf * (h.tf * 2.2) / (h.tf + 1.2 * (0.25 + 0.75 * h.dl / greatest(s.avgdl, 1)))) AS score \
-             FROM hits h CROSS JOIN stats s \
-             GROUP BY h.id ORDER BY score DESC, h.id LIMIT ",
-        )
-        .push_bind(i64::try_from(k).unwrap_or(i64::MAX));
+        q.push(") SELECT h.id, h.score FROM hits h ORDER BY h.score DESC, h.id LIMIT ")
+            .push_bind(i64::try_from(k).unwrap_or(i64::MAX));
         let rows = q.build().fetch_all(&self.pool).await.map_err(db)?;
         rows.iter().map(|r| Ok((col::<Uuid>(r, "id")?, col::<f64>(r, "score")?))).collect()
     }

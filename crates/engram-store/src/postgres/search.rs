@@ -37,7 +37,9 @@
 //! under a 10 % filter found 0.54 of the exact top 10). Stores of earlier versions keep
 //! their table-wide `memories_hnsw_N`, used for scopes over the limit until theirs exists;
 //! dropping it makes every other write cheaper. [`PgStore::build_scope_index`] builds one
-//! scope's index at once (tests, benchmarks, operators).
+//! scope's index at once (tests, benchmarks, operators). Known limit: a process that exits
+//! during a build (a one-shot CLI search of a large scope) leaves an invalid index, which
+//! writes keep maintaining until the next search of that scope rebuilds it.
 //!
 //! **`ef_search = 1000`** (pgvector's maximum) on the index path. Measured on the 1M-row
 //! bench table (`benches/README.md`; 200 queries, the user of 100,000 vectors, its own

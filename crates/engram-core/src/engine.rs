@@ -963,15 +963,22 @@ impl Engine {
         };
 
         if input.sources.contains(&SearchSource::Memories) {
-            let vec_list = match &qv {
-                None => vec![],
-                Some(qv) => self.store.vector_search(&v.tenant, &f, qv, n).await?,
+            // The two lists are independent: ask the store for both at once (two pooled
+            // connections), so a search waits for the slower list, not for their sum.
+            let vector = async {
+                match &qv {
+                    None => Ok(vec![]),
+                    Some(qv) => self.store.vector_search(&v.tenant, &f, qv, n).await,
+                }
             };
-            let text_list = if input.mode == SearchMode::VectorOnly {
-                vec![]
-            } else {
-                self.store.text_search(&v.tenant, &f, query, n).await?
+            let text = async {
+                if input.mode == SearchMode::VectorOnly {
+                    Ok(vec![])
+                } else {
+                    self.store.text_search(&v.tenant, &f, query, n).await
+                }
             };
+            let (vec_list, text_list) = tokio::try_join!(vector, text)?;
             let mut parts: HashMap<MemoryId, Explain> = HashMap::new();
             for (rank, (id, sim)) in vec_list.iter().enumerate() {
                 let e = parts.entry(*id).or_default();
@@ -1000,18 +1007,23 @@ impl Engine {
                 v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
             // Messages are embedded in the background (pipeline::messages): one not embedded
             // yet is found by its words only.
-            let vec_list = match &qv {
-                None => vec![],
-                Some(qv) => {
-                    let model = self.embedder.model_id();
-                    self.store.vector_search_messages(&v.tenant, &user, model, qv, n).await?
+            let vector = async {
+                match &qv {
+                    None => Ok(vec![]),
+                    Some(qv) => {
+                        let model = self.embedder.model_id();
+                        self.store.vector_search_messages(&v.tenant, &user, model, qv, n).await
+                    }
                 }
             };
-            let text_list = if input.mode == SearchMode::VectorOnly {
-                vec![]
-            } else {
-                self.store.text_search_messages(&v.tenant, &user, query, n).await?
+            let text = async {
+                if input.mode == SearchMode::VectorOnly {
+                    Ok(vec![])
+                } else {
+                    self.store.text_search_messages(&v.tenant, &user, query, n).await
+                }
             };
+            let (vec_list, text_list) = tokio::try_join!(vector, text)?;
             // In first-seen order (vector list, then text list), so ties rank the same way
             // on every call.
             let mut parts: Vec<(MessageId, Explain)> = Vec::new();

@@ -25,6 +25,7 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
     (2, "inline_vectors", include_str!("../migrations/postgres/0002_inline_vectors.sql")),
     (3, "user_scoped_fts", include_str!("../migrations/postgres/0003_user_scoped_fts.sql")),
     (4, "scoped_lexemes", include_str!("../migrations/postgres/0004_scoped_lexemes.sql")),
+    (5, "vector_covering", include_str!("../migrations/postgres/0005_vector_covering.sql")),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

@@ -354,7 +354,7 @@ async fn keyword_search_same_without_fts_len_or_btree_gin() {
          DROP TABLE memory_fts_stats; \
          DROP FUNCTION engram_fts_stats_insert, engram_fts_stats_delete CASCADE; \
          CREATE INDEX messages_fts_user ON messages USING gin (tenant_id, user_id, fts); \
-         DELETE FROM schema_migrations WHERE version = 4",
+         DELETE FROM schema_migrations WHERE version >= 4",
     )
     .execute(pg.pool())
     .await

@@ -41,7 +41,7 @@ use axum::extract::{FromRequestParts, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use engram_core::engine::{
-    ContextInput, Engine, ListInput, RememberInput, SearchInput, SearchMode, SearchSource,
+    ContextInput, Engine, ListInput, RememberInput, SearchInput, SearchMode,
 };
 use engram_core::model::{
     AgentId, Category, ConversationId, Importance, Kind, MemoryId, Principal, UserId,
@@ -317,10 +317,6 @@ fn missing_field(msg: &str) -> Option<&str> {
     msg.strip_prefix("missing field `").and_then(|r| r.split('`').next())
 }
 
-fn list_of<T>(v: Option<Vec<String>>, parse: fn(&str) -> Result<T>) -> Result<Option<Vec<T>>> {
-    v.map(|v| v.iter().map(|s| parse(s)).collect()).transpose()
-}
-
 // ---------------------------------------------------------------------------- tools
 
 /// A tool's answer: structured JSON and the text a model reads.
@@ -531,27 +527,14 @@ impl McpServer {
     }
 
     async fn memory_search(&self, p: &Principal, a: SearchArgs) -> Result<Outcome> {
-        let sources = match a.sources {
-            None => vec![SearchSource::Memories],
-            Some(v) => v
-                .iter()
-                .map(|s| match s.as_str() {
-                    "memories" => Ok(SearchSource::Memories),
-                    "messages" => Ok(SearchSource::Messages),
-                    other => Err(Error::invalid(
-                        "sources",
-                        format!("unknown source '{other}'; expected memories or messages"),
-                    )),
-                })
-                .collect::<Result<Vec<_>>>()?,
-        };
+        let sources = dto::sources(a.sources)?;
         let explain = a.explain.unwrap_or(false);
         let input = SearchInput {
             query: a.query,
             user_id: Some(UserId::parse(a.user_id)?),
             agent_id: a.agent_id.map(AgentId::parse).transpose()?,
-            categories: list_of(a.categories, Category::parse)?,
-            kinds: list_of(a.kinds, Kind::parse)?,
+            categories: dto::list(a.categories, Category::parse)?,
+            kinds: dto::list(a.kinds, Kind::parse)?,
             sources,
             since: dto::opt_bound("since", a.since.as_deref())?,
             until: dto::opt_bound("until", a.until.as_deref())?,

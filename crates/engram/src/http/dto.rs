@@ -4,7 +4,7 @@
 //! Timestamps are RFC 3339 strings in UTC. Enumerations travel as strings and are parsed by
 //! the core types, so an unknown category gets the same message everywhere.
 
-use engram_core::engine::{ContextBlock, Decision, Hit};
+use engram_core::engine::{ContextBlock, Decision, Hit, SearchSource};
 use engram_core::model::{
     Agent, AgentId, Category, ConversationId, EventKind, Importance, Kind, Memory, MemoryEvent,
     MemoryId, Message, MessageId, Source, SourceKind, TenantId, UserId, micros,
@@ -34,6 +34,26 @@ fn parse_any_ts(field: &str, s: &str) -> Result<OffsetDateTime> {
             format!("{field} must be an RFC 3339 timestamp like 2026-02-22T10:00:00Z"),
         )
     })
+}
+
+/// Each value parsed with `parse` (an absent list stays absent).
+pub fn list<T>(v: Option<Vec<String>>, parse: fn(&str) -> Result<T>) -> Result<Option<Vec<T>>> {
+    v.map(|v| v.iter().map(|s| parse(s)).collect()).transpose()
+}
+
+/// The `sources` of a search: `memories` (the default) and/or `messages`.
+pub fn sources(v: Option<Vec<String>>) -> Result<Vec<SearchSource>> {
+    let Some(v) = v else { return Ok(vec![SearchSource::Memories]) };
+    v.iter()
+        .map(|s| match s.as_str() {
+            "memories" => Ok(SearchSource::Memories),
+            "messages" => Ok(SearchSource::Messages),
+            other => Err(Error::invalid(
+                "sources",
+                format!("unknown source '{other}'; expected memories or messages"),
+            )),
+        })
+        .collect()
 }
 
 /// A search bound (`since`, `until`): any RFC 3339 time, moved into the years both stores

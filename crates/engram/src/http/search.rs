@@ -5,7 +5,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use engram_core::Error;
-use engram_core::engine::{ContextInput, SearchInput, SearchMode, SearchSource};
+use engram_core::engine::{ContextInput, SearchInput, SearchMode};
 use engram_core::model::{AgentId, Category, Kind, UserId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -45,13 +45,6 @@ pub struct SearchResponse {
     pub results: Vec<SearchResultDto>,
 }
 
-fn list<T>(
-    v: Option<Vec<String>>,
-    parse: fn(&str) -> engram_core::Result<T>,
-) -> engram_core::Result<Option<Vec<T>>> {
-    v.map(|v| v.iter().map(|s| parse(s)).collect()).transpose()
-}
-
 /// Hybrid search: vector + BM25 fused by RRF (k = 60), then temporal decay, importance and rating.
 #[utoipa::path(post, path = "/v1/search", request_body = SearchRequest,
     responses((status = 200, body = SearchResponse), (status = 400, body = ErrorBody)))]
@@ -61,20 +54,7 @@ pub async fn search(
     ApiJson(b): ApiJson<SearchRequest>,
 ) -> ApiResult<Json<SearchResponse>> {
     let explain = b.explain.unwrap_or(false);
-    let sources = match b.sources {
-        None => vec![SearchSource::Memories],
-        Some(v) => v
-            .iter()
-            .map(|s| match s.as_str() {
-                "memories" => Ok(SearchSource::Memories),
-                "messages" => Ok(SearchSource::Messages),
-                other => Err(Error::invalid(
-                    "sources",
-                    format!("unknown source '{other}'; expected memories or messages"),
-                )),
-            })
-            .collect::<engram_core::Result<Vec<_>>>()?,
-    };
+    let sources = dto::sources(b.sources)?;
     let mode = match b.mode.as_deref() {
         None | Some("hybrid") => SearchMode::Hybrid,
         Some("vector") => SearchMode::VectorOnly,
@@ -91,8 +71,8 @@ pub async fn search(
         query: b.query,
         user_id: Some(UserId::parse(b.user_id)?),
         agent_id: b.agent_id.map(AgentId::parse).transpose()?,
-        categories: list(b.categories, Category::parse)?,
-        kinds: list(b.kinds, Kind::parse)?,
+        categories: dto::list(b.categories, Category::parse)?,
+        kinds: dto::list(b.kinds, Kind::parse)?,
         sources,
         since: dto::opt_bound("since", b.since.as_deref())?,
         until: dto::opt_bound("until", b.until.as_deref())?,

@@ -196,10 +196,10 @@ impl Hit {
     fn rank_cmp(a: &Hit, b: &Hit) -> std::cmp::Ordering {
         let key = |h: &Hit| match h {
             Hit::Memory { memory, explain, .. } => {
-                (explain.text_rank.unwrap_or(usize::MAX), memory.id.to_string())
+                (explain.text_rank.unwrap_or(usize::MAX), memory.id.0)
             }
             Hit::Message { message, explain, .. } => {
-                (explain.text_rank.unwrap_or(usize::MAX), message.id.to_string())
+                (explain.text_rank.unwrap_or(usize::MAX), message.id.0)
             }
         };
         b.score().total_cmp(&a.score()).then_with(|| key(a).cmp(&key(b)))

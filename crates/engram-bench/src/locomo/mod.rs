@@ -154,22 +154,20 @@ pub struct Conversation {
     pub sample_id: String,
     /// `(dia_id, content)` in session order.
     pub turns: Vec<(String, String)>,
-    /// The same turns as transcript messages, in the same order.
+    /// What each turn of `turns` (same index) needs to become a transcript message.
     pub messages: Vec<TurnMessage>,
     pub queries: Vec<Query>,
 }
 
-/// A turn as a transcript message.
+/// The session facts of a turn that make it a transcript message (its dia_id and text are
+/// those of `Conversation::turns`).
 pub struct TurnMessage {
-    pub dia_id: String,
     /// Session number (one conversation per session).
     pub session: u32,
     /// The session's date as written in the data (`"1:56 pm on 8 May, 2023"`).
     pub date: String,
     /// The conversation's first speaker is the `user`.
     pub first_speaker: bool,
-    /// The turn text of the metric, as in `turns`.
-    pub content: String,
 }
 
 /// `"1:56 pm on 8 May, 2023"` → that UTC time.
@@ -287,13 +285,7 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<Conversation>> {
                 }
                 let dia_id = t["dia_id"].as_str().context("dia_id")?.to_string();
                 let first_speaker = *first.get_or_insert_with(|| speaker.clone()) == speaker;
-                messages.push(TurnMessage {
-                    dia_id: dia_id.clone(),
-                    session: n,
-                    date: date.to_string(),
-                    first_speaker,
-                    content: content.clone(),
-                });
+                messages.push(TurnMessage { session: n, date: date.to_string(), first_speaker });
                 turns.push((dia_id, content));
             }
         }
@@ -474,20 +466,28 @@ async fn ingest(
     let p = principal();
     let user = UserId::parse(c.sample_id.clone())?;
     if corpus == Corpus::Messages {
-        let mut sessions: BTreeMap<u32, Vec<&TurnMessage>> = BTreeMap::new();
-        for m in &c.messages {
-            sessions.entry(m.session).or_default().push(m);
+        // Turn indexes per session, in order.
+        let mut sessions: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, m) in c.messages.iter().enumerate() {
+            sessions.entry(m.session).or_default().push(i);
         }
         for (n, turns) in sessions {
             let conv = ConversationId::parse(format!("{}-session-{n}", c.sample_id))?;
             let inputs = turns
                 .iter()
-                .map(|m| MessageInput {
-                    role: if m.first_speaker { MessageRole::User } else { MessageRole::Assistant },
-                    content: m.content.clone(),
-                    created_at: parse_session_date(&m.date),
-                    metadata: Some(serde_json::json!({ "dia_id": m.dia_id })),
-                    ..Default::default()
+                .map(|&i| {
+                    let ((dia_id, content), m) = (&c.turns[i], &c.messages[i]);
+                    MessageInput {
+                        role: if m.first_speaker {
+                            MessageRole::User
+                        } else {
+                            MessageRole::Assistant
+                        },
+                        content: content.clone(),
+                        created_at: parse_session_date(&m.date),
+                        metadata: Some(serde_json::json!({ "dia_id": dia_id })),
+                        ..Default::default()
+                    }
                 })
                 .collect();
             engine.append_messages(&p, conv.clone(), Some(user.clone()), None, inputs).await?;

@@ -40,7 +40,7 @@ const BATCH: usize = 64;
 
 /// The text embedded for `message`, given the messages before it in its conversation
 /// (`before`, oldest first; only the last [`CONTEXT_MESSAGES`] are used).
-pub fn document(before: &[&Message], message: &Message) -> String {
+pub fn document(before: &[Message], message: &Message) -> String {
     let own = message.content.chars().count();
     let mut budget = DOCUMENT_CHARS.saturating_sub(own);
     let mut lines: Vec<&str> = Vec::new();
@@ -85,9 +85,8 @@ pub async fn embed_conversation(
         let mut texts = Vec::with_capacity(needed.len());
         for (id, _) in &needed {
             let Some(i) = loaded.iter().position(|m| m.id == *id) else { continue };
-            let before: Vec<&Message> = loaded[..i].iter().collect();
             ids.push(*id);
-            texts.push(document(&before, &loaded[i]));
+            texts.push(document(&loaded[..i], &loaded[i]));
         }
         if ids.is_empty() {
             break; // erased meanwhile
@@ -161,20 +160,20 @@ mod tests {
     fn a_message_is_embedded_after_its_two_previous_messages() {
         let (a, b, c, d) = (msg("a"), msg("b"), msg("c"), msg("Yes, last Friday"));
         assert_eq!(document(&[], &d), "Yes, last Friday");
-        assert_eq!(document(&[&c], &d), "c\nYes, last Friday");
-        assert_eq!(document(&[&a, &b, &c], &d), "b\nc\nYes, last Friday");
+        assert_eq!(document(std::slice::from_ref(&c), &d), "c\nYes, last Friday");
+        assert_eq!(document(&[a, b.clone(), c], &d), "b\nc\nYes, last Friday");
         // Empty tool calls add nothing.
-        assert_eq!(document(&[&b, &msg("")], &d), "b\nYes, last Friday");
+        assert_eq!(document(&[b, msg("")], &d), "b\nYes, last Friday");
     }
 
     #[test]
     fn context_never_pushes_the_message_out_of_the_window() {
         let long_context = msg(&format!("start {} end", "x".repeat(2000)));
         let m = msg("Where did we go?");
-        let doc = document(&[&long_context], &m);
+        let doc = document(&[long_context], &m);
         assert_eq!(doc.chars().count(), DOCUMENT_CHARS + 1);
         assert!(doc.ends_with("x end\nWhere did we go?"), "{doc}");
         let long = msg(&"é".repeat(DOCUMENT_CHARS + 5));
-        assert_eq!(document(&[&m], &long), long.content, "a long message is embedded alone");
+        assert_eq!(document(&[m], &long), long.content, "a long message is embedded alone");
     }
 }

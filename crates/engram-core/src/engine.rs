@@ -12,7 +12,7 @@
 //!
 //! A row the caller may not see is reported exactly like a row that does not exist.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -28,7 +28,7 @@ use crate::model::{
     Source, SourceKind, TenantId, UserId, default_pool,
 };
 use crate::pipeline::extract::{ExtractionMode, MemoryPolicy, resume_index};
-use crate::pipeline::pii::{self, Filtered};
+use crate::pipeline::pii::{self, Filtered, PiiKind};
 use crate::retrieval::{self, Explain};
 use crate::store::{
     ContextSession, EraseCounts, MemoryFilter, MemoryPage, NewMemory, Store, StoreStats,
@@ -108,6 +108,9 @@ pub struct Remembered {
     pub memory: Memory,
     /// For `NONE`: the similarity to the confirmed fact.
     pub similarity: Option<f32>,
+    /// What the PII filter replaced in the content as given (policy `redact`), in order:
+    /// an explicit write is never altered without the caller being told.
+    pub redacted: Vec<PiiKind>,
 }
 
 /// Edit of a memory (PATCH): every field optional; content changes re-embed.
@@ -486,6 +489,40 @@ impl Engine {
         }
     }
 
+    /// Is the row `id` visible to the caller? (An unknown id is not.)
+    async fn id_visible(&self, p: &Principal, id: MemoryId) -> Result<bool> {
+        Ok(match self.store.get_memory(&p.tenant, id).await? {
+            Some(m) => self.visible(p, &m).await?,
+            None => false,
+        })
+    }
+
+    /// Clear the `superseded_by` of rows whose successor the caller cannot see: a private
+    /// successor's id is none of the caller's business (issue 10: ids inside other rows).
+    /// Admin keys see every row, and a successor always belongs to its predecessor's user,
+    /// so only agent keys can have something to hide.
+    async fn hide_invisible_successors(&self, p: &Principal, rows: &mut [Memory]) -> Result<()> {
+        if !matches!(p.role, KeyRole::Agent(_)) {
+            return Ok(());
+        }
+        let ids: Vec<MemoryId> = rows.iter().filter_map(|m| m.superseded_by).collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut seen = HashSet::new();
+        for s in self.store.get_memories(&p.tenant, &ids).await? {
+            if self.visible(p, &s).await? {
+                seen.insert(s.id);
+            }
+        }
+        for m in rows {
+            if m.superseded_by.is_some_and(|s| !seen.contains(&s)) {
+                m.superseded_by = None;
+            }
+        }
+        Ok(())
+    }
+
     fn require_admin(p: &Principal, what: &str) -> Result<()> {
         match &p.role {
             KeyRole::Admin => Ok(()),
@@ -536,17 +573,24 @@ impl Engine {
 
     // ------------------------------------------------------------------ writes
 
-    /// Explicit writes go through the writer agent's PII policy (default: redact).
-    async fn apply_pii(&self, v: &View, mut m: Memory) -> Result<Memory> {
-        let agent_row = match &v.agent {
-            Some(a) => self.store.get_agent(&v.tenant, a).await?,
+    /// Explicit writes go through the writer agent's PII policy (default: redact); returns
+    /// the row to store and what was redacted. A redaction is recorded in the row's first
+    /// event (`detail.redacted`), so the audit trail says the text is not as given.
+    async fn apply_pii(
+        &self,
+        tenant: &TenantId,
+        agent: Option<&AgentId>,
+        mut m: Memory,
+    ) -> Result<(Memory, Vec<PiiKind>)> {
+        let agent_row = match agent {
+            Some(a) => self.store.get_agent(tenant, a).await?,
             None => None,
         };
         let policy = MemoryPolicy::of(agent_row.as_ref(), self.cfg.dedup_threshold).pii;
         match pii::filter(&m.content, policy) {
-            Filtered::Keep(text) => {
+            Filtered::Keep { text, redacted } => {
                 m.content = text;
-                Ok(m)
+                Ok((m, redacted))
             }
             Filtered::Rejected(kinds) => {
                 let kinds: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
@@ -669,15 +713,17 @@ impl Engine {
             let m = self
                 .build_memory(v, input, now)
                 .map_err(|e| prefix_batch_error(e, i, inputs.len()))?;
-            let m =
-                self.apply_pii(v, m).await.map_err(|e| prefix_batch_error(e, i, inputs.len()))?;
-            prepared.push((key, m));
+            let (m, redacted) = self
+                .apply_pii(&v.tenant, v.agent.as_ref(), m)
+                .await
+                .map_err(|e| prefix_batch_error(e, i, inputs.len()))?;
+            prepared.push((key, m, redacted));
         }
         // Embed every non-profile item in one call.
         let texts: Vec<String> = prepared
             .iter()
-            .filter(|(_, m)| m.kind != Kind::Profile)
-            .map(|(_, m)| m.content.clone())
+            .filter(|(_, m, _)| m.kind != Kind::Profile)
+            .map(|(_, m, _)| m.content.clone())
             .collect();
         let mut vectors =
             if texts.is_empty() { vec![] } else { self.embedder.embed(&texts).await? }.into_iter();
@@ -692,10 +738,11 @@ impl Engine {
         // Items of this batch already accepted, per view, for in-batch dedup.
         let mut batch_vecs: HashMap<ViewKey, Vec<(usize, Vec<f32>)>> = HashMap::new();
         let mut thresholds: HashMap<ViewKey, f32> = HashMap::new();
-        for (key, mut m) in prepared {
+        for (key, mut m, redacted) in prepared {
             let v = &views[&key];
             if m.kind == Kind::Profile {
-                let r = self.remember_profile(p, v, m, now).await?;
+                let mut r = self.remember_profile(p, v, m, &redacted, now).await?;
+                r.redacted = redacted;
                 results.push(r);
                 continue;
             }
@@ -729,6 +776,7 @@ impl Engine {
                         decision: Decision::None,
                         memory: existing,
                         similarity: Some(sim),
+                        redacted,
                     });
                     continue;
                 }
@@ -747,6 +795,7 @@ impl Engine {
                         decision: Decision::None,
                         memory: existing,
                         similarity: Some(sim),
+                        redacted,
                     });
                     continue;
                 }
@@ -757,9 +806,15 @@ impl Engine {
             } else {
                 EventKind::Created
             };
-            let event = Self::event(m.id, kind, None, p, now);
+            let mut event = Self::event(m.id, kind, None, p, now);
+            note_redactions(&mut event, &redacted);
             rows.push(NewMemory { memory: m.clone(), vector: Some(vector), events: vec![event] });
-            results.push(Remembered { decision: Decision::Add, memory: m, similarity: None });
+            results.push(Remembered {
+                decision: Decision::Add,
+                memory: m,
+                similarity: None,
+                redacted,
+            });
         }
         if !rows.is_empty() {
             self.store.insert_memories(&p.tenant, rows).await?;
@@ -772,6 +827,7 @@ impl Engine {
         p: &Principal,
         v: &View,
         m: Memory,
+        redacted: &[PiiKind],
         now: OffsetDateTime,
     ) -> Result<Remembered> {
         let key = m.key.clone().unwrap_or_default();
@@ -782,35 +838,66 @@ impl Engine {
                 let ev = Self::event(old.id, EventKind::Confirmed, None, p, now);
                 self.store.confirm_memory(&v.tenant, old.id, ev).await?;
                 let old = self.store.get_memory(&v.tenant, old.id).await?.unwrap_or(old);
-                Ok(Remembered { decision: Decision::None, memory: old, similarity: Some(1.0) })
+                Ok(Remembered {
+                    decision: Decision::None,
+                    memory: old,
+                    similarity: Some(1.0),
+                    redacted: vec![],
+                })
             }
             Some(old) => {
-                let new_ev = Self::event(m.id, EventKind::Created, Some(old.id), p, now);
+                let mut new_ev = Self::event(m.id, EventKind::Created, Some(old.id), p, now);
+                note_redactions(&mut new_ev, redacted);
                 let old_ev = Self::event(old.id, EventKind::Superseded, Some(m.id), p, now);
                 let row = NewMemory { memory: m.clone(), vector: None, events: vec![new_ev] };
                 self.store.supersede(&v.tenant, old.id, Some(row), old_ev).await?;
-                Ok(Remembered { decision: Decision::Update, memory: m, similarity: None })
+                Ok(Remembered {
+                    decision: Decision::Update,
+                    memory: m,
+                    similarity: None,
+                    redacted: vec![],
+                })
             }
             None => {
-                let ev = Self::event(m.id, EventKind::Created, None, p, now);
+                let mut ev = Self::event(m.id, EventKind::Created, None, p, now);
+                note_redactions(&mut ev, redacted);
                 self.store
                     .insert_memories(
                         &v.tenant,
                         vec![NewMemory { memory: m.clone(), vector: None, events: vec![ev] }],
                     )
                     .await?;
-                Ok(Remembered { decision: Decision::Add, memory: m, similarity: None })
+                Ok(Remembered {
+                    decision: Decision::Add,
+                    memory: m,
+                    similarity: None,
+                    redacted: vec![],
+                })
             }
         }
     }
 
     /// Edit: a new row with the changes supersedes the old one (its history keeps both).
+    /// New content goes through the PII filter of the row's agent, as any explicit write.
     pub async fn edit(&self, p: &Principal, id: MemoryId, input: EditInput) -> Result<Memory> {
+        Ok(self.edit_reporting(p, id, input).await?.0)
+    }
+
+    /// [`Engine::edit`], also returning what the PII filter redacted in the new content.
+    pub async fn edit_reporting(
+        &self,
+        p: &Principal,
+        id: MemoryId,
+        input: EditInput,
+    ) -> Result<(Memory, Vec<PiiKind>)> {
         let old = self.load_visible(p, id).await?;
         if old.superseded_at.is_some() {
+            let by = match old.superseded_by {
+                Some(s) if self.id_visible(p, s).await? => format!(" by {s}"),
+                Some(_) | None => String::new(),
+            };
             return Err(Error::Conflict(format!(
-                "memory {id} is superseded{}; edit the current version",
-                old.superseded_by.map(|s| format!(" by {s}")).unwrap_or_default()
+                "memory {id} is superseded{by}; edit the current version"
             )));
         }
         let now = crate::model::now();
@@ -856,6 +943,11 @@ impl Engine {
             access_count: 0,
             ..old.clone()
         };
+        let mut redacted = vec![];
+        if input.content.is_some() {
+            let agent = new.agent_id.clone();
+            (new, redacted) = self.apply_pii(&p.tenant, agent.as_ref(), new).await?;
+        }
         let vector = if new.kind == Kind::Profile {
             None
         } else {
@@ -865,7 +957,8 @@ impl Engine {
             new.embedding_model = Some(self.embedder.model_id().to_string());
             Some(self.embed_one(&new.content).await?)
         };
-        let new_ev = Self::event(new.id, EventKind::Created, Some(old.id), p, now);
+        let mut new_ev = Self::event(new.id, EventKind::Created, Some(old.id), p, now);
+        note_redactions(&mut new_ev, &redacted);
         let old_ev = Self::event(old.id, EventKind::Superseded, Some(new.id), p, now);
         self.store
             .supersede(
@@ -875,7 +968,7 @@ impl Engine {
                 old_ev,
             )
             .await?;
-        Ok(new)
+        Ok((new, redacted))
     }
 
     /// Forget: supersede with no successor (kept for audit), or purge physically.
@@ -895,13 +988,46 @@ impl Engine {
     }
 
     pub async fn get(&self, p: &Principal, id: MemoryId) -> Result<Memory> {
-        self.load_visible(p, id).await
+        let mut m = [self.load_visible(p, id).await?];
+        self.hide_invisible_successors(p, &mut m).await?;
+        let [m] = m;
+        Ok(m)
     }
 
+    /// The supersession chain through `id` and its events, as far as the caller may see:
+    /// versions the caller cannot see (another agent's private edit of a shared fact, or
+    /// the private original of a shared one) are left out with their events, and ids of
+    /// left-out versions are cleared from `superseded_by` and from the events.
     pub async fn history(&self, p: &Principal, id: MemoryId) -> Result<History> {
         let _ = self.load_visible(p, id).await?;
         let (chain, events) = self.store.history(&p.tenant, id).await?;
-        Ok(History { chain, events })
+        let mut kept = Vec::with_capacity(chain.len());
+        for m in chain {
+            if self.visible(p, &m).await? {
+                kept.push(m);
+            }
+        }
+        let ids: HashSet<MemoryId> = kept.iter().map(|m| m.id).collect();
+        for m in &mut kept {
+            if m.superseded_by.is_some_and(|s| !ids.contains(&s)) {
+                m.superseded_by = None;
+            }
+        }
+        let mut shown = Vec::with_capacity(events.len());
+        for mut e in events.into_iter().filter(|e| ids.contains(&e.memory_id)) {
+            if e.related_id.is_some_and(|r| !ids.contains(&r)) {
+                e.related_id = None;
+            }
+            let via = e.detail.get("via_message").and_then(|v| v.as_str()).map(str::to_string);
+            if let Some(msg) = via
+                && !self.message_visible(p, &msg).await?
+                && let Some(d) = e.detail.as_object_mut()
+            {
+                d.remove("via_message");
+            }
+            shown.push(e);
+        }
+        Ok(History { chain: kept, events: shown })
     }
 
     /// Rate a memory −1 or +1.
@@ -913,7 +1039,7 @@ impl Engine {
         let mut ev = Self::event(m.id, EventKind::Rated, None, p, crate::model::now());
         ev.detail = serde_json::json!({ "value": value });
         self.store.rate_memory(&p.tenant, m.id, value, ev).await?;
-        self.load_visible(p, id).await
+        self.get(p, id).await
     }
 
     pub async fn list(&self, p: &Principal, input: ListInput) -> Result<MemoryPage> {
@@ -923,7 +1049,9 @@ impl Engine {
         f.categories = input.categories;
         f.include_superseded = input.include_superseded;
         let limit = clamp_limit(input.limit, self.cfg.max_limit)?;
-        self.store.list_memories(&p.tenant, &f, input.cursor, limit).await
+        let mut page = self.store.list_memories(&p.tenant, &f, input.cursor, limit).await?;
+        self.hide_invisible_successors(p, &mut page.memories).await?;
+        Ok(page)
     }
 
     // ------------------------------------------------------------------ reads
@@ -1224,12 +1352,30 @@ impl Engine {
         if messages.is_empty() {
             return Err(Error::invalid("messages", "messages must not be empty"));
         }
-        if let Some((owner, _)) = self.store.conversation_owner(&v.tenant, &conversation).await?
-            && owner != user
+        // A conversation belongs to the user and the agent that started it: another agent
+        // may not add to it (issue 10: it would feed that agent's private extraction), and
+        // a caller that names no agent continues it as its agent.
+        let mut v = v;
+        if let Some((owner, conv_agent)) =
+            self.store.conversation_owner(&v.tenant, &conversation).await?
         {
-            return Err(Error::Conflict(format!(
-                "conversation '{conversation}' belongs to another user"
-            )));
+            if owner != user {
+                return Err(Error::Conflict(format!(
+                    "conversation '{conversation}' belongs to another user"
+                )));
+            }
+            match (&conv_agent, &v.agent) {
+                (Some(c), Some(a)) if c != a => {
+                    return Err(Error::Conflict(format!(
+                        "conversation '{conversation}' belongs to another agent"
+                    )));
+                }
+                (Some(c), None) => {
+                    v.pool = Some(self.pool_of(&v.tenant, c).await?);
+                    v.agent = conv_agent.clone();
+                }
+                (Some(_) | None, Some(_)) | (None, None) => {}
+            }
         }
         let now = crate::model::now();
         let mut rows = Vec::with_capacity(messages.len());
@@ -1434,11 +1580,25 @@ impl Engine {
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<Message>> {
+        if !self.conversation_visible(p, conversation).await? {
+            return Err(Error::not_found(format!("conversation {conversation}")));
+        }
+        let limit = clamp_limit(limit, 1000)?;
+        self.store.list_messages(&p.tenant, conversation, after_seq, limit).await
+    }
+
+    /// May the caller read this conversation? Admin: any; a user key: its user's; an agent
+    /// key: those of its pool and those started without an agent. Unknown: no.
+    async fn conversation_visible(
+        &self,
+        p: &Principal,
+        conversation: &ConversationId,
+    ) -> Result<bool> {
         let Some((owner, agent)) = self.store.conversation_owner(&p.tenant, conversation).await?
         else {
-            return Err(Error::not_found(format!("conversation {conversation}")));
+            return Ok(false);
         };
-        let allowed = match &p.role {
+        Ok(match &p.role {
             KeyRole::Admin => true,
             KeyRole::User(u) => u == &owner,
             KeyRole::Agent(a) => match &agent {
@@ -1448,12 +1608,16 @@ impl Engine {
                 }
                 None => true,
             },
-        };
-        if !allowed {
-            return Err(Error::not_found(format!("conversation {conversation}")));
+        })
+    }
+
+    /// May the caller see the message with this id (text form, as events keep it)?
+    async fn message_visible(&self, p: &Principal, id: &str) -> Result<bool> {
+        let Ok(id) = MessageId::parse(id) else { return Ok(false) };
+        match self.store.get_message(&p.tenant, id).await? {
+            Some(m) => self.conversation_visible(p, &m.conversation_id).await,
+            None => Ok(false),
         }
-        let limit = clamp_limit(limit, 1000)?;
-        self.store.list_messages(&p.tenant, conversation, after_seq, limit).await
     }
 
     /// Rate a reply; cascades the rating to every memory recalled for its turn.
@@ -1516,11 +1680,18 @@ impl Engine {
 
     // ------------------------------------------------------------------ agents, users, stats
 
+    /// An agent's settings: for admin keys and for the agent's own key. A user key (an
+    /// end-user's memory panel) has no business with how agents are configured.
     pub async fn get_agent(&self, p: &Principal, id: &AgentId) -> Result<Agent> {
-        if let KeyRole::Agent(bound) = &p.role
-            && bound != id
-        {
-            return Err(Error::not_found(format!("agent {id}")));
+        match &p.role {
+            KeyRole::Admin => {}
+            KeyRole::Agent(bound) if bound == id => {}
+            KeyRole::Agent(_) => return Err(Error::not_found(format!("agent {id}"))),
+            KeyRole::User(_) => {
+                return Err(Error::Forbidden(
+                    "agent settings need an admin key or the agent's own key".into(),
+                ));
+            }
         }
         self.store
             .get_agent(&p.tenant, id)
@@ -1698,6 +1869,14 @@ pub fn prefix_batch_error(e: Error, i: usize, n: usize) -> Error {
         | Error::Embedder(_)
         | Error::StoreUnavailable(_)
         | Error::Internal(_)) => other,
+    }
+}
+
+/// Record in a row's first event what the PII filter replaced in its content.
+fn note_redactions(ev: &mut MemoryEvent, redacted: &[PiiKind]) {
+    if !redacted.is_empty() {
+        let kinds: Vec<&str> = redacted.iter().map(|k| k.as_str()).collect();
+        ev.detail = serde_json::json!({ "redacted": kinds });
     }
 }
 

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::Engine;
 use crate::error::FaultSource;
 use crate::llm::LlmError;
-use crate::model::Job;
+use crate::model::{Job, JobKind};
 
 /// A failed job run, classified like provider errors.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -108,8 +108,12 @@ pub async fn run_workers(engine: Engine, cfg: WorkerConfig, shutdown: Cancellati
 
 async fn worker_loop(n: usize, engine: Engine, cfg: WorkerConfig, shutdown: CancellationToken) {
     tracing::debug!(worker = n, "worker started");
+    // Without an LLM only the embedding jobs can run here; the others wait for a worker
+    // that has one (another process) instead of failing with a configuration error.
+    let kinds: &[JobKind] =
+        if engine.llm().is_some() { JobKind::ALL } else { &[JobKind::EmbedMessages] };
     while !shutdown.is_cancelled() {
-        match engine.store().claim_job(crate::model::now(), at(cfg.lease)).await {
+        match engine.store().claim_job(crate::model::now(), at(cfg.lease), kinds).await {
             Ok(Some(job)) => {
                 let _ = execute(&engine, &cfg, &shutdown, job).await;
             }

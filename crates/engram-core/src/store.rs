@@ -28,8 +28,8 @@ use time::OffsetDateTime;
 
 use crate::error::Result;
 use crate::model::{
-    Agent, AgentId, Category, ConversationId, Job, JobStatus, KeyRole, Kind, Memory, MemoryEvent,
-    MemoryId, Message, MessageId, TenantId, UserId,
+    Agent, AgentId, Category, ConversationId, Job, JobKind, JobStatus, KeyRole, Kind, Memory,
+    MemoryEvent, MemoryId, Message, MessageId, TenantId, UserId,
 };
 
 /// Which memories a read sees.
@@ -376,11 +376,14 @@ pub trait Store: Send + Sync {
     async fn enqueue_job(&self, job: &Job) -> Result<bool>;
     /// Claim the oldest runnable job of any tenant: pending and due, or running with an
     /// expired lease (its worker died), and whose lock key no other running job holds.
-    /// The claim sets `running`, bumps `attempts` and sets the lease.
+    /// The claim sets `running`, bumps `attempts` and sets the lease. Only jobs of `kinds`
+    /// are claimed: a worker without an LLM leaves extraction and synthesis jobs to one
+    /// that has one.
     async fn claim_job(
         &self,
         now: OffsetDateTime,
         lease_until: OffsetDateTime,
+        kinds: &[JobKind],
     ) -> Result<Option<Job>>;
     /// Extend the lease of a running job.
     async fn heartbeat_job(&self, id: &str, lease_until: OffsetDateTime) -> Result<()>;

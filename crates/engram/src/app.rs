@@ -46,6 +46,22 @@ pub async fn parts(settings: &Settings) -> anyhow::Result<(Arc<dyn Store>, Arc<d
     Ok((store, embedder))
 }
 
+/// Fail unless the embedded store of the settings already exists (PostgreSQL: always fine;
+/// its URL names the database).
+pub fn require_existing_store(settings: &Settings) -> anyhow::Result<()> {
+    if settings.database_url.is_some() {
+        return Ok(());
+    }
+    let db = settings.data_dir.join("engram.db");
+    if !db.is_file() {
+        bail!(
+            "there is no engram store in {} (no engram.db): check --data-dir (or ENGRAM_DATA_DIR / data_dir in engram.toml); `engram serve`, `engram remember` or `engram import` create a store",
+            settings.data_dir.display()
+        );
+    }
+    Ok(())
+}
+
 /// The LLM named by the settings (None: extraction off).
 pub fn llm(settings: &Settings) -> anyhow::Result<Option<Arc<dyn Llm>>> {
     let Some(l) = &settings.llm else { return Ok(None) };
@@ -113,19 +129,18 @@ pub async fn worker(settings: Settings) -> anyhow::Result<()> {
 
 /// Run the HTTP server (and, unless `--no-workers`, the workers) until ctrl-c or SIGTERM.
 pub async fn serve(settings: Settings) -> anyhow::Result<()> {
+    let listen = settings.listen_addr()?;
     let engine = engine(&settings).await?;
-    let loopback = settings.addr.ip().is_loopback();
+    let loopback = listen.ip().is_loopback();
     let keys = engine.store().count_active_api_keys().await.map_err(|e| anyhow::anyhow!("{e}"))?;
     if !loopback && keys == 0 {
         bail!(
-            "refusing to listen on {} without API keys: local mode (no keys) is for loopback only. \
-             Create a key with `engram keys create --tenant <t> --role admin`, or listen on 127.0.0.1",
-            settings.addr
+            "refusing to listen on {listen} without API keys: local mode (no keys) is for loopback only. \
+             Create a key with `engram keys create --tenant <t> --role admin`, or listen on 127.0.0.1"
         );
     }
-    let listener = TcpListener::bind(settings.addr)
-        .await
-        .with_context(|| format!("cannot listen on {}", settings.addr))?;
+    let listener =
+        TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
     tracing::info!(
         %addr,

@@ -225,8 +225,17 @@ fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Open the store for a command that writes (creating an empty store if there is none).
 async fn open(common: &CommonArgs) -> anyhow::Result<Engine> {
     let settings = Settings::resolve(common, &ServeArgs::default())?;
+    crate::app::engine(&settings).await
+}
+
+/// Open the store for a command that reads or changes what is there: a data dir without a
+/// store (a mistyped `--data-dir`) is an error, not a new empty store.
+async fn open_existing(common: &CommonArgs) -> anyhow::Result<Engine> {
+    let settings = Settings::resolve(common, &ServeArgs::default())?;
+    crate::app::require_existing_store(&settings)?;
     crate::app::engine(&settings).await
 }
 
@@ -270,16 +279,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let r = engine.remember(&admin(&out.tenant)?, input).await.map_err(err)?;
             if out.json {
-                print_json(
-                    &serde_json::json!({ "decision": dto::decision_str(r.decision), "memory": MemoryDto::from(&r.memory), "similarity": r.similarity }),
-                )
+                print_json(&serde_json::json!(crate::http::memories::Created::from(&r)))
             } else {
                 println!("{} {}", dto::decision_str(r.decision), r.memory.id);
+                if !r.redacted.is_empty() {
+                    let kinds: Vec<&str> = r.redacted.iter().map(|k| k.as_str()).collect();
+                    eprintln!("note: the PII filter redacted: {}", kinds.join(", "));
+                }
                 Ok(())
             }
         }
         Command::Recall { query, user, agent, limit, explain, out } => {
-            let engine = open(&cli.common).await?;
+            let engine = open_existing(&cli.common).await?;
             let input = SearchInput {
                 query,
                 user_id: Some(UserId::parse(user).map_err(err)?),
@@ -308,7 +319,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Forget { id, purge, out } => {
-            let engine = open(&cli.common).await?;
+            let engine = open_existing(&cli.common).await?;
             let id = MemoryId::parse(&id).map_err(err)?;
             engine.forget(&admin(&out.tenant)?, id, purge).await.map_err(err)?;
             let status = if purge { "purged" } else { "forgotten" };
@@ -320,7 +331,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::List { user, agent, limit, cursor, include_superseded, out } => {
-            let engine = open(&cli.common).await?;
+            let engine = open_existing(&cli.common).await?;
             let input = ListInput {
                 user_id: user.map(UserId::parse).transpose().map_err(err)?,
                 agent_id: agent.map(AgentId::parse).transpose().map_err(err)?,
@@ -349,7 +360,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Export { user, out, tenant } => {
-            let engine = open(&cli.common).await?;
+            let engine = open_existing(&cli.common).await?;
             let user = user.map(UserId::parse).transpose().map_err(err)?;
             let rows =
                 engine.export_memories(&admin(&tenant)?, user.as_ref()).await.map_err(err)?;
@@ -425,14 +436,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Worker(args) => crate::app::worker(Settings::resolve(&cli.common, &args)?).await,
         Command::Jobs(j) => jobs(&cli.common, j).await,
         Command::Backfill(BackfillCommand::ToolCalls { tenant }) => {
-            let engine = open(&cli.common).await?;
+            let engine = open_existing(&cli.common).await?;
             let n = engine.backfill_tool_calls(&admin(&tenant)?).await.map_err(err)?;
             println!("enqueued {n} tool-call messages for synthesis");
             Ok(())
         }
         Command::Reembed { batch } => {
-            let (store, embedder) =
-                crate::app::parts(&Settings::resolve(&cli.common, &ServeArgs::default())?).await?;
+            let settings = Settings::resolve(&cli.common, &ServeArgs::default())?;
+            crate::app::require_existing_store(&settings)?;
+            let (store, embedder) = crate::app::parts(&settings).await?;
             let n = Engine::reembed(&store, &embedder, batch).await.map_err(err)?;
             println!(
                 "re-embedded {} memories and {} messages with {}",
@@ -448,6 +460,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 
 async fn jobs(common: &CommonArgs, j: JobsCommand) -> anyhow::Result<()> {
     let settings = Settings::resolve(common, &ServeArgs::default())?;
+    crate::app::require_existing_store(&settings)?;
     let store = crate::app::store(&settings).await?;
     match j {
         JobsCommand::List { status, tenant, limit, json } => {
@@ -492,6 +505,9 @@ async fn jobs(common: &CommonArgs, j: JobsCommand) -> anyhow::Result<()> {
 
 async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
     let settings = Settings::resolve(common, &ServeArgs::default())?;
+    if !matches!(k, KeysCommand::Create { .. }) {
+        crate::app::require_existing_store(&settings)?;
+    }
     let store = crate::app::store(&settings).await?;
     match k {
         KeysCommand::Create { tenant, role, agent, user, json } => {

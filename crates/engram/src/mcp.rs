@@ -32,9 +32,10 @@
 //! `--key`). Over HTTP, every request is authenticated like the REST API (Bearer key or
 //! local mode, see [`crate::http`]) by [`auth_layer`], which puts the [`Principal`] in the
 //! request's extensions; rmcp hands the request parts to the tool. A session is bound to the
-//! principal of its first request: a later request of the same session with another key is
-//! refused.
+//! principal of the request that opened it (`initialize`): any later request of the same
+//! session with another key is refused before it reaches the session.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{FromRequestParts, Request, State};
@@ -77,19 +78,17 @@ pub struct McpServer {
     engine: Engine,
     /// stdio: the principal of the whole process.
     fixed: Option<Principal>,
-    /// HTTP: the principal the session's first request authenticated as.
-    session: Arc<Mutex<Option<Principal>>>,
 }
 
 impl McpServer {
     /// A server acting as `principal` for every call (stdio).
     pub fn stdio(engine: Engine, principal: Principal) -> Self {
-        Self { engine, fixed: Some(principal), session: Arc::default() }
+        Self { engine, fixed: Some(principal) }
     }
 
     /// A server for one HTTP session: each request carries its principal ([`auth_layer`]).
     pub fn http(engine: Engine) -> Self {
-        Self { engine, fixed: None, session: Arc::default() }
+        Self { engine, fixed: None }
     }
 
     /// The caller of a request.
@@ -105,17 +104,7 @@ impl McpServer {
             .ok_or_else(|| {
                 Error::Unauthorized("the request carries no authenticated key".into())
             })?;
-        let mut bound = self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match &*bound {
-            Some(first) if first != &p => Err(Error::Forbidden(
-                "this MCP session was opened with another key; open a new session".into(),
-            )),
-            Some(_) => Ok(p),
-            None => {
-                *bound = Some(p.clone());
-                Ok(p)
-            }
-        }
+        Ok(p)
     }
 
     async fn call(&self, p: &Principal, name: &str, args: Value) -> Result<Outcome> {
@@ -357,11 +346,7 @@ impl McpServer {
             ..Default::default()
         };
         let r = self.engine.remember(p, input).await?;
-        Ok(Outcome::json(json!({
-            "decision": dto::decision_str(r.decision),
-            "memory": MemoryDto::from(&r.memory),
-            "similarity": r.similarity,
-        })))
+        Ok(Outcome::json(json!(crate::http::memories::Created::from(&r))))
     }
 
     async fn recall(&self, p: &Principal, a: RecallArgs) -> Result<Outcome> {
@@ -517,11 +502,7 @@ impl McpServer {
                     ..Default::default()
                 };
                 let r = self.engine.remember(p, input).await?;
-                Ok(Outcome::json(json!({
-                    "decision": dto::decision_str(r.decision),
-                    "memory": MemoryDto::from(&r.memory),
-                    "similarity": r.similarity,
-                })))
+                Ok(Outcome::json(json!(crate::http::memories::Created::from(&r))))
             }
         }
     }
@@ -735,14 +716,61 @@ pub async fn serve_stdio(engine: Engine, principal: Principal) -> anyhow::Result
     Ok(())
 }
 
+/// The principal each HTTP MCP session was opened with, by session id (issue 10: a session
+/// belongs to the key that sent its `initialize`, not to whoever calls a tool first).
+pub type SessionOwners = Arc<Mutex<HashMap<String, Principal>>>;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+
 /// Authenticate a `/mcp` request like any REST request and hand its [`Principal`] to the
 /// tools (through the request's extensions); refuse it with the REST 401 body otherwise.
-pub async fn auth_layer(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+/// A session is bound to the principal of the request that opened it (the one whose
+/// response carries the new `mcp-session-id`): every later request of that session (tool
+/// calls, listings, the event stream, its `DELETE`) with another key is refused with 403
+/// before it reaches the session, so a key that learns a session id can neither take the
+/// session over nor lock its owner out.
+pub async fn auth_layer(
+    State((st, owners)): State<(Arc<AppState>, SessionOwners)>,
+    req: Request,
+    next: Next,
+) -> Response {
     let (mut parts, body) = req.into_parts();
     match Auth::from_request_parts(&mut parts, &st).await {
         Ok(Auth(p)) => {
-            parts.extensions.insert(p);
-            next.run(Request::from_parts(parts, body)).await
+            let session =
+                parts.headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
+            if let Some(id) = &session {
+                let owners = owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if owners.get(id).is_some_and(|owner| owner != &p) {
+                    return crate::http::error::ApiError::new(
+                        engram_core::ErrorCode::Forbidden,
+                        "this MCP session was opened with another key; open a new session",
+                    )
+                    .into_response();
+                }
+            }
+            let deleting = parts.method == axum::http::Method::DELETE;
+            parts.extensions.insert(p.clone());
+            let response = next.run(Request::from_parts(parts, body)).await;
+            let mut owners = owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match &session {
+                None => {
+                    if let Some(id) =
+                        response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok())
+                    {
+                        owners.insert(id.to_string(), p);
+                    }
+                }
+                Some(id) => {
+                    // Closed, or unknown to the transport (expired): forget the binding.
+                    if (deleting && response.status().is_success())
+                        || response.status() == axum::http::StatusCode::NOT_FOUND
+                    {
+                        owners.remove(id);
+                    }
+                }
+            }
+            response
         }
         Err(e) => {
             let mut r = e.into_response();

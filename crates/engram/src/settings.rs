@@ -92,7 +92,8 @@ struct FileConfig {
 /// Fully resolved settings.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub addr: SocketAddr,
+    /// The listen address as configured (`--addr`, `ENGRAM_ADDR`, `addr` in engram.toml).
+    pub addr: String,
     pub data_dir: PathBuf,
     /// PostgreSQL instead of the embedded store in `data_dir`.
     pub database_url: Option<String>,
@@ -153,10 +154,9 @@ impl Settings {
     pub fn resolve(common: &CommonArgs, serve: &ServeArgs) -> anyhow::Result<Settings> {
         let file = load_file(common.config.as_deref())?;
         let mut warnings = Vec::new();
-        let addr_s = serve.addr.clone().or(file.addr).unwrap_or_else(|| DEFAULT_ADDR.to_string());
-        let addr: SocketAddr = addr_s
-            .parse()
-            .with_context(|| format!("--addr '{addr_s}' is not an address like 127.0.0.1:8420"))?;
+        // Parsed only by the commands that listen ([`Settings::listen_addr`]): a bad `addr`
+        // in engram.toml must not break `engram keys create` or `engram list`.
+        let addr = serve.addr.clone().or(file.addr).unwrap_or_else(|| DEFAULT_ADDR.to_string());
         let database_url = common.database_url.clone().or(file.database_url);
         if let Some(u) = &database_url
             && !(u.starts_with("postgres://") || u.starts_with("postgresql://"))
@@ -251,6 +251,15 @@ impl Settings {
             job_lease: std::time::Duration::from_secs(job_lease_secs),
             job_backoff: std::time::Duration::from_millis(job_backoff_ms),
             warnings,
+        })
+    }
+}
+
+impl Settings {
+    /// The address to listen on, or why the configured one is not an address.
+    pub fn listen_addr(&self) -> anyhow::Result<SocketAddr> {
+        self.addr.parse().with_context(|| {
+            format!("--addr '{}' is not an address like 127.0.0.1:8420", self.addr)
         })
     }
 }

@@ -413,7 +413,7 @@ impl Engine {
         let mut kept: Vec<Candidate> = Vec::new();
         for mut c in candidates {
             match pii::filter(&c.content, policy.pii) {
-                Filtered::Keep(text) => {
+                Filtered::Keep { text, .. } => {
                     c.content = text;
                     kept.push(c);
                 }

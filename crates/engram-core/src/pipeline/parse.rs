@@ -104,7 +104,11 @@ pub fn parse_candidates(text: &str) -> Result<Vec<Candidate>, String> {
 }
 
 /// Parse the consolidator's answer for `n` candidates (numbered from 1) when ids `1..=ids`
-/// were shown. Missing decisions default to ADD; an unknown id is an error.
+/// were shown. Repaired: fences, prose around the JSON, a wrapper object, ids as strings
+/// (`"[1]"`), lower case. Never guessed (issue 10): an answer whose JSON is not a list of
+/// decision objects (`I think fact 1 is an UPDATE of [1]` holds only `[1]`), an item without
+/// a decision, a candidate without a decision, or an id that was never shown is an error,
+/// which fails the attempt so the job retries it.
 pub fn parse_judgements(text: &str, n: usize, ids: usize) -> Result<Vec<Judgement>, String> {
     let value =
         first_json(text).ok_or_else(|| format!("no JSON in the LLM answer: {}", preview(text)))?;
@@ -120,16 +124,20 @@ pub fn parse_judgements(text: &str, n: usize, ids: usize) -> Result<Vec<Judgemen
             return Err(format!("the LLM answer is not a list of decisions: {}", preview(text)));
         }
     };
-    let mut out = vec![Judgement::Add; n];
+    let mut out: Vec<Option<Judgement>> = vec![None; n];
     for (pos, item) in items.iter().enumerate() {
-        let Value::Object(o) = item else { continue };
+        let Value::Object(o) = item else {
+            return Err(format!("the LLM answer is not a list of decisions: {}", preview(text)));
+        };
         let fact =
             o.get("fact").or_else(|| o.get("candidate")).and_then(as_index).unwrap_or(pos + 1);
         if fact == 0 || fact > n {
             return Err(format!("decision for fact {fact}, but only {n} were given"));
         }
-        let decision =
-            o.get("decision").or_else(|| o.get("event")).and_then(Value::as_str).unwrap_or("ADD");
+        let Some(decision) = o.get("decision").or_else(|| o.get("event")).and_then(Value::as_str)
+        else {
+            return Err(format!("the LLM gave no decision for fact {fact}: {}", preview(text)));
+        };
         let id = o.get("id").and_then(as_index);
         let check = |id: Option<usize>| -> Result<usize, String> {
             match id {
@@ -140,7 +148,7 @@ pub fn parse_judgements(text: &str, n: usize, ids: usize) -> Result<Vec<Judgemen
                 None => Err(format!("decision {decision} for fact {fact} names no id")),
             }
         };
-        out[fact - 1] = match decision.trim().to_uppercase().as_str() {
+        out[fact - 1] = Some(match decision.trim().to_uppercase().as_str() {
             "ADD" => Judgement::Add,
             "UPDATE" => Judgement::Update(check(id)?),
             "DELETE" => Judgement::Delete(check(id)?),
@@ -149,9 +157,12 @@ pub fn parse_judgements(text: &str, n: usize, ids: usize) -> Result<Vec<Judgemen
                 None => None,
             }),
             other => return Err(format!("unknown decision '{other}'")),
-        };
+        });
     }
-    Ok(out)
+    out.into_iter()
+        .enumerate()
+        .map(|(i, j)| j.ok_or_else(|| format!("the LLM gave no decision for fact {}", i + 1)))
+        .collect()
 }
 
 fn as_index(v: &Value) -> Option<usize> {
@@ -213,10 +224,24 @@ mod tests {
     }
 
     #[test]
-    fn judgements_default_to_add_and_reject_invented_ids() {
-        let j =
-            parse_judgements(r#"[{"fact": 2, "decision": "update", "id": "[1]"}]"#, 2, 1).unwrap();
+    fn judgements_are_repaired_never_guessed() {
+        let j = parse_judgements(
+            r#"[{"fact": 2, "decision": "update", "id": "[1]"}, {"fact": 1, "decision": "add"}]"#,
+            2,
+            1,
+        )
+        .unwrap();
         assert_eq!(j, [Judgement::Add, Judgement::Update(1)]);
+        // Issue 10: prose holding a bracket, a missing decision, an item without one.
+        for garbage in [
+            "I think fact 1 is an UPDATE of [1]",
+            r#"[{"fact": 2, "decision": "update", "id": 1}]"#,
+            r#"[{"fact": 1, "id": 1}, {"fact": 2, "decision": "ADD"}]"#,
+            r#"["UPDATE", "ADD"]"#,
+            r#"{"decision": "ADD"}"#,
+        ] {
+            assert!(parse_judgements(garbage, 2, 1).is_err(), "{garbage}");
+        }
         assert!(parse_judgements(r#"[{"fact": 1, "decision": "UPDATE", "id": 7}]"#, 1, 3).is_err());
         assert!(parse_judgements(r#"[{"fact": 3, "decision": "ADD"}]"#, 2, 3).is_err());
         let j = parse_judgements(

@@ -57,8 +57,9 @@ impl PiiKind {
 /// The outcome of filtering one text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Filtered {
-    /// Store this text (unchanged, or redacted).
-    Keep(String),
+    /// Store this text: unchanged (`redacted` empty), or with each finding replaced by
+    /// `[REDACTED:<kind>]` (the kinds replaced, in order, so the caller can be told).
+    Keep { text: String, redacted: Vec<PiiKind> },
     /// Do not store (policy `reject` and PII found).
     Rejected(Vec<PiiKind>),
 }
@@ -77,8 +78,14 @@ static SECRET: LazyLock<Vec<Regex>> = LazyLock::new(|| {
         re(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
         re(r"\bAIza[0-9A-Za-z_-]{35}\b"),
         re(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-        re(r"(?i)\b(api[_-]?key|secret|token|password|passwd)\b\s*(is|[:=])\s*\S{6,}"),
     ]
+});
+/// `password: <value>` and the like: only the value is redacted, and only a value that
+/// looks like a secret ([`secret_like`]), so "The user's secret is localmode." stays as is.
+static KEYED_SECRET: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)\b(?:api[_-]?key|secret|token|password|passwd|passcode|pin)\b\s*(?:is|[:=])\s*(\S{6,})",
+    )
 });
 static EMAIL: LazyLock<Regex> =
     LazyLock::new(|| re(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"));
@@ -92,7 +99,19 @@ static NATIONAL: LazyLock<Vec<Regex>> = LazyLock::new(|| {
         re(r"\b[A-Z]{6}\d{2}[A-EHLMPRST]\d{2}[A-Z]\d{3}[A-Z]\b"),
     ]
 });
-static PHONE: LazyLock<Regex> = LazyLock::new(|| re(r"(?:\+|\b)\d[\d\s().-]{7,}\d\b"));
+static PHONE: LazyLock<Regex> = LazyLock::new(|| re(r"(?:\+|\(|\b)\d[\d\s().-]{7,}\d\b"));
+/// Words that make a number right after them a phone number.
+static PHONE_CONTEXT: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)\b(phone|mobile|cell|cellphone|tel|telephone|whatsapp|signal|fax|landline|call|text|sms|reach|dial|contact)\b",
+    )
+});
+/// Words that make a number right after them an identifier of something else.
+static NOT_PHONE_CONTEXT: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)\b(order|invoice|tracking|ticket|booking|reservation|reference|ref|confirmation|account|customer|case|serial|flight|policy|membership|loyalty|receipt|transaction|parcel|shipment|item|product|model|part|room|employee|student|badge)\b",
+    )
+});
 static ISO_DATE: LazyLock<Regex> = LazyLock::new(|| re(r"\d{4}-\d{2}-\d{2}"));
 
 fn luhn(digits: &[u32]) -> bool {
@@ -141,6 +160,14 @@ pub fn find(text: &str) -> Vec<(usize, usize, PiiKind)> {
             push(m.start(), m.end(), PiiKind::Secret, &mut found);
         }
     }
+    for c in KEYED_SECRET.captures_iter(text) {
+        if let Some(v) = c.get(1) {
+            let value = v.as_str().trim_end_matches(['.', ',', ';', '!', '?', ')', '"', '\'']);
+            if secret_like(value) {
+                push(v.start(), v.start() + value.len(), PiiKind::Secret, &mut found);
+            }
+        }
+    }
     for m in EMAIL.find_iter(text) {
         push(m.start(), m.end(), PiiKind::Email, &mut found);
     }
@@ -163,7 +190,8 @@ pub fn find(text: &str) -> Vec<(usize, usize, PiiKind)> {
     for m in PHONE.find_iter(text) {
         let s = m.as_str().trim();
         let digits = s.chars().filter(char::is_ascii_digit).count();
-        if (9..=15).contains(&digits) && !ISO_DATE.is_match(s) {
+        if (9..=15).contains(&digits) && !ISO_DATE.is_match(s) && phone_like(s, &text[..m.start()])
+        {
             push(m.start(), m.end(), PiiKind::Phone, &mut found);
         }
     }
@@ -171,27 +199,68 @@ pub fn find(text: &str) -> Vec<(usize, usize, PiiKind)> {
     found
 }
 
+/// Is this run of digits a phone number? International form (`+39 …`) always is. Otherwise
+/// the words just before it decide: "order number 482913456" is not, "call me at
+/// 347 123 4567" is; with neither kind of word, a number written in phone groups
+/// (`(555) 123-4567`, `347 123 4567`, `555-123-4567`) is, a bare run of digits is not.
+fn phone_like(number: &str, before: &str) -> bool {
+    if number.starts_with('+') {
+        return true;
+    }
+    // The last few words before the number.
+    let start = before.char_indices().rev().nth(40).map_or(0, |(i, _)| i);
+    let window = &before[start..];
+    let phone_at = PHONE_CONTEXT.find_iter(window).last().map(|m| m.start());
+    let other_at = NOT_PHONE_CONTEXT.find_iter(window).last().map(|m| m.start());
+    match (phone_at, other_at) {
+        (Some(p), Some(o)) => return p > o,
+        (Some(_), None) => return true,
+        (None, Some(_)) => return false,
+        (None, None) => {}
+    }
+    let groups = number.split(|c: char| !c.is_ascii_digit()).filter(|g| !g.is_empty()).count();
+    groups >= 3 || number.starts_with('(')
+}
+
+/// Does a value after `password:` look like a secret rather than a word? Long values do;
+/// shorter ones need two kinds of characters (letters and digits, lower and upper case,
+/// or symbols): "hunter22" and "Tr0ub4dor" do, "localmode" does not.
+fn secret_like(v: &str) -> bool {
+    if v.chars().count() >= 16 && !v.contains(char::is_whitespace) {
+        return true;
+    }
+    let classes = [
+        v.chars().any(|c| c.is_lowercase()),
+        v.chars().any(|c| c.is_uppercase()),
+        v.chars().any(|c| c.is_ascii_digit()),
+        v.chars().any(|c| !c.is_alphanumeric()),
+    ];
+    classes.iter().filter(|x| **x).count() >= 2
+}
+
 /// Apply a policy to one text.
 pub fn filter(text: &str, policy: PiiPolicy) -> Filtered {
     if policy == PiiPolicy::Allow {
-        return Filtered::Keep(text.to_string());
+        return Filtered::Keep { text: text.to_string(), redacted: vec![] };
     }
     let found = find(text);
     if found.is_empty() {
-        return Filtered::Keep(text.to_string());
+        return Filtered::Keep { text: text.to_string(), redacted: vec![] };
     }
     if policy == PiiPolicy::Reject {
         return Filtered::Rejected(found.iter().map(|f| f.2).collect());
     }
     let mut out = String::with_capacity(text.len());
     let mut last = 0;
+    let mut redacted = Vec::with_capacity(found.len());
     for (s, e, k) in found {
         out.push_str(&text[last..s]);
         out.push_str(&format!("[REDACTED:{}]", k.as_str()));
+        redacted.push(k);
         last = e;
     }
     out.push_str(&text[last..]);
-    Filtered::Keep(out)
+    Filtered::Keep { text: out, redacted }
 }
 
 #[cfg(test)]
@@ -200,8 +269,8 @@ mod tests {
 
     fn redact(s: &str) -> String {
         match filter(s, PiiPolicy::Redact) {
-            Filtered::Keep(t) => t,
-            Filtered::Rejected(_) => unreachable!(),
+            Filtered::Keep { text, .. } => text,
+            Filtered::Rejected(k) => panic!("redact never rejects: {k:?}"),
         }
     }
 
@@ -234,6 +303,18 @@ mod tests {
                 "The user's AWS key is AKIAIOSFODNN7EXAMPLE.",
                 "The user's AWS key is [REDACTED:secret].",
             ),
+            // Issue 10: the keyword stays, only a secret-looking value goes.
+            ("The user's password is hunter22.", "The user's password is [REDACTED:secret]."),
+            ("The wifi password: Tr0ub4dor&3", "The wifi password: [REDACTED:secret]"),
+            // Phone numbers: by context word, by international form, by phone grouping.
+            ("Call the user at 3471234567.", "Call the user at [REDACTED:phone]."),
+            ("The user's mobile is 482913456.", "The user's mobile is [REDACTED:phone]."),
+            ("The user's number is (555) 123-4567.", "The user's number is [REDACTED:phone]."),
+            ("Reach the user on 555-123-4567.", "Reach the user on [REDACTED:phone]."),
+            (
+                "The user's phone, not the order 4821, is +1 212 555 0100.",
+                "The user's phone, not the order 4821, is [REDACTED:phone].",
+            ),
         ];
         for (input, want) in cases {
             assert_eq!(redact(input), want, "input: {input}");
@@ -250,6 +331,14 @@ mod tests {
             "The user's flight is LH 1234 on 2026-03-01.",
             "The user has a call on 2026-02-23 10:00 with the bank.",
             "The user moved on 2019-03-01 2021-06-01.",
+            // Issue 10: identifiers that are not phone numbers, and words after "secret".
+            "The user's order number is 482913456.",
+            "The user's tracking number is 1Z 999 AA1 0123 4567 84.",
+            "The user's booking reference is 482 913 4567.",
+            "The user's invoice 2024-000123456 is paid.",
+            "The user secret is localmode.",
+            "The user's favourite token is friendship.",
+            "The user's password is secret.",
         ] {
             assert_eq!(redact(s), s);
         }
@@ -263,11 +352,11 @@ mod tests {
         );
         assert_eq!(
             filter("Mail me at a@b.io", PiiPolicy::Allow),
-            Filtered::Keep("Mail me at a@b.io".into())
+            Filtered::Keep { text: "Mail me at a@b.io".into(), redacted: vec![] }
         );
         assert_eq!(
             filter("The user likes tea.", PiiPolicy::Reject),
-            Filtered::Keep("The user likes tea.".into())
+            Filtered::Keep { text: "The user likes tea.".into(), redacted: vec![] }
         );
     }
 }

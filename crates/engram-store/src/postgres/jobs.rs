@@ -19,7 +19,7 @@
 //!   as done (a savepoint catches the unique violation).
 
 use engram_core::error::{Error, Result};
-use engram_core::model::{Job, JobStatus, TenantId, UserId};
+use engram_core::model::{Job, JobKind, JobStatus, TenantId, UserId};
 use sqlx::PgPool;
 use sqlx::postgres::PgRow;
 use time::OffsetDateTime;
@@ -58,13 +58,16 @@ pub async fn claim(
     pool: &PgPool,
     now: OffsetDateTime,
     lease_until: OffsetDateTime,
+    kinds: &[JobKind],
 ) -> Result<Option<Job>> {
+    let kinds: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
     for _ in 0..CLAIM_ATTEMPTS {
         let mut tx = pool.begin().await.map_err(db)?;
         let row: Option<PgRow> = sqlx::query(
             "UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_until = $1, updated_at = $2 \
              WHERE (tenant_id, id) = (SELECT j.tenant_id, j.id FROM jobs j \
                WHERE ((j.status = 'pending' AND j.run_after <= $2) OR (j.status = 'running' AND j.lease_until <= $2)) \
+                 AND j.kind = ANY($3) \
                  AND (j.lock_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs r WHERE r.tenant_id = j.tenant_id \
                       AND r.lock_key = j.lock_key AND r.status = 'running' AND r.lease_until > $2 AND r.id <> j.id)) \
                ORDER BY j.run_after, j.id COLLATE \"C\" LIMIT 1 FOR UPDATE SKIP LOCKED) \
@@ -72,6 +75,7 @@ pub async fn claim(
         )
         .bind(lease_until)
         .bind(now)
+        .bind(&kinds)
         .fetch_optional(&mut *tx)
         .await
         .map_err(db)?;

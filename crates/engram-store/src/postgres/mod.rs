@@ -53,8 +53,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use engram_core::error::{Error, Result};
 use engram_core::model::{
-    Agent, AgentId, ConversationId, Job, JobStatus, KeyRole, Memory, MemoryEvent, MemoryId,
-    Message, MessageId, TenantId, UserId,
+    Agent, AgentId, ConversationId, Job, JobKind, JobStatus, KeyRole, Memory, MemoryEvent,
+    MemoryId, Message, MessageId, TenantId, UserId,
 };
 use engram_core::store::{
     ApiKey, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter, MemoryPage, NewMemory,
@@ -1173,7 +1173,7 @@ impl Store for PgStore {
             "INSERT INTO conversations (tenant_id, id, user_id, agent_id, last_seq, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, 0, $5, $5) \
              ON CONFLICT (tenant_id, id) DO UPDATE SET updated_at = excluded.updated_at \
-             RETURNING user_id, last_seq",
+             RETURNING user_id, agent_id, last_seq",
         )
         .bind(tenant.as_str())
         .bind(conv.as_str())
@@ -1186,6 +1186,11 @@ impl Store for PgStore {
         if col::<String>(&r, "user_id")? != user.as_str() {
             return Err(Error::Conflict(format!("conversation '{conv}' belongs to another user")));
         }
+        crate::check_conversation_agent(
+            &conv,
+            col::<Option<String>>(&r, "agent_id")?.as_deref(),
+            &messages,
+        )?;
         let mut seq: i64 = col(&r, "last_seq")?;
         let mut out = Vec::with_capacity(messages.len());
         for mut m in messages {
@@ -1603,8 +1608,9 @@ impl Store for PgStore {
         &self,
         now: OffsetDateTime,
         lease_until: OffsetDateTime,
+        kinds: &[JobKind],
     ) -> Result<Option<Job>> {
-        jobs::claim(&self.pool, now, lease_until).await
+        jobs::claim(&self.pool, now, lease_until, kinds).await
     }
 
     async fn heartbeat_job(&self, id: &str, lease_until: OffsetDateTime) -> Result<()> {

@@ -37,12 +37,29 @@ use vectors::{Entry, VectorCache};
 /// the busy timeout or no connection in time is `StoreUnavailable` (retryable), the rest
 /// `Internal`.
 pub fn db(e: sqlx::Error) -> Error {
-    let busy = matches!(&e, sqlx::Error::PoolTimedOut)
-        || matches!(&e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("5" | "6" | "261" | "262" | "517" | "773")));
-    if busy {
+    // SQLite's primary result code is the low byte of the extended one: BUSY (5) and
+    // LOCKED (6) pass; READONLY (8), IOERR (10), FULL (13) and CANTOPEN (14) are the
+    // data dir's fault (permissions changed, disk full), not engram's: 503, not 500.
+    let primary = e
+        .as_database_error()
+        .and_then(|d| d.code())
+        .and_then(|c| c.parse::<i32>().ok())
+        .map(|c| c & 0xff);
+    let unavailable = matches!(&e, sqlx::Error::PoolTimedOut)
+        || matches!(primary, Some(5 | 6 | 8 | 10 | 13 | 14));
+    if unavailable {
         return Error::StoreUnavailable(format!("database: {e}"));
     }
     Error::internal(format!("database: {e}"))
+}
+
+/// The data dir can be read but not written (wrong owner, read-only mount, full disk).
+fn not_writable(data_dir: &Path, cause: &str) -> Error {
+    Error::Unprocessable(format!(
+        "the data dir {} cannot be written ({cause}); engram needs to write its database and \
+         its -wal and -shm files there: fix the permissions or choose another --data-dir",
+        data_dir.display()
+    ))
 }
 
 /// A timestamp as stored: unix nanoseconds, cut to whole microseconds (the precision of the
@@ -103,8 +120,32 @@ impl SqliteStore {
             .min_connections(1)
             .connect_with(opts.clone())
             .await
-            .map_err(|e| Error::Unprocessable(format!("cannot open {}: {e}", path.display())))?;
-        crate::migrate::run_sqlite(&write).await?;
+            .map_err(|e| {
+                let e = db(e);
+                if matches!(e, Error::StoreUnavailable(_)) {
+                    not_writable(data_dir, &e.to_string())
+                } else {
+                    Error::Unprocessable(format!("cannot open {}: {e}", path.display()))
+                }
+            })?;
+        crate::migrate::run_sqlite(&write).await.map_err(|e| {
+            if matches!(e, Error::StoreUnavailable(_)) {
+                not_writable(data_dir, &e.to_string())
+            } else {
+                e
+            }
+        })?;
+        // A data dir that can be read but not written (wrong owner, read-only mount) would
+        // serve reads and fail every write and search: refuse it here, with the reason.
+        let probe = async {
+            let mut tx = write.begin_with("BEGIN IMMEDIATE").await?;
+            sqlx::query("INSERT OR REPLACE INTO meta (key, value) VALUES ('write_check', '')")
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM meta WHERE key = 'write_check'").execute(&mut *tx).await?;
+            tx.commit().await
+        };
+        probe.await.map_err(|e| not_writable(data_dir, &e.to_string()))?;
         let read = SqlitePoolOptions::new()
             .max_connections(8)
             .connect_with(opts.read_only(true))
@@ -1163,7 +1204,7 @@ impl Store for SqliteStore {
         let now = ts(OffsetDateTime::now_utc());
         let mut tx = self.begin().await?;
         let existing = sqlx::query(
-            "SELECT user_id, last_seq FROM conversations WHERE tenant_id = ? AND id = ?",
+            "SELECT user_id, agent_id, last_seq FROM conversations WHERE tenant_id = ? AND id = ?",
         )
         .bind(tenant.as_str())
         .bind(conv.as_str())
@@ -1177,6 +1218,11 @@ impl Store for SqliteStore {
                         "conversation '{conv}' belongs to another user"
                     )));
                 }
+                crate::check_conversation_agent(
+                    &conv,
+                    r.get::<Option<&str>, _>("agent_id"),
+                    &messages,
+                )?;
                 r.get::<i64, _>("last_seq")
             }
             None => {
@@ -1635,12 +1681,14 @@ impl Store for SqliteStore {
         &self,
         now: OffsetDateTime,
         lease_until: OffsetDateTime,
+        kinds: &[JobKind],
     ) -> Result<Option<Job>> {
         let mut tx = self.begin().await?;
         let row = sqlx::query(
             "UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_until = ?1, updated_at = ?2 \
              WHERE id = (SELECT j.id FROM jobs j \
                WHERE ((j.status = 'pending' AND j.run_after <= ?2) OR (j.status = 'running' AND j.lease_until <= ?2)) \
+                 AND j.kind IN (SELECT value FROM json_each(?3)) \
                  AND (j.lock_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs r WHERE r.tenant_id = j.tenant_id \
                       AND r.lock_key = j.lock_key AND r.status = 'running' AND r.lease_until > ?2 AND r.id != j.id)) \
                ORDER BY j.run_after, j.id LIMIT 1) \
@@ -1648,6 +1696,7 @@ impl Store for SqliteStore {
         )
         .bind(ts(lease_until))
         .bind(ts(now))
+        .bind(serde_json::json!(kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>()).to_string())
         .fetch_optional(&mut *tx)
         .await
         .map_err(db)?;

@@ -33,7 +33,9 @@ pub async fn concurrent_claims_never_hand_out_a_job_twice(a: Arc<dyn Store>, b: 
         let s = if w % 2 == 0 { a.clone() } else { b.clone() };
         tasks.push(tokio::spawn(async move {
             let mut got = Vec::new();
-            while let Some(j) = s.claim_job(base, lease).await.unwrap() {
+            while let Some(j) =
+                s.claim_job(base, lease, engram_core::model::JobKind::ALL).await.unwrap()
+            {
                 got.push(j);
             }
             got
@@ -44,7 +46,7 @@ pub async fn concurrent_claims_never_hand_out_a_job_twice(a: Arc<dyn Store>, b: 
         claimed.extend(t.await.unwrap());
     }
     // Whatever a racing claim left behind is still claimable afterwards.
-    while let Some(j) = a.claim_job(base, lease).await.unwrap() {
+    while let Some(j) = a.claim_job(base, lease, engram_core::model::JobKind::ALL).await.unwrap() {
         claimed.push(j);
     }
     let ids: Vec<&String> = claimed.iter().map(|j| &j.id).collect();

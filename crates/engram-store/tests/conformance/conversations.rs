@@ -49,6 +49,13 @@ pub async fn append_seq_ownership(s: Arc<dyn Store>) {
     assert!(matches!(r, Err(Error::Conflict(_))), "{r:?}");
     assert!(s.get_message(&t, intruder.id).await.unwrap().is_none());
     assert_eq!(s.conversation_messages(&t, &c).await.unwrap().len(), 5);
+    // Nor another agent (issue 10): the conversation was started by `helper`.
+    let mut other_agent = message(&t, &u, "conv-1", MessageRole::User, "INJECTED by a2");
+    other_agent.agent_id = Some(AgentId::parse("a2").unwrap());
+    let r = s.append_messages(&t, vec![other_agent.clone()]).await;
+    assert!(matches!(&r, Err(Error::Conflict(m)) if m.contains("another agent")), "{r:?}");
+    assert!(s.get_message(&t, other_agent.id).await.unwrap().is_none());
+    assert_eq!(s.conversation_messages(&t, &c).await.unwrap().len(), 5);
 
     // Browsing.
     let page = s.list_messages(&t, &c, 2, 2).await.unwrap();

@@ -26,7 +26,7 @@ pub fn job(
 }
 
 async fn claim(s: &Arc<dyn Store>, at: OffsetDateTime) -> Option<Job> {
-    s.claim_job(at, at + Duration::seconds(60)).await.unwrap()
+    s.claim_job(at, at + Duration::seconds(60), JobKind::ALL).await.unwrap()
 }
 
 async fn get(s: &Arc<dyn Store>, t: &TenantId, id: &str) -> Job {
@@ -63,7 +63,7 @@ pub async fn enqueue_dedup_and_claim_order(s: Arc<dyn Store>) {
     let lease = base + Duration::seconds(60);
     let order = [&j2, first_equal, second_equal, &j1];
     for want in order {
-        let got = s.claim_job(base, lease).await.unwrap().expect("a runnable job");
+        let got = s.claim_job(base, lease, JobKind::ALL).await.unwrap().expect("a runnable job");
         assert_eq!(got.id, want.id);
         assert_eq!(
             (got.status, got.attempts, got.lease_until),
@@ -92,17 +92,17 @@ pub async fn lease_expiry_reclaims(s: Arc<dyn Store>) {
     let base = now();
     let j = job(&t, None, None, base);
     s.enqueue_job(&j).await.unwrap();
-    let got = s.claim_job(base, base + Duration::seconds(10)).await.unwrap().unwrap();
+    let got = s.claim_job(base, base + Duration::seconds(10), JobKind::ALL).await.unwrap().unwrap();
     assert_eq!((got.id.clone(), got.attempts), (j.id.clone(), 1));
     assert!(
-        s.claim_job(base + Duration::seconds(5), base + Duration::seconds(15))
+        s.claim_job(base + Duration::seconds(5), base + Duration::seconds(15), JobKind::ALL)
             .await
             .unwrap()
             .is_none()
     );
     // The worker died: after the lease, another worker takes the job over.
     let again = s
-        .claim_job(base + Duration::seconds(11), base + Duration::seconds(21))
+        .claim_job(base + Duration::seconds(11), base + Duration::seconds(21), JobKind::ALL)
         .await
         .unwrap()
         .unwrap();
@@ -139,7 +139,7 @@ pub async fn lock_key_is_exclusive(s: Arc<dyn Store>) {
     }
     let lease = base + Duration::seconds(60);
     let mut got = Vec::new();
-    while let Some(j) = s.claim_job(base, lease).await.unwrap() {
+    while let Some(j) = s.claim_job(base, lease, JobKind::ALL).await.unwrap() {
         got.push(j.id);
         assert!(got.len() < 10);
     }
@@ -156,7 +156,9 @@ pub async fn lock_key_is_exclusive(s: Arc<dyn Store>) {
     s.enqueue_job(&j5).await.unwrap();
     let after = lease + Duration::seconds(1);
     let mut ids = Vec::new();
-    while let Some(j) = s.claim_job(after, after + Duration::seconds(60)).await.unwrap() {
+    while let Some(j) =
+        s.claim_job(after, after + Duration::seconds(60), JobKind::ALL).await.unwrap()
+    {
         ids.push(j.id);
         assert!(ids.len() < 10);
     }
@@ -203,7 +205,11 @@ pub async fn retry_backoff_fail_list(s: Arc<dyn Store>) {
         "only failed jobs"
     );
     let real_now = OffsetDateTime::now_utc() + Duration::seconds(1);
-    let retried = s.claim_job(real_now, real_now + Duration::seconds(60)).await.unwrap().unwrap();
+    let retried = s
+        .claim_job(real_now, real_now + Duration::seconds(60), JobKind::ALL)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((retried.id.clone(), retried.attempts), (j.id.clone(), 1));
     s.complete_job(&j.id).await.unwrap();
     assert_eq!(s.stats(&t).await.unwrap().extractions_done, 1);
@@ -236,4 +242,23 @@ pub async fn retry_backoff_fail_list(s: Arc<dyn Store>) {
     assert_eq!(s.list_jobs(None, None, 100).await.unwrap().len(), 5);
     assert_eq!(s.list_jobs(Some(&t2), None, 100).await.unwrap().len(), 1);
     assert_eq!(s.list_jobs(None, Some(JobStatus::Running), 100).await.unwrap().len(), 0);
+}
+
+/// Issue 10: a worker without an LLM claims only the kinds it can run; an extraction job
+/// waits for a worker that can run it instead of failing with "no LLM is configured".
+pub async fn claim_only_the_kinds_asked_for(s: Arc<dyn Store>) {
+    let t = tenant("t");
+    let base = now();
+    let extract = job(&t, None, None, base - Duration::seconds(2));
+    let mut embed = job(&t, None, None, base - Duration::seconds(1));
+    embed.kind = JobKind::EmbedMessages;
+    assert!(s.enqueue_job(&extract).await.unwrap());
+    assert!(s.enqueue_job(&embed).await.unwrap());
+    let lease = base + Duration::seconds(60);
+    let got = s.claim_job(base, lease, &[JobKind::EmbedMessages]).await.unwrap().unwrap();
+    assert_eq!(got.id, embed.id, "the older extraction job is not for this worker");
+    assert!(s.claim_job(base, lease, &[JobKind::EmbedMessages]).await.unwrap().is_none());
+    assert_eq!(get(&s, &t, &extract.id).await.status, JobStatus::Pending);
+    let got = s.claim_job(base, lease, JobKind::ALL).await.unwrap().unwrap();
+    assert_eq!(got.id, extract.id);
 }

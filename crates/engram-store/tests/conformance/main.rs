@@ -83,6 +83,7 @@ conformance! {
         jobs::lease_expiry_reclaims,
         jobs::lock_key_is_exclusive,
         jobs::retry_backoff_fail_list,
+        jobs::claim_only_the_kinds_asked_for,
         extraction::apply_extraction_is_atomic,
     ];
     pair: [

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use engram_core::engine::MessageInput;
 use engram_core::model::{AgentId, ConversationId, MessageId, MessageRole, UserId};
@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::dto::{self, MessageDto};
-use super::error::{ApiJson, ApiQuery, ApiResult, ErrorBody};
+use super::error::{ApiJson, ApiPath, ApiQuery, ApiResult, ErrorBody};
 use super::{AppState, Auth};
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -58,7 +58,7 @@ pub struct AppendResponse {
 pub async fn append(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(b): ApiJson<AppendRequest>,
 ) -> ApiResult<(StatusCode, Json<AppendResponse>)> {
     let conv = ConversationId::parse(id)?;
@@ -119,7 +119,7 @@ pub struct MessagePage {
 pub async fn browse(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<BrowseQuery>,
 ) -> ApiResult<Json<MessagePage>> {
     let conv = ConversationId::parse(id)?;
@@ -149,7 +149,7 @@ pub struct MessageRated {
 pub async fn rate_message(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(b): ApiJson<MessageRating>,
 ) -> ApiResult<Json<MessageRated>> {
     let (m, rated) = st.engine.rate_message(&p, MessageId::parse(&id)?, b.value).await?;
@@ -172,7 +172,7 @@ pub struct SessionEnded {
 pub async fn end(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<(StatusCode, Json<SessionEnded>)> {
     let conv = ConversationId::parse(id)?;
     let queued = st.engine.end_session(&p, &conv).await?;

@@ -181,3 +181,23 @@ fn query_rejection(e: QueryRejection) -> ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// `Path<T>` whose rejections are engram errors (400 `invalid_input`): a path segment that
+/// is not valid UTF-8 once percent-decoded (`/v1/memories/%FF`) gets the one error format
+/// instead of axum's plain-text body.
+pub struct ApiPath<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiPath<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(ApiPath(v)),
+            Err(e) => Err(ApiError::invalid(format!("invalid path: {}", e.body_text()))),
+        }
+    }
+}

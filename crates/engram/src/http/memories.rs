@@ -3,8 +3,9 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::AppendHeaders;
 use engram_core::Error;
 use engram_core::engine::{EditInput, ListInput, RememberInput, prefix_batch_error};
 use engram_core::model::{AgentId, Category, ConversationId, Importance, Kind, MemoryId, UserId};
@@ -12,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::dto::{self, EventDto, MemoryDto};
-use super::error::{ApiJson, ApiQuery, ApiResult, ErrorBody};
+use super::error::{ApiJson, ApiPath, ApiQuery, ApiResult, ErrorBody};
 use super::{AppState, Auth};
 
 /// Body of `POST /v1/memories`.
@@ -71,6 +72,20 @@ pub struct Created {
     pub memory: MemoryDto,
     /// For `NONE`: cosine similarity to the existing fact.
     pub similarity: Option<f32>,
+    /// What the PII filter replaced in the content as given (`email`, `phone`, `card`,
+    /// `iban`, `national_id`, `secret`), in order; empty when the content is stored as given.
+    pub redacted: Vec<String>,
+}
+
+impl From<&engram_core::engine::Remembered> for Created {
+    fn from(r: &engram_core::engine::Remembered) -> Self {
+        Created {
+            decision: dto::decision_str(r.decision).into(),
+            memory: (&r.memory).into(),
+            similarity: r.similarity,
+            redacted: r.redacted.iter().map(|k| k.as_str().to_string()).collect(),
+        }
+    }
 }
 
 /// Create a memory (explicit remember, deduplicated).
@@ -88,14 +103,7 @@ pub async fn create(
     } else {
         StatusCode::CREATED
     };
-    Ok((
-        status,
-        Json(Created {
-            decision: dto::decision_str(r.decision).into(),
-            memory: (&r.memory).into(),
-            similarity: r.similarity,
-        }),
-    ))
+    Ok((status, Json(Created::from(&r))))
 }
 
 /// Body of `POST /v1/memories/batch`.
@@ -131,16 +139,7 @@ pub async fn batch(
         .map(|(i, m)| m.into_input().map_err(|e| prefix_batch_error(e, i, n)))
         .collect::<engram_core::Result<Vec<_>>>()?;
     let out = st.engine.remember_batch(&p, inputs, body.dedup.unwrap_or(true)).await?;
-    Ok(Json(BatchCreated {
-        results: out
-            .iter()
-            .map(|r| Created {
-                decision: dto::decision_str(r.decision).into(),
-                memory: (&r.memory).into(),
-                similarity: r.similarity,
-            })
-            .collect(),
-    }))
+    Ok(Json(BatchCreated { results: out.iter().map(Created::from).collect() }))
 }
 
 /// Query of `GET /v1/memories`.
@@ -207,7 +206,7 @@ pub async fn list(
 pub async fn get_one(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<MemoryDto>> {
     let m = st.engine.get(&p, MemoryId::parse(&id)?).await?;
     Ok(Json((&m).into()))
@@ -244,9 +243,9 @@ mod double_option {
 pub async fn patch(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<PatchMemory>,
-) -> ApiResult<Json<MemoryDto>> {
+) -> ApiResult<(AppendHeaders<Option<(&'static str, String)>>, Json<MemoryDto>)> {
     let id = MemoryId::parse(&id)?;
     let input = EditInput {
         content: body.content,
@@ -269,9 +268,15 @@ pub async fn patch(
     {
         return Err(Error::invalid("body", "nothing to change: give at least one field").into());
     }
-    let m = st.engine.edit(&p, id, input).await?;
-    Ok(Json((&m).into()))
+    let (m, redacted) = st.engine.edit_reporting(&p, id, input).await?;
+    let kinds: Vec<&str> = redacted.iter().map(|k| k.as_str()).collect();
+    let header = (REDACTED_HEADER, kinds.join(","));
+    Ok((AppendHeaders((!kinds.is_empty()).then_some(header)), Json((&m).into())))
 }
+
+/// Response header of `PATCH /v1/memories/{id}` naming what the PII filter replaced in the
+/// new content (comma-separated kinds); absent when the content is stored as given.
+pub const REDACTED_HEADER: &str = "engram-redacted";
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -292,7 +297,7 @@ pub struct Deleted {
 pub async fn delete(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<DeleteQuery>,
 ) -> ApiResult<Json<Deleted>> {
     let id = MemoryId::parse(&id)?;
@@ -316,7 +321,7 @@ pub struct HistoryDto {
 pub async fn history(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<HistoryDto>> {
     let h = st.engine.history(&p, MemoryId::parse(&id)?).await?;
     Ok(Json(HistoryDto {
@@ -337,7 +342,7 @@ pub struct Rating {
 pub async fn rate(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<Rating>,
 ) -> ApiResult<Json<MemoryDto>> {
     let m = st.engine.rate(&p, MemoryId::parse(&id)?, body.value).await?;

@@ -9,7 +9,11 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use engram_core::metrics::BUCKETS;
 
-use super::AppState;
+use engram_core::ErrorCode;
+use engram_core::model::KeyRole;
+
+use super::error::ApiError;
+use super::{AppState, Auth};
 
 fn labels(extra: &str, base: &str) -> String {
     match (base.is_empty(), extra.is_empty()) {
@@ -54,6 +58,14 @@ pub fn render(state: &AppState) -> String {
     out
 }
 
-pub async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], render(&st))
+/// `GET /metrics`: needs an admin key once keys exist (the figures cover every tenant of
+/// the process); open in local mode, like the rest of the API.
+pub async fn metrics(
+    State(st): State<Arc<AppState>>,
+    Auth(p): Auth,
+) -> Result<impl IntoResponse, ApiError> {
+    if !matches!(p.role, KeyRole::Admin) {
+        return Err(ApiError::new(ErrorCode::Forbidden, "/metrics needs an admin key"));
+    }
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], render(&st)))
 }

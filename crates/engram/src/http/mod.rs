@@ -58,9 +58,14 @@ impl FromRequestParts<Arc<AppState>> for Auth {
                 let h = h.to_str().map_err(|_| {
                     ApiError::new(ErrorCode::Unauthorized, "malformed Authorization header")
                 })?;
-                let Some(secret) =
-                    h.strip_prefix("Bearer ").map(str::trim).filter(|s| !s.is_empty())
-                else {
+                // The scheme is case-insensitive (RFC 9110 §11.1): `bearer <key>` is fine.
+                let secret = h
+                    .trim_start()
+                    .split_once(' ')
+                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                    .map(|(_, k)| k.trim())
+                    .filter(|s| !s.is_empty());
+                let Some(secret) = secret else {
                     return Err(ApiError::new(
                         ErrorCode::Unauthorized,
                         "expected 'Authorization: Bearer <key>'",
@@ -73,6 +78,7 @@ impl FromRequestParts<Arc<AppState>> for Auth {
             }
             None => {
                 if state.loopback && store.count_active_api_keys().await? == 0 {
+                    check_local_request(parts)?;
                     Ok(Auth(Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin }))
                 } else {
                     Err(ApiError::new(
@@ -83,6 +89,60 @@ impl FromRequestParts<Arc<AppState>> for Auth {
             }
         }
     }
+}
+
+/// Local mode trusts every process of the machine, not every web page its browser opens: a
+/// request without a key must be addressed to a loopback name (`Host`), which defeats DNS
+/// rebinding (a page of `attacker.example` whose name now resolves to 127.0.0.1 still sends
+/// `Host: attacker.example`), and must not come from a page of another site (`Origin`).
+fn check_local_request(parts: &Parts) -> Result<(), ApiError> {
+    let host = parts
+        .headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| parts.uri.authority().map(|a| a.to_string()));
+    let host_ok = host.as_deref().is_some_and(|h| is_loopback_name(strip_port(h)));
+    if !host_ok {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!(
+                "local mode (no API keys) only answers requests addressed to localhost, 127.0.0.1 or [::1]; this one was addressed to '{}'. Create an API key (`engram keys create`) to serve other names",
+                host.unwrap_or_default().chars().take(100).collect::<String>()
+            ),
+        ));
+    }
+    if let Some(origin) = parts.headers.get(axum::http::header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let ok = origin
+            .split_once("://")
+            .is_some_and(|(_, rest)| is_loopback_name(strip_port(rest.trim_end_matches('/'))));
+        if !ok {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "local mode (no API keys) does not answer requests from web pages of other sites (Origin header); create an API key to allow them",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `host:port`, `[v6]:port`, `host` or `[v6]` → the name alone.
+fn strip_port(h: &str) -> &str {
+    if let Some(rest) = h.strip_prefix('[') {
+        return rest.split_once(']').map_or(rest, |(name, _)| name);
+    }
+    match h.rsplit_once(':') {
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
+        _ => h,
+    }
+}
+
+fn is_loopback_name(name: &str) -> bool {
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 #[derive(OpenApi)]
@@ -149,9 +209,10 @@ fn mcp_service(state: &Arc<AppState>, max_body_bytes: usize) -> Router {
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    Router::new()
-        .route_service("/mcp", svc)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::mcp::auth_layer))
+    Router::new().route_service("/mcp", svc).layer(axum::middleware::from_fn_with_state(
+        (state.clone(), crate::mcp::SessionOwners::default()),
+        crate::mcp::auth_layer,
+    ))
 }
 
 /// The whole HTTP application.
@@ -188,4 +249,36 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .with_state(state)
         .merge(mcp)
         .layer(tower_http::trace::TraceLayer::new_for_http())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{is_loopback_name, strip_port};
+
+    #[test]
+    fn loopback_names_with_and_without_ports() {
+        for h in [
+            "localhost:8420",
+            "127.0.0.1:1",
+            "[::1]:8420",
+            "[::1]",
+            "LOCALHOST",
+            "a.localhost:9",
+            "127.8.0.1",
+            "localhost.",
+        ] {
+            assert!(is_loopback_name(strip_port(h)), "{h}");
+        }
+        for h in [
+            "attacker.example:8420",
+            "10.0.0.1:8420",
+            "localhost.attacker.example",
+            "[2001:db8::1]:80",
+            "",
+            "0.0.0.0:8420",
+            "127.0.0.1.nip.io",
+        ] {
+            assert!(!is_loopback_name(strip_port(h)), "{h}");
+        }
+    }
 }

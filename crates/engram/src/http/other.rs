@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use engram_core::engine::{AgentInput, Engine};
 use engram_core::model::{AgentId, UserId};
 use engram_core::store::EraseCounts;
@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::dto::{AgentDto, EventDto, MemoryDto, MessageDto};
-use super::error::{ApiJson, ApiResult, ErrorBody};
+use super::error::{ApiJson, ApiPath, ApiResult, ErrorBody};
 use super::{AppState, Auth};
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -34,7 +34,7 @@ pub struct AgentRequest {
 pub async fn put_agent(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(b): ApiJson<AgentRequest>,
 ) -> ApiResult<Json<AgentDto>> {
     let input = AgentInput {
@@ -52,7 +52,7 @@ pub async fn put_agent(
 pub async fn get_agent(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<AgentDto>> {
     let a = st.engine.get_agent(&p, &AgentId::parse(id)?).await?;
     Ok(Json((&a).into()))
@@ -72,7 +72,7 @@ pub struct Erased {
 pub async fn erase_user(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
-    Path(user): Path<String>,
+    ApiPath(user): ApiPath<String>,
 ) -> ApiResult<Json<Erased>> {
     let user = UserId::parse(user)?;
     let counts = st.engine.erase_user(&p, &user).await?;
@@ -93,7 +93,7 @@ pub struct UserExportDto {
 pub async fn export_user(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
-    Path(user): Path<String>,
+    ApiPath(user): ApiPath<String>,
 ) -> ApiResult<Json<UserExportDto>> {
     let x = st.engine.export_user(&p, &UserId::parse(user)?).await?;
     Ok(Json(UserExportDto {

@@ -354,6 +354,13 @@ async fn faults_retry_then_fail_visibly_and_write_nothing(backend: Backend) {
     llm.on(Rule::system_contains(CONSOLIDATE)
         .and(Match::any().user_contains("drums"))
         .reply(r#"[{"fact": 1, "decision": "ADD"}]"#));
+    // Issue 10: prose whose only JSON is `[1]` is garbage, never "add everything".
+    llm.on(Rule::system_contains(EXTRACT).and(Match::any().user_contains("Hamburg")).reply(
+        r#"[{"content": "The user moved from Munich to Hamburg in 2026.", "category": "event", "importance": 6}]"#,
+    ));
+    llm.on(Rule::system_contains(CONSOLIDATE)
+        .and(Match::any().user_contains("Hamburg"))
+        .reply("I think fact 1 is an UPDATE of [1]"));
     // Transient trouble, then an answer.
     llm.on(Rule::system_contains(EXTRACT).and(Match::any().user_contains("flaky")).reply(
         r#"[{"content": "The user plays the drums.", "category": "fact", "importance": 4}]"#,
@@ -380,26 +387,35 @@ async fn faults_retry_then_fail_visibly_and_write_nothing(backend: Backend) {
     )
     .await;
     append(&s, "f", "u", json!([{ "role": "user", "content": "flaky: I play the drums" }])).await;
+    append(&s, "h", "u", json!([{ "role": "user", "content": "I moved from Munich to Hamburg" }]))
+        .await;
     let stats = drained(&s).await;
-    assert_eq!(stats["extraction"]["failed"], 2, "{stats}");
+    assert_eq!(stats["extraction"]["failed"], 3, "{stats}");
     assert_eq!(
         facts(&active(&s, "u").await),
         ["The user lives in Munich.", "The user plays the drums."]
     );
     // Each failed job was tried three times.
     assert_eq!(llm.calls_matching(&Match::any().user_contains("garbage")).len(), 3);
-    assert_eq!(
-        llm.calls_matching(&Match::any().system_contains(CONSOLIDATE).user_contains("Berlin"))
-            .len(),
-        3
-    );
+    for city in ["Berlin", "Hamburg"] {
+        assert_eq!(
+            llm.calls_matching(&Match::any().system_contains(CONSOLIDATE).user_contains(city))
+                .len(),
+            3,
+            "{city}"
+        );
+    }
     // The failures are listed with their reason, and can be re-run.
     let (ok, out, _) = db.cli(&["jobs", "list", "--status", "failed", "--json"]);
     assert!(ok);
     let jobs: Vec<Value> = serde_json::from_str(&out).unwrap();
-    assert_eq!(jobs.len(), 2);
+    assert_eq!(jobs.len(), 3);
     assert!(
         jobs.iter().any(|j| j["last_error"].as_str().unwrap().contains("never shown")),
+        "{jobs:?}"
+    );
+    assert!(
+        jobs.iter().any(|j| j["last_error"].as_str().unwrap().contains("not a list of decisions")),
         "{jobs:?}"
     );
     assert!(jobs.iter().all(|j| j["attempts"] == 3));

@@ -20,3 +20,4 @@ mod migrate;
 mod outage;
 mod postgres;
 mod reembed;
+mod trust;

@@ -442,10 +442,26 @@ async fn mcp_http_keys_roles_and_tenants(backend: Backend) {
     // A session belongs to the key that opened it: globex's key cannot ride alice's session.
     let mut hijack = Mcp::new(&s.base, Some(&admin_b));
     hijack.session = u.session.clone();
-    assert_tool_error(
-        &hijack.call("list_memories", json!({ "user_id": "alice" })).await,
-        "forbidden",
-    );
+    let call = json!({ "jsonrpc": "2.0", "id": 99, "method": "tools/call",
+        "params": { "name": "list_memories", "arguments": { "user_id": "alice" } } });
+    let (status, _, body) = hijack.post(&call).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["code"], "forbidden");
+    assert!(!body.contains("Nightingale"), "{body}");
+    // Issue 10: bound at `initialize`, not at the first tool call. A session that has only
+    // been opened cannot be taken over (any request of another key is refused, listings
+    // too), and its owner is not locked out by the attempt.
+    let mut fresh = Mcp::new(&s.base, Some(&alice));
+    fresh.connect().await;
+    hijack.session = fresh.session.clone();
+    for msg in
+        [call.clone(), json!({ "jsonrpc": "2.0", "id": 100, "method": "tools/list", "params": {} })]
+    {
+        let (status, _, body) = hijack.post(&msg).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    }
+    let r = fresh.ok("list_memories", json!({})).await;
+    assert_eq!(contents_of(&r["memories"]), ["Alice's secret project is called Nightingale."]);
     // Nothing was changed by the refused calls.
     let r = a.ok("list_memories", json!({})).await;
     assert_eq!(r["memories"].as_array().unwrap().len(), 2);

@@ -56,6 +56,8 @@ impl Server {
             .arg("serve")
             .arg("--addr")
             .arg(&addr)
+            // Benchmarks measure the server, not its per-key request limit.
+            .args(["--rate-limit", "0"])
             .arg("--data-dir")
             .arg(data_dir)
             .args(extra)

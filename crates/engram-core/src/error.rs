@@ -31,6 +31,8 @@ pub enum ErrorCode {
     RateLimited,
     EmbedderUnavailable,
     StoreUnavailable,
+    /// The server is handling as many requests as it may (503, retry shortly).
+    Overloaded,
     Internal,
 }
 
@@ -50,6 +52,7 @@ impl ErrorCode {
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::EmbedderUnavailable => "embedder_unavailable",
             ErrorCode::StoreUnavailable => "store_unavailable",
+            ErrorCode::Overloaded => "overloaded",
             ErrorCode::Internal => "internal",
         }
     }

@@ -156,9 +156,16 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     });
     // Machine-readable readiness line for scripts and tests.
     println!("engram listening on http://{addr}");
-    let app =
-        router(AppState { engine, loopback, shutdown: shutdown.clone() }, settings.max_body_bytes);
+    let limits =
+        Arc::new(crate::http::limits::Limits::new(settings.rate_limit, settings.rate_limit_burst));
+    let app = router(
+        AppState { engine, loopback, shutdown: shutdown.clone(), limits },
+        settings.max_body_bytes,
+        settings.max_concurrent_requests,
+    );
     let server_shutdown = shutdown.clone();
+    // The client address keys the rate limit of requests without a valid key.
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown_signal().await;

@@ -76,6 +76,9 @@ struct FileConfig {
     embed_api_key: Option<String>,
     max_content_bytes: Option<usize>,
     max_body_bytes: Option<usize>,
+    rate_limit: Option<u32>,
+    rate_limit_burst: Option<u32>,
+    max_concurrent_requests: Option<usize>,
     database_url: Option<String>,
     database_pool_size: Option<u32>,
     llm_provider: Option<String>,
@@ -102,6 +105,12 @@ pub struct Settings {
     pub embedder: EmbedderConfig,
     pub max_content_bytes: usize,
     pub max_body_bytes: usize,
+    /// Requests per second per API key (per client address without a valid key); 0: off.
+    pub rate_limit: u32,
+    /// Requests a key may send at once before the per-second rate applies.
+    pub rate_limit_burst: u32,
+    /// Requests handled at once; more are answered 503 at once instead of queueing.
+    pub max_concurrent_requests: usize,
     /// None: no LLM, automatic extraction off.
     pub llm: Option<LlmSettings>,
     /// Background jobs run at once by this process.
@@ -123,6 +132,16 @@ pub struct ServeArgs {
     /// Largest request body, in bytes.
     #[arg(long, env = "ENGRAM_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
+    /// Requests per second per API key, and per client address for requests without a valid
+    /// key (default 100; 0 turns the limit off). Over it: 429 with Retry-After.
+    #[arg(long, env = "ENGRAM_RATE_LIMIT")]
+    pub rate_limit: Option<u32>,
+    /// Requests a key may send in a burst before the rate applies (default 2 × --rate-limit).
+    #[arg(long, env = "ENGRAM_RATE_LIMIT_BURST")]
+    pub rate_limit_burst: Option<u32>,
+    /// Requests handled at once (default 512); more are answered 503 at once.
+    #[arg(long, env = "ENGRAM_MAX_CONCURRENT_REQUESTS")]
+    pub max_concurrent_requests: Option<usize>,
     /// Do not run background workers in this process.
     #[arg(long)]
     pub no_workers: bool,
@@ -186,6 +205,22 @@ impl Settings {
         if max_body_bytes < 1024 {
             bail!("max_body_bytes must be at least 1024, got {max_body_bytes}");
         }
+        let rate_limit = serve.rate_limit.or(file.rate_limit).unwrap_or(100);
+        if rate_limit > 1_000_000 {
+            bail!("rate_limit must be 0 (off) to 1000000 requests per second, got {rate_limit}");
+        }
+        let rate_limit_burst = serve
+            .rate_limit_burst
+            .or(file.rate_limit_burst)
+            .unwrap_or_else(|| rate_limit.saturating_mul(2));
+        if rate_limit > 0 && !(1..=10_000_000).contains(&rate_limit_burst) {
+            bail!("rate_limit_burst must be 1 to 10000000, got {rate_limit_burst}");
+        }
+        let max_concurrent_requests =
+            serve.max_concurrent_requests.or(file.max_concurrent_requests).unwrap_or(512);
+        if !(1..=100_000).contains(&max_concurrent_requests) {
+            bail!("max_concurrent_requests must be 1 to 100000, got {max_concurrent_requests}");
+        }
         let llm = match common.llm_provider.clone().or(file.llm_provider) {
             None => {
                 if common.llm_model.is_some() || file.llm_model.is_some() {
@@ -245,6 +280,9 @@ impl Settings {
             embedder,
             max_content_bytes,
             max_body_bytes,
+            rate_limit,
+            rate_limit_burst,
+            max_concurrent_requests,
             llm,
             workers,
             run_workers: !serve.no_workers,

@@ -31,11 +31,23 @@ pub struct ErrorDetail {
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
+    /// Seconds after which a retry may succeed (`Retry-After`), for 429 and 503.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self { code, message: message.into(), retry_after: None }
+    }
+    /// 429: this key (or client address) sent more requests than its limit.
+    pub fn rate_limited(retry_after_secs: u64) -> Self {
+        Self {
+            code: ErrorCode::RateLimited,
+            message: format!(
+                "too many requests for this key; retry in {retry_after_secs} s (Retry-After)"
+            ),
+            retry_after: Some(retry_after_secs),
+        }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::InvalidInput, message)
@@ -54,7 +66,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorCode::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-        ErrorCode::EmbedderUnavailable | ErrorCode::StoreUnavailable => {
+        ErrorCode::EmbedderUnavailable | ErrorCode::StoreUnavailable | ErrorCode::Overloaded => {
             StatusCode::SERVICE_UNAVAILABLE
         }
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -68,7 +80,7 @@ impl From<Error> for ApiError {
         } else if let Error::StoreUnavailable(detail) = &e {
             tracing::warn!(error = %detail, "database unavailable");
         }
-        ApiError { code: e.code(), message: e.public_message() }
+        ApiError::new(e.code(), e.public_message())
     }
 }
 
@@ -77,7 +89,11 @@ impl IntoResponse for ApiError {
         let body = ErrorBody {
             error: ErrorDetail { code: self.code.as_str().to_string(), message: self.message },
         };
-        (status_of(self.code), Json(body)).into_response()
+        let mut r = (status_of(self.code), Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            r.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        r
     }
 }
 

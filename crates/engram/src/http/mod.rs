@@ -12,6 +12,7 @@
 pub mod conversations;
 pub mod dto;
 pub mod error;
+pub mod limits;
 pub mod memories;
 pub mod metrics;
 pub mod other;
@@ -39,6 +40,8 @@ pub struct AppState {
     pub loopback: bool,
     /// Cancelled at shutdown: ends the open MCP streams so the server can stop.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// Per-key and per-address request limits ([`limits`]).
+    pub limits: Arc<limits::Limits>,
 }
 
 /// The authenticated caller of a request.
@@ -58,22 +61,20 @@ impl FromRequestParts<Arc<AppState>> for Auth {
                 let h = h.to_str().map_err(|_| {
                     ApiError::new(ErrorCode::Unauthorized, "malformed Authorization header")
                 })?;
-                // The scheme is case-insensitive (RFC 9110 §11.1): `bearer <key>` is fine.
-                let secret = h
-                    .trim_start()
-                    .split_once(' ')
-                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-                    .map(|(_, k)| k.trim())
-                    .filter(|s| !s.is_empty());
-                let Some(secret) = secret else {
+                let Some(secret) = limits::parse_bearer(h) else {
                     return Err(ApiError::new(
                         ErrorCode::Unauthorized,
                         "expected 'Authorization: Bearer <key>'",
                     ));
                 };
-                let key = store.find_api_key(&keys::hash(secret)).await?.ok_or_else(|| {
-                    ApiError::new(ErrorCode::Unauthorized, "unknown or revoked API key")
-                })?;
+                let Some(key) = store.find_api_key(&keys::hash(secret)).await? else {
+                    // Made-up keys each have a fresh budget: charge the client address too.
+                    state.limits.charge_address(parts)?;
+                    return Err(ApiError::new(
+                        ErrorCode::Unauthorized,
+                        "unknown or revoked API key",
+                    ));
+                };
                 Ok(Auth(Principal { tenant: key.tenant, role: key.role }))
             }
             None => {
@@ -81,6 +82,7 @@ impl FromRequestParts<Arc<AppState>> for Auth {
                     check_local_request(parts)?;
                     Ok(Auth(Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin }))
                 } else {
+                    state.limits.charge_address(parts)?;
                     Err(ApiError::new(
                         ErrorCode::Unauthorized,
                         "missing API key: send 'Authorization: Bearer <key>'",
@@ -215,8 +217,9 @@ fn mcp_service(state: &Arc<AppState>, max_body_bytes: usize) -> Router {
     ))
 }
 
-/// The whole HTTP application.
-pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+/// The whole HTTP application: at most `max_concurrent` requests at once (more are shed
+/// with 503), each charged to its key's rate limit first.
+pub fn router(state: AppState, max_body_bytes: usize, max_concurrent: usize) -> Router {
     let state = Arc::new(state);
     let mcp = mcp_service(&state, max_body_bytes);
     Router::new()
@@ -246,8 +249,16 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body_bytes))
-        .with_state(state)
+        .with_state(state.clone())
         .merge(mcp)
+        .layer(axum::middleware::from_fn_with_state(state, limits::rate_limit))
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(axum::error_handling::HandleErrorLayer::new(limits::overloaded))
+                .load_shed()
+                // One semaphore for every route (`Router::layer` clones the layer per route).
+                .layer(tower::limit::GlobalConcurrencyLimitLayer::new(max_concurrent)),
+        )
         .layer(tower_http::trace::TraceLayer::new_for_http())
 }
 

@@ -424,6 +424,7 @@ on_both_backends!(
     r10_path_errors_use_the_error_format,
     r10_smaller_defects,
     r10_plain_logs_and_llm_jobs_wait_for_an_llm,
+    r10_rate_limits_and_overload,
 );
 
 mod r10_read_only_data_dir {
@@ -431,4 +432,68 @@ mod r10_read_only_data_dir {
     fn sqlite() {
         super::r10_read_only_data_dir_is_refused_at_start()
     }
+}
+
+/// Issue 10 #11: per-key request limits with 429 and Retry-After (made-up keys are charged
+/// to the client address), and requests over the concurrency limit shed with 503 at once.
+async fn r10_rate_limits_and_overload(backend: Backend) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let db = Db::new(backend).await;
+    let a = create_key(&db, &["--tenant", "t", "--role", "admin"]);
+    let b = create_key(&db, &["--tenant", "t", "--role", "admin"]);
+    let s = db.serve(&[
+        "--rate-limit",
+        "1",
+        "--rate-limit-burst",
+        "3",
+        "--max-concurrent-requests",
+        "1",
+    ]);
+    let get = |key: String| {
+        let r = s.client.get(format!("{}/v1/memories?user_id=u", s.base)).bearer_auth(key).send();
+        async move { r.await.unwrap() }
+    };
+    for _ in 0..3 {
+        assert_eq!(get(a.clone()).await.status(), StatusCode::OK);
+    }
+    let over = get(a.clone()).await;
+    assert_eq!(over.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = over.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&retry), "{retry}");
+    let body: Value = over.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited");
+    assert_eq!(get(b.clone()).await.status(), StatusCode::OK, "another key has its own budget");
+    // Made-up keys: 401 until the address's budget is spent, then 429.
+    let mut statuses = vec![];
+    for i in 0..6 {
+        statuses.push(get(format!("engram_made_up_key_{i}")).await.status().as_u16());
+    }
+    assert_eq!(&statuses[..3], [401, 401, 401], "{statuses:?}");
+    assert!(statuses[3..].iter().all(|s| *s == 429), "{statuses:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(get(a.clone()).await.status(), StatusCode::OK, "the budget refills");
+
+    // A request whose body is still arriving holds the only slot: the next one is shed.
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let body = r#"{"content": "The user rows a boat.", "user_id": "u"}"#;
+    let head = format!(
+        "POST /v1/memories HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {b}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    slow.write_all(&body.as_bytes()[..10]).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let shed = get(b.clone()).await;
+    assert_eq!(shed.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(shed.headers()["retry-after"], "1");
+    assert_eq!(shed.json::<Value>().await.unwrap()["error"]["code"], "overloaded");
+    slow.write_all(&body.as_bytes()[10..]).await.unwrap();
+    let mut answer = vec![0u8; 64];
+    let n = slow.read(&mut answer).await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 201"),
+        "{}",
+        String::from_utf8_lossy(&answer[..n])
+    );
 }

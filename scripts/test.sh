@@ -19,3 +19,9 @@ echo "test database: $ENGRAM_TEST_DATABASE_URL"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+
+# Hostile input (issue 10): schemathesis against a real server from /openapi.json, zero 5xx
+# and zero responses outside the document (scripts/schemathesis.sh; the long run's figures
+# are in benches/README.md).
+cargo build --locked -p engram
+bash scripts/schemathesis.sh target/debug/engram 90

@@ -1211,6 +1211,15 @@ impl Engine {
         let v = self.view(p, input.user_id.as_ref(), input.agent_id.as_ref(), true).await?;
         let user =
             v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
+        if let Some(q) = &input.query
+            && q.trim().len() > self.cfg.max_content_bytes
+        {
+            return Err(Error::TooLarge(format!(
+                "query is {} bytes; the limit is {}",
+                q.trim().len(),
+                self.cfg.max_content_bytes
+            )));
+        }
         let budget = input.token_budget.unwrap_or(self.cfg.token_budget);
         if budget == 0 || budget > 1_000_000 {
             return Err(Error::invalid("token_budget", "token_budget must be 1 to 1000000"));

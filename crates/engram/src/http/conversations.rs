@@ -98,6 +98,7 @@ pub async fn append(
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct BrowseQuery {
     /// Return messages with `seq` greater than this (default 0).

@@ -144,6 +144,7 @@ pub async fn batch(
 
 /// Query of `GET /v1/memories`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     pub user_id: Option<String>,
@@ -279,6 +280,7 @@ pub async fn patch(
 pub const REDACTED_HEADER: &str = "engram-redacted";
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteQuery {
     /// Delete physically instead of superseding.

@@ -15,6 +15,7 @@ pub mod error;
 pub mod limits;
 pub mod memories;
 pub mod metrics;
+pub mod openapi;
 pub mod other;
 pub mod search;
 
@@ -180,8 +181,8 @@ pub async fn healthz(State(st): State<Arc<AppState>>) -> Result<Json<serde_json:
     Ok(Json(serde_json::json!({ "status": "ok" })))
 }
 
-async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+async fn openapi_json(State(st): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    Json(openapi::document(st.engine.config().max_content_bytes))
 }
 
 async fn not_found() -> ApiError {

@@ -22,7 +22,7 @@ pub struct AgentRequest {
     /// Agents with the same cluster id share one memory pool for new writes.
     pub cluster_id: Option<String>,
     /// Cosine similarity at or above which a new fact is a duplicate (0.5–1.0, default 0.90).
-    pub dedup_threshold: Option<f32>,
+    pub dedup_threshold: Option<f64>,
     /// Further settings (extraction policy, PII policy), kept as given.
     #[schema(value_type = Option<Object>)]
     pub settings: Option<serde_json::Value>,
@@ -40,7 +40,19 @@ pub async fn put_agent(
     let input = AgentInput {
         memory_enabled: b.memory_enabled.unwrap_or(true),
         cluster_id: b.cluster_id,
-        dedup_threshold: b.dedup_threshold,
+        // Checked before narrowing: 1.0000000000000002 must not round into the range.
+        dedup_threshold: match b.dedup_threshold {
+            Some(t) if !(0.5..=1.0).contains(&t) => {
+                return Err(engram_core::Error::invalid(
+                    "dedup_threshold",
+                    "dedup_threshold must be between 0.5 and 1.0",
+                )
+                .into());
+            }
+            #[allow(clippy::cast_possible_truncation)]
+            Some(t) => Some(t as f32),
+            None => None,
+        },
         settings: b.settings.unwrap_or_else(|| serde_json::json!({})),
     };
     let a = st.engine.put_agent(&p, AgentId::parse(id)?, input).await?;

@@ -11,6 +11,7 @@ mod bad_input;
 mod cli;
 mod context;
 mod conversations;
+mod crash;
 mod dedup;
 mod erase;
 mod extraction;

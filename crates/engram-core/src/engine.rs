@@ -915,6 +915,19 @@ impl Engine {
         if kind != Kind::Profile && old.kind == Kind::Profile {
             return Err(Error::invalid("kind", "a profile fact cannot change kind"));
         }
+        // A new version stays in the old one's pool: an agent that sees another pool's
+        // shared fact may edit it, but not turn it into a private fact of that pool (it
+        // would write into another agent's memory and get back a row it cannot see).
+        if let KeyRole::Agent(a) = &p.role
+            && kind != Kind::Shared
+            && let Some(pool) = &old.pool
+            && *pool != self.pool_of(&p.tenant, a).await?
+        {
+            return Err(Error::Forbidden(format!(
+                "memory {id} is a shared fact of another agent's memory pool: keep it shared \
+                 or ask an admin key to change its kind"
+            )));
+        }
         if let Some(md) = &input.metadata
             && !md.is_object()
         {

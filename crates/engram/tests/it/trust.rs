@@ -92,6 +92,22 @@ async fn r10_history_shows_only_what_the_caller_may_see(backend: Backend) {
         "{h}"
     );
     assert_error(&a2.get(&format!("/v1/memories/{private}/history")).await, 404, "not_found");
+
+    // Found by the tenancy property test: A2 may edit A3's shared fact, but not turn it
+    // into a private fact of A3's pool (a write into another agent's memory, answered with a
+    // row A2 could not see).
+    let r = a2
+        .req("PATCH", &format!("/v1/memories/{shared}"), Some(json!({ "kind": "knowledge" })))
+        .await;
+    assert_error(&r, 403, "forbidden");
+    let (st, b) = a2
+        .req(
+            "PATCH",
+            &format!("/v1/memories/{shared}"),
+            Some(json!({ "content": "The user works in banking." })),
+        )
+        .await;
+    assert_eq!((st, b["kind"].as_str()), (StatusCode::OK, Some("shared")), "{b}");
 }
 
 /// Issue 10 #2: local mode answers only requests addressed to a loopback name, and not

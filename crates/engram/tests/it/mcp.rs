@@ -15,7 +15,7 @@ use crate::helpers::{Backend, Db, Server};
 const PROTOCOL: &str = "2025-06-18";
 
 /// An MCP client over streamable HTTP (SSE-framed answers), with one session.
-struct Mcp {
+pub(crate) struct Mcp {
     url: String,
     key: Option<String>,
     client: reqwest::Client,
@@ -24,7 +24,7 @@ struct Mcp {
 }
 
 impl Mcp {
-    fn new(base: &str, key: Option<&str>) -> Mcp {
+    pub(crate) fn new(base: &str, key: Option<&str>) -> Mcp {
         Mcp {
             url: format!("{base}/mcp"),
             key: key.map(str::to_string),
@@ -35,7 +35,10 @@ impl Mcp {
     }
 
     /// POST one JSON-RPC message; returns the status, the headers and the body as sent.
-    async fn post(&self, msg: &Value) -> (StatusCode, reqwest::header::HeaderMap, String) {
+    pub(crate) async fn post(
+        &self,
+        msg: &Value,
+    ) -> (StatusCode, reqwest::header::HeaderMap, String) {
         let mut r = self
             .client
             .post(&self.url)
@@ -62,7 +65,7 @@ impl Mcp {
     }
 
     /// A request; returns the JSON-RPC message that answers it (result or error).
-    async fn request(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) async fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
         self.next_id += 1;
         let (status, headers, body) = self
@@ -76,7 +79,7 @@ impl Mcp {
     }
 
     /// initialize + notifications/initialized; returns the initialize result.
-    async fn connect(&mut self) -> Value {
+    pub(crate) async fn connect(&mut self) -> Value {
         let init = self
             .request(
                 "initialize",
@@ -92,14 +95,14 @@ impl Mcp {
     }
 
     /// tools/call; returns the result (`content`, `structuredContent`, `isError`).
-    async fn call(&mut self, tool: &str, args: Value) -> Value {
+    pub(crate) async fn call(&mut self, tool: &str, args: Value) -> Value {
         let a = self.request("tools/call", json!({ "name": tool, "arguments": args })).await;
         assert!(a.get("error").is_none(), "{tool}: protocol error {a}");
         a["result"].clone()
     }
 
     /// A call that must succeed; returns its structured content.
-    async fn ok(&mut self, tool: &str, args: Value) -> Value {
+    pub(crate) async fn ok(&mut self, tool: &str, args: Value) -> Value {
         let r = self.call(tool, args.clone()).await;
         assert_eq!(r["isError"], false, "{tool} {args} failed: {r}");
         let text = r["content"][0]["text"].as_str().expect("a text content");

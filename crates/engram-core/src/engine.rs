@@ -353,11 +353,13 @@ impl Engine {
     /// (after a model change; messages appended before message embeddings existed are
     /// embedded too), then record the new embedding space. Resumable: rows already carrying
     /// the new model's vector are skipped, and the space changes only once every row is
-    /// done. Run it with no server on the store. Returns the numbers of rows embedded.
+    /// done. Run it with no server on the store. Returns the numbers of rows embedded;
+    /// `progress` gets the running totals after every batch.
     pub async fn reembed(
         store: &Arc<dyn Store>,
         embedder: &Arc<dyn Embedder>,
         batch: usize,
+        progress: &(dyn Fn(&ReembedReport) + Send + Sync),
     ) -> Result<ReembedReport> {
         let model = embedder.model_id().to_string();
         let mut report = ReembedReport::default();
@@ -383,6 +385,7 @@ impl Engine {
                         rows.into_iter().map(|(id, _)| id).zip(vectors).collect(),
                     )
                     .await?;
+                progress(&report);
             }
             loop {
                 let convs =
@@ -399,6 +402,7 @@ impl Engine {
                     break; // nothing embeddable left (cannot loop forever)
                 }
                 report.messages += n;
+                progress(&report);
             }
         }
         store.reset_embedding_space(&model, embedder.dims()).await?;
@@ -1819,6 +1823,7 @@ impl Engine {
         &self,
         p: &Principal,
         records: Vec<(Memory, Vec<MemoryEvent>)>,
+        progress: &(dyn Fn(&ImportReport) + Send + Sync),
     ) -> Result<ImportReport> {
         Self::require_admin(p, "importing memories")?;
         let mut report = ImportReport::default();
@@ -1862,6 +1867,7 @@ impl Engine {
             }
             report.imported += rows.len();
             self.store.insert_memories(&p.tenant, rows).await?;
+            progress(&report);
         }
         Ok(report)
     }

@@ -371,15 +371,26 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 )),
                 None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
             };
-            for (m, events) in &rows {
+            // On a terminal only, and never mixed into the export on stdout's terminal.
+            let progress = crate::progress::Progress::new(
+                "exporting",
+                "memories",
+                Some(rows.len() as u64),
+                out.is_none(),
+            );
+            for (i, (m, events)) in rows.iter().enumerate() {
                 let line = ExportLine {
                     kind: "memory".into(),
                     memory: m.into(),
                     events: events.iter().map(Into::into).collect(),
                 };
                 writeln!(w, "{}", serde_json::to_string(&line)?)?;
+                if i % 256 == 0 {
+                    progress.set(i as u64 + 1);
+                }
             }
             w.flush()?;
+            progress.finish();
             if out.is_some() {
                 eprintln!("exported {} memories", rows.len());
             }
@@ -421,7 +432,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 records.push((m, events));
             }
             // Nothing is written unless every line parsed.
-            let report = engine.import(&p, records).await.map_err(err)?;
+            let progress = crate::progress::Progress::new(
+                "importing",
+                "memories",
+                Some(records.len() as u64),
+                json,
+            );
+            let report = engine
+                .import(&p, records, &|r| progress.set((r.imported + r.skipped) as u64))
+                .await
+                .map_err(err)?;
+            progress.finish();
             if json {
                 print_json(&report)
             } else {
@@ -445,7 +466,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let settings = Settings::resolve(&cli.common, &ServeArgs::default())?;
             crate::app::require_existing_store(&settings)?;
             let (store, embedder) = crate::app::parts(&settings).await?;
-            let n = Engine::reembed(&store, &embedder, batch).await.map_err(err)?;
+            let progress = crate::progress::Progress::new("re-embedding", "rows", None, false);
+            let n = Engine::reembed(&store, &embedder, batch, &|r| {
+                progress.message(format!("{} memories, {} messages", r.memories, r.messages));
+            })
+            .await
+            .map_err(err)?;
+            progress.finish();
             println!(
                 "re-embedded {} memories and {} messages with {}",
                 n.memories,

@@ -10,6 +10,7 @@ mod http;
 mod keys;
 mod mcp;
 mod migrate;
+mod progress;
 mod settings;
 
 use clap::Parser;

@@ -4,16 +4,7 @@
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::helpers::{Backend, Db, assert_error, contents};
-
-fn create_key(db: &Db, args: &[&str]) -> String {
-    let mut a = vec!["keys", "create", "--json"];
-    a.extend_from_slice(args);
-    let (ok, out, err) = db.cli(&a);
-    assert!(ok, "keys create failed: {err}");
-    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    v["key"].as_str().unwrap().to_string()
-}
+use crate::helpers::{Backend, Db, assert_error, contents, create_key};
 
 async fn local_mode_until_a_key_exists_then_keys_are_required(backend: Backend) {
     let db = Db::new(backend).await;

@@ -366,6 +366,16 @@ impl Client {
     }
 }
 
+/// Create an API key with `engram keys create --json <args>` on `db`; returns the secret.
+pub fn create_key(db: &Db, args: &[&str]) -> String {
+    let mut a = vec!["keys", "create", "--json"];
+    a.extend_from_slice(args);
+    let (ok, out, err) = db.cli(&a);
+    assert!(ok, "keys create failed: {err}");
+    let v: Value = serde_json::from_str(&out).expect("json");
+    v["key"].as_str().expect("a key").to_string()
+}
+
 /// Assert an error response: status and code.
 #[track_caller]
 pub fn assert_error(got: &(StatusCode, Value), status: u16, code: &str) {

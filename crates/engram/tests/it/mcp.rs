@@ -10,7 +10,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, Db, Server};
+use crate::helpers::{Backend, Db, Server, create_key};
 
 const PROTOCOL: &str = "2025-06-18";
 
@@ -371,15 +371,6 @@ async fn mcp_http_tools_end_to_end(backend: Backend) {
     // An unknown tool is a protocol error.
     let a = m.request("tools/call", json!({ "name": "teleport", "arguments": {} })).await;
     assert!(a["error"]["message"].as_str().unwrap().contains("teleport"), "{a}");
-}
-
-fn create_key(db: &Db, args: &[&str]) -> String {
-    let mut a = vec!["keys", "create", "--json"];
-    a.extend_from_slice(args);
-    let (ok, out, err) = db.cli(&a);
-    assert!(ok, "keys create failed: {err}");
-    let v: Value = serde_json::from_str(&out).expect("json");
-    v["key"].as_str().unwrap().to_string()
 }
 
 async fn mcp_http_keys_roles_and_tenants(backend: Backend) {

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::helpers::{Backend, Db};
 use crate::mcp::Mcp;
@@ -117,10 +117,22 @@ impl Oracle {
             }
             i = end.max(start);
         }
-        for (id, n) in &self.ids {
-            if body.contains(id.as_str()) && !sent.contains(id.as_str()) {
+        // Every UUID-shaped run of the body (8-4-4-4-12 hex digits), looked up.
+        for (i, _) in body.match_indices('-') {
+            if i < 8 || i + 28 > bytes.len() {
+                continue;
+            }
+            // Bytes, not a str slice: the 8 bytes before a hyphen may end inside a character.
+            let raw = &bytes[i - 8..i + 28];
+            if !raw.iter().all(|b| b.is_ascii_hexdigit() || *b == b'-') || raw[13] != b'-' {
+                continue;
+            }
+            let Ok(cand) = std::str::from_utf8(raw) else { continue };
+            if let Some(n) = self.ids.get(cand)
+                && !sent.contains(cand)
+            {
                 let row = &self.markers[n];
-                assert!(visible(k, row), "LEAK: {k:?} saw id {id} ({row:?}) in {what}: {body}");
+                assert!(visible(k, row), "LEAK: {k:?} saw id {cand} ({row:?}) in {what}: {body}");
             }
         }
     }
@@ -139,15 +151,13 @@ fn seed() -> u64 {
 }
 
 fn create_key(db: &Db, tenant: &str, role: &Role) -> String {
-    let mut a = vec!["keys", "create", "--json", "--tenant", tenant];
+    let mut a = vec!["--tenant", tenant];
     match role {
         Role::Admin => a.extend(["--role", "admin"]),
         Role::Agent(x) => a.extend(["--role", "agent", "--agent", x]),
         Role::User(u) => a.extend(["--role", "user", "--user", u]),
     }
-    let (ok, out, err) = db.cli(&a);
-    assert!(ok, "{err}");
-    serde_json::from_str::<Value>(&out).unwrap()["key"].as_str().unwrap().to_string()
+    crate::helpers::create_key(db, &a)
 }
 
 async fn no_response_leaks_a_row_outside_the_callers_visibility(backend: Backend) {

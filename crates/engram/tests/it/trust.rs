@@ -5,16 +5,7 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, Db, assert_error, bin};
-
-fn create_key(db: &Db, args: &[&str]) -> String {
-    let mut a = vec!["keys", "create", "--json"];
-    a.extend_from_slice(args);
-    let (ok, out, err) = db.cli(&a);
-    assert!(ok, "keys create failed: {err}");
-    let v: Value = serde_json::from_str(&out).expect("json");
-    v["key"].as_str().unwrap().to_string()
-}
+use crate::helpers::{Backend, Db, assert_error, bin, create_key};
 
 /// Issue 10 #1: another agent's private version of a fact never shows through history, the
 /// `superseded_by` of a row the caller can see, or a 409 message; in both directions.
@@ -441,6 +432,7 @@ on_both_backends!(
     r10_smaller_defects,
     r10_plain_logs_and_llm_jobs_wait_for_an_llm,
     r10_rate_limits_and_overload,
+    r10_cli_progress_only_on_a_terminal,
 );
 
 mod r10_read_only_data_dir {
@@ -512,4 +504,43 @@ async fn r10_rate_limits_and_overload(backend: Backend) {
         "{}",
         String::from_utf8_lossy(&answer[..n])
     );
+}
+
+/// Issue 10: long CLI work shows progress on a terminal and stays quiet with `--json` or
+/// when stderr is not a terminal (a pipe, a log file).
+async fn r10_cli_progress_only_on_a_terminal(backend: Backend) {
+    let db = Db::new(backend).await;
+    for i in 0..20 {
+        let (ok, _, err) =
+            db.cli(&["remember", &format!("The user owns lamp number {i}."), "--user", "u"]);
+        assert!(ok, "{err}");
+    }
+    let file = db.dir().join("backup.jsonl");
+    let file_s = file.to_str().unwrap().to_string();
+    let (ok, _, err) = db.cli(&["export", "--out", &file_s]);
+    assert!(ok, "{err}");
+    assert!(!err.contains("exporting"), "progress on a pipe: {err}");
+    let other = Db::new(backend).await;
+    let (ok, out, err) = other.cli(&["import", &file_s, "--json"]);
+    assert!(ok, "{err}");
+    assert!(!err.contains("importing"), "progress with --json: {err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["imported"], 20);
+    // On a terminal (a pseudo-terminal from `script`), the bar is drawn.
+    let third = Db::new(backend).await;
+    let mut cmd =
+        vec![bin().display().to_string(), "--data-dir".into(), third.dir().display().to_string()];
+    cmd.extend(third.store_args());
+    cmd.extend([
+        "--embedder".into(),
+        crate::helpers::minilm_embedder(),
+        "import".into(),
+        file_s.clone(),
+    ]);
+    let line = cmd.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(" ");
+    let out =
+        std::process::Command::new("script").args(["-qec", &line, "/dev/null"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("importing"), "no progress on a terminal: {text}");
+    assert!(text.contains("imported 20 memories"), "{text}");
 }

@@ -8,7 +8,9 @@
 #   used 900. Installs schemathesis into $ENGRAM_CACHE_DIR/st-venv once (idempotent).
 # Exit status: schemathesis's (non-zero on any failure). The summary is printed.
 #
-# scripts/schemathesis.toml counts 413 (too large) as a refusal. One check is left out: positive_data_acceptance (a schema-valid request must be
+# scripts/schemathesis.toml counts 413 (too large) as a refusal. Response times are not
+# judged here (a 10,000-item batch takes over 10 s in a debug build on 2 busy cores; speed
+# is measured by benchmarks): the limit is the request timeout. One check is left out: positive_data_acceptance (a schema-valid request must be
 # accepted) cannot hold for rules a JSON schema cannot state (an expiry must lie in the
 # future, a profile fact needs a key, an id must exist); those answers are documented 4xx.
 set -euo pipefail
@@ -50,7 +52,7 @@ status=0
     --header "Authorization: Bearer $key" \
     --checks all --exclude-checks positive_data_acceptance \
     --phases examples,coverage,fuzzing \
-    --max-time "$SECONDS_BUDGET" --workers 2 --request-timeout 300 \
+    --max-time "$SECONDS_BUDGET" --workers 2 --request-timeout 300 --max-response-time 300 \
     --suppress-health-check all \
     --exclude-path /mcp \
     --seed 1 || status=$?

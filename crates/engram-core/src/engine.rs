@@ -475,15 +475,28 @@ impl Engine {
 
     /// May the caller see this row? (Same rule as the store filter.)
     async fn visible(&self, p: &Principal, m: &Memory) -> Result<bool> {
-        Ok(match &p.role {
+        let pool = self.caller_pool(p).await?;
+        Ok(Self::sees(p, pool.as_deref(), m))
+    }
+
+    /// The memory pool of an agent key (one agent read); None for other roles. Resolve it
+    /// once before checking many rows with [`Engine::sees`].
+    async fn caller_pool(&self, p: &Principal) -> Result<Option<String>> {
+        match &p.role {
+            KeyRole::Agent(a) => Ok(Some(self.pool_of(&p.tenant, a).await?)),
+            KeyRole::Admin | KeyRole::User(_) => Ok(None),
+        }
+    }
+
+    /// The visibility rule, with the caller's pool already resolved ([`Engine::caller_pool`]).
+    fn sees(p: &Principal, caller_pool: Option<&str>, m: &Memory) -> bool {
+        match &p.role {
             KeyRole::Admin => true,
             KeyRole::User(u) => &m.user_id == u,
-            KeyRole::Agent(a) => {
-                m.kind == Kind::Shared
-                    || m.pool.is_none()
-                    || m.pool.as_deref() == Some(self.pool_of(&p.tenant, a).await?.as_str())
+            KeyRole::Agent(_) => {
+                m.kind == Kind::Shared || m.pool.is_none() || m.pool.as_deref() == caller_pool
             }
-        })
+        }
     }
 
     async fn load_visible(&self, p: &Principal, id: MemoryId) -> Result<Memory> {
@@ -513,12 +526,15 @@ impl Engine {
         if ids.is_empty() {
             return Ok(());
         }
-        let mut seen = HashSet::new();
-        for s in self.store.get_memories(&p.tenant, &ids).await? {
-            if self.visible(p, &s).await? {
-                seen.insert(s.id);
-            }
-        }
+        let pool = self.caller_pool(p).await?;
+        let seen: HashSet<MemoryId> = self
+            .store
+            .get_memories(&p.tenant, &ids)
+            .await?
+            .into_iter()
+            .filter(|s| Self::sees(p, pool.as_deref(), s))
+            .map(|s| s.id)
+            .collect();
         for m in rows {
             if m.superseded_by.is_some_and(|s| !seen.contains(&s)) {
                 m.superseded_by = None;
@@ -1018,12 +1034,9 @@ impl Engine {
     pub async fn history(&self, p: &Principal, id: MemoryId) -> Result<History> {
         let _ = self.load_visible(p, id).await?;
         let (chain, events) = self.store.history(&p.tenant, id).await?;
-        let mut kept = Vec::with_capacity(chain.len());
-        for m in chain {
-            if self.visible(p, &m).await? {
-                kept.push(m);
-            }
-        }
+        let pool = self.caller_pool(p).await?;
+        let mut kept: Vec<Memory> =
+            chain.into_iter().filter(|m| Self::sees(p, pool.as_deref(), m)).collect();
         let ids: HashSet<MemoryId> = kept.iter().map(|m| m.id).collect();
         for m in &mut kept {
             if m.superseded_by.is_some_and(|s| !ids.contains(&s)) {

@@ -31,7 +31,8 @@ use crate::pipeline::extract::{ExtractionMode, MemoryPolicy, resume_index};
 use crate::pipeline::pii::{self, Filtered, PiiKind};
 use crate::retrieval::{self, Explain};
 use crate::store::{
-    ContextSession, EraseCounts, MemoryFilter, MemoryPage, NewMemory, Store, StoreStats,
+    BackupRow, BackupScope, ContextSession, EraseCounts, MemoryFilter, MemoryPage, NewMemory,
+    RestoreState, Store, StoreStats,
 };
 
 /// Engine limits and defaults (plain data; loading it from files is the binary's job).
@@ -1800,6 +1801,41 @@ impl Engine {
                 Err(Error::Forbidden("only an admin key or the user's own key can do this".into()))
             }
         }
+    }
+
+    /// Operator backup (`engram export`, never reachable over the API): every row in `scope`
+    /// from one snapshot, see [`Store::backup`].
+    pub async fn backup(
+        &self,
+        scope: &BackupScope,
+        sink: &mut (dyn FnMut(BackupRow) -> Result<()> + Send),
+    ) -> Result<u64> {
+        self.store.backup(scope, sink).await
+    }
+
+    /// The store's embedding space `(model id, dimensions)`, if it holds vectors.
+    pub async fn embedding_space(&self) -> Result<Option<(String, usize)>> {
+        self.store.embedding_space().await
+    }
+
+    /// Before restoring a backup whose vectors are of `space`: the store must hold that space
+    /// or none (it is then recorded); vectors of two models are never mixed.
+    pub async fn prepare_restore(&self, space: Option<(&str, usize)>) -> Result<()> {
+        let Some((model, dims)) = space else { return Ok(()) };
+        match self.store.embedding_space().await? {
+            Some((m, d)) if m != model || d != dims => Err(Error::Unprocessable(format!(
+                "the export's vectors are of {model} ({dims} dims) but this store's of {m} ({d} \
+                 dims); one store holds one embedding space (import into an empty store, or run \
+                 `engram reembed` after importing into a store of the export's model)"
+            ))),
+            Some(_) => Ok(()),
+            None => self.store.ensure_embedding_space(model, dims).await,
+        }
+    }
+
+    /// Operator restore (`engram import`): one batch of backup rows, see [`Store::restore`].
+    pub async fn restore(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()> {
+        self.store.restore(rows, state).await
     }
 
     /// Every memory row (active and superseded) with its events, of one user or of the

@@ -23,7 +23,9 @@
 //!   an `Unprocessable` error.
 
 use async_trait::async_trait;
-use serde::Serialize;
+use std::collections::{BTreeMap, HashSet};
+
+use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::error::Result;
@@ -144,6 +146,48 @@ pub struct ExtractionBatch {
     pub confirms: Vec<(MemoryId, MemoryEvent)>,
     /// The new cursor (content hash of the last processed message).
     pub cursor: String,
+}
+
+/// What [`Store::backup`] reads: the whole store, one tenant, or one user of a tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackupScope {
+    Store,
+    Tenant(TenantId),
+    /// The user's rows only (no keys, no agents).
+    User(TenantId, UserId),
+}
+
+/// One row of a backup: the table and its columns in the backend-neutral representation
+/// (timestamps RFC 3339, ids as strings, JSON as JSON, booleans as booleans, vectors as
+/// base64 of little-endian f32). Backend-internal columns (change counters) are left out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackupRow {
+    pub table: String,
+    pub row: serde_json::Map<String, serde_json::Value>,
+}
+
+/// What a restore did, per table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RestoreReport {
+    /// Rows written.
+    pub restored: BTreeMap<String, u64>,
+    /// Rows already present (same key), left as they are; with them, the events of a
+    /// memory that was already present.
+    pub skipped: BTreeMap<String, u64>,
+    /// API keys not copied because the rows were restored into another tenant (a key
+    /// belongs to the tenant it was made for).
+    pub keys_not_copied: u64,
+}
+
+/// Carried across the batches of one restore.
+#[derive(Debug, Clone, Default)]
+pub struct RestoreState {
+    /// Every row goes into this tenant instead of its own.
+    pub target: Option<TenantId>,
+    pub report: RestoreReport,
+    /// `(tenant, memory id)` of memories skipped as already present: their events are too.
+    pub skipped_memories: HashSet<(String, String)>,
 }
 
 /// Persistence for the engine. See the module docs for the contract.
@@ -447,4 +491,21 @@ pub trait Store: Send + Sync {
 
     // ---- stats ----
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats>;
+
+    // ---- backup ----
+    /// Operator backup: every row in `scope`, table by table in an order that never names a
+    /// row not yet given (keys, agents, memories, their events, conversations, messages,
+    /// summaries and their sources, jobs, extraction cursors, recalls, context sessions), each
+    /// table in key order, all from one consistent snapshot; each row is handed to `sink`.
+    /// Returns the number of rows.
+    async fn backup(
+        &self,
+        scope: &BackupScope,
+        sink: &mut (dyn FnMut(BackupRow) -> Result<()> + Send),
+    ) -> Result<u64>;
+    /// Restore rows of a backup in ONE transaction, exactly as they were (ids, timestamps,
+    /// vectors, history). A row whose key is already present is skipped, so a restore can be
+    /// re-run. Rows that are not a valid backup row of a known table are `Unprocessable`,
+    /// naming the table and column, and nothing of the batch is written.
+    async fn restore(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()>;
 }

@@ -13,6 +13,7 @@
 //! Schema changes are numbered SQL files under `migrations/`, applied at start-up by
 //! [`migrate`]; a database newer than the binary is refused.
 
+pub mod backup;
 pub mod migrate;
 pub mod postgres;
 pub mod sqlite;

@@ -17,6 +17,7 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
     (2, "fts_vocab", include_str!("../migrations/sqlite/0002_fts_vocab.sql")),
     (3, "jobs_locks_summary", include_str!("../migrations/sqlite/0003_jobs_locks_summary.sql")),
     (4, "user_incarnation", include_str!("../migrations/sqlite/0004_user_incarnation.sql")),
+    (5, "ids_per_tenant", include_str!("../migrations/sqlite/0005_ids_per_tenant.sql")),
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.

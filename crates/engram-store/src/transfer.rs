@@ -62,7 +62,7 @@ use crate::text::index_text;
 
 /// How a column is represented on each side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ty {
+pub(crate) enum Ty {
     Text,
     OptText,
     Int,
@@ -86,11 +86,11 @@ enum Ty {
 
 /// One table to copy: its columns (same names on both sides) and how the PostgreSQL-only
 /// `fts_text` is derived, if it has one.
-struct Table {
-    name: &'static str,
-    cols: &'static [(&'static str, Ty)],
+pub(crate) struct Table {
+    pub(crate) name: &'static str,
+    pub(crate) cols: &'static [(&'static str, Ty)],
     /// Columns whose words make `fts_text` (memories: content; messages: content, tool name).
-    fts: &'static [&'static str],
+    pub(crate) fts: &'static [&'static str],
     /// `memory_events`: keep the identity column's values.
     overriding: bool,
 }
@@ -98,7 +98,7 @@ struct Table {
 use Ty::*;
 
 /// Every copied table, in an order that never refers to a row not yet copied.
-const TABLES: &[Table] = &[
+pub(crate) const TABLES: &[Table] = &[
     Table {
         name: "api_keys",
         cols: &[

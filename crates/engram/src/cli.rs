@@ -5,18 +5,17 @@
 //! `engram mcp` can act as an API key instead (`--key` / `ENGRAM_API_KEY`). `--json` prints
 //! the same wire shapes as the REST API.
 
-use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::{Parser, Subcommand, ValueEnum};
 use engram_core::engine::{Engine, ListInput, RememberInput, SearchInput};
 use engram_core::model::{
     AgentId, Category, Importance, JobStatus, KeyRole, Kind, MemoryId, Principal, TenantId, UserId,
 };
-use engram_core::store::Store;
+use engram_core::store::{BackupScope, Store};
 
-use crate::http::dto::{self, ExportLine, MemoryDto, SearchResultDto};
+use crate::http::dto::{self, MemoryDto, SearchResultDto};
 use crate::settings::{CommonArgs, ServeArgs, Settings};
 
 #[derive(Debug, Parser)]
@@ -100,20 +99,25 @@ pub enum Command {
         #[command(flatten)]
         out: Out,
     },
-    /// Export every memory row with its history as JSONL (to stdout or --out).
+    /// Back up the whole store, one tenant or one user as JSON lines (to stdout or --out):
+    /// every row with its history, messages, vectors, agents, keys and jobs.
     Export {
+        /// Only this user's rows (of --tenant, default `default`).
         #[arg(long)]
         user: Option<String>,
         #[arg(long)]
         out: Option<PathBuf>,
-        #[arg(long, default_value = "default")]
-        tenant: String,
+        /// Only this tenant (default: every tenant of the store).
+        #[arg(long)]
+        tenant: Option<String>,
     },
-    /// Import a JSONL export (file or - for stdin); existing ids are skipped.
+    /// Restore an export (file or - for stdin); rows already present are skipped, so it can
+    /// be re-run. The whole file is checked before anything is written.
     Import {
         file: String,
-        #[arg(long, default_value = "default")]
-        tenant: String,
+        /// Put the rows of a one-tenant export into this tenant instead of their own.
+        #[arg(long)]
+        tenant: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -216,7 +220,7 @@ fn admin(tenant: &str) -> anyhow::Result<Principal> {
 }
 
 /// The CLI's user is the operator: show the whole message, internal causes included.
-fn err(e: engram_core::Error) -> anyhow::Error {
+pub(crate) fn err(e: engram_core::Error) -> anyhow::Error {
     anyhow::anyhow!("{e} ({})", e.code().as_str())
 }
 
@@ -361,97 +365,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Export { user, out, tenant } => {
             let engine = open_existing(&cli.common).await?;
-            let user = user.map(UserId::parse).transpose().map_err(err)?;
-            let rows =
-                engine.export_memories(&admin(&tenant)?, user.as_ref()).await.map_err(err)?;
-            let mut w: Box<dyn Write> = match &out {
-                Some(p) => Box::new(std::io::BufWriter::new(
-                    std::fs::File::create(p)
-                        .with_context(|| format!("cannot create {}", p.display()))?,
-                )),
-                None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+            let scope = match (tenant, user) {
+                (None, None) => BackupScope::Store,
+                (Some(t), None) => BackupScope::Tenant(TenantId::parse(t).map_err(err)?),
+                (t, Some(u)) => BackupScope::User(
+                    TenantId::parse(t.unwrap_or_else(|| "default".into())).map_err(err)?,
+                    UserId::parse(u).map_err(err)?,
+                ),
             };
-            // On a terminal only, and never mixed into the export on stdout's terminal.
-            let progress = crate::progress::Progress::new(
-                "exporting",
-                "memories",
-                Some(rows.len() as u64),
-                out.is_none(),
-            );
-            for (i, (m, events)) in rows.iter().enumerate() {
-                let line = ExportLine {
-                    kind: "memory".into(),
-                    memory: m.into(),
-                    events: events.iter().map(Into::into).collect(),
-                };
-                writeln!(w, "{}", serde_json::to_string(&line)?)?;
-                if i % 256 == 0 {
-                    progress.set(i as u64 + 1);
-                }
-            }
-            w.flush()?;
-            progress.finish();
-            if out.is_some() {
-                eprintln!("exported {} memories", rows.len());
-            }
-            Ok(())
+            crate::backup::export(&engine, scope, out.as_deref()).await
         }
         Command::Import { file, tenant, json } => {
             let engine = open(&cli.common).await?;
-            let p = admin(&tenant)?;
-            let reader: Box<dyn BufRead> = if file == "-" {
-                Box::new(std::io::BufReader::new(std::io::stdin()))
-            } else {
-                Box::new(std::io::BufReader::new(
-                    std::fs::File::open(&file).with_context(|| format!("cannot open {file}"))?,
-                ))
-            };
-            let mut records = Vec::new();
-            for (i, line) in reader.lines().enumerate() {
-                let line = line?;
-                if line.trim().is_empty() {
-                    continue;
-                }
-                let parsed: ExportLine = serde_json::from_str(&line)
-                    .with_context(|| format!("line {}: not an engram export line", i + 1))?;
-                dto::check_no_nul(line.as_bytes())
-                    .map_err(|e| anyhow::anyhow!("line {}: {}", i + 1, e.public_message()))?;
-                if parsed.kind != "memory" {
-                    bail!("line {}: unknown record type '{}'", i + 1, parsed.kind);
-                }
-                let m = parsed
-                    .memory
-                    .into_memory(&p.tenant)
-                    .map_err(|e| anyhow::anyhow!("line {}: {}", i + 1, e.public_message()))?;
-                let events = parsed
-                    .events
-                    .into_iter()
-                    .map(dto::EventDto::into_event)
-                    .collect::<engram_core::Result<Vec<_>>>()
-                    .map_err(|e| anyhow::anyhow!("line {}: {}", i + 1, e.public_message()))?;
-                records.push((m, events));
-            }
-            // Nothing is written unless every line parsed.
-            let progress = crate::progress::Progress::new(
-                "importing",
-                "memories",
-                Some(records.len() as u64),
-                json,
-            );
-            let report = engine
-                .import(&p, records, &|r| progress.set((r.imported + r.skipped) as u64))
-                .await
-                .map_err(err)?;
-            progress.finish();
-            if json {
-                print_json(&report)
-            } else {
-                println!(
-                    "imported {} memories, skipped {} already present",
-                    report.imported, report.skipped
-                );
-                Ok(())
-            }
+            crate::backup::import(&engine, &file, tenant.as_deref(), json).await
         }
         Command::Keys(k) => keys(&cli.common, k).await,
         Command::Worker(args) => crate::app::worker(Settings::resolve(&cli.common, &args)?).await,

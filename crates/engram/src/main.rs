@@ -5,6 +5,7 @@
 //! [`keys`] (API keys), [`migrate`] (SQLite → PostgreSQL).
 
 mod app;
+mod backup;
 mod cli;
 mod http;
 mod keys;

@@ -57,8 +57,8 @@ use engram_core::model::{
     MemoryId, Message, MessageId, TenantId, UserId,
 };
 use engram_core::store::{
-    ApiKey, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter, MemoryPage, NewMemory,
-    Store, StoreStats,
+    ApiKey, BackupRow, BackupScope, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter,
+    MemoryPage, NewMemory, RestoreState, Store, StoreStats,
 };
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::{Connection, PgPool, Postgres, QueryBuilder, Transaction};
@@ -225,7 +225,7 @@ impl PgStore {
 
     /// Bump a user's change counter inside a write transaction (locking the user's row until
     /// commit); returns the new version.
-    async fn bump(tx: &mut Tx, tenant: &str, user: &str) -> Result<i64> {
+    pub(crate) async fn bump(tx: &mut Tx, tenant: &str, user: &str) -> Result<i64> {
         let r = sqlx::query(
             "INSERT INTO user_versions (tenant_id, user_id, version) VALUES ($1, $2, 1) \
              ON CONFLICT (tenant_id, user_id) DO UPDATE SET version = user_versions.version + 1 \
@@ -1780,6 +1780,18 @@ impl Store for PgStore {
         .map_err(db)?;
         tx.commit().await.map_err(db)?;
         Ok(true)
+    }
+
+    async fn backup(
+        &self,
+        scope: &BackupScope,
+        sink: &mut (dyn FnMut(BackupRow) -> Result<()> + Send),
+    ) -> Result<u64> {
+        crate::backup::pg_backup(&self.pool, scope, sink).await
+    }
+
+    async fn restore(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()> {
+        crate::backup::pg_restore(self, rows, state).await
     }
 
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {

@@ -21,8 +21,8 @@ use engram_core::model::{
     SourceKind, TenantId, UserId,
 };
 use engram_core::store::{
-    ApiKey, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter, MemoryPage, NewMemory,
-    Store, StoreStats,
+    ApiKey, BackupRow, BackupScope, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter,
+    MemoryPage, NewMemory, RestoreState, Store, StoreStats,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
@@ -154,12 +154,16 @@ impl SqliteStore {
         Ok(Self { read, write, vectors: VectorCache::default() })
     }
 
-    async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
+    pub(crate) async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
         self.write.begin_with("BEGIN IMMEDIATE").await.map_err(db)
     }
 
     /// Bump a user's change counter inside a write transaction; returns the new version.
-    async fn bump(tx: &mut Transaction<'static, Sqlite>, tenant: &str, user: &str) -> Result<i64> {
+    pub(crate) async fn bump(
+        tx: &mut Transaction<'static, Sqlite>,
+        tenant: &str,
+        user: &str,
+    ) -> Result<i64> {
         let v: i64 = sqlx::query(
             "INSERT INTO user_versions (tenant_id, user_id, version, incarnation) VALUES (?, ?, 1, random()) \
              ON CONFLICT (tenant_id, user_id) DO UPDATE SET version = version + 1 RETURNING version",
@@ -1931,6 +1935,18 @@ impl Store for SqliteStore {
         .rows_affected();
         tx.commit().await.map_err(db)?;
         Ok(n == 1)
+    }
+
+    async fn backup(
+        &self,
+        scope: &BackupScope,
+        sink: &mut (dyn FnMut(BackupRow) -> Result<()> + Send),
+    ) -> Result<u64> {
+        crate::backup::sqlite_backup(&self.read, scope, sink).await
+    }
+
+    async fn restore(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()> {
+        crate::backup::sqlite_restore(self, rows, state).await
     }
 
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {

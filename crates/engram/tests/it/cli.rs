@@ -48,10 +48,29 @@ fn remember(dir: &Db, args: &[&str]) -> (String, String) {
     (decision.to_string(), id.to_string())
 }
 
-/// The whole tenant as JSONL (the lossless export).
+/// The whole store as JSON lines (the lossless export).
 #[track_caller]
 fn export(dir: &Db) -> String {
     ok(dir, &["export"])
+}
+
+/// The `(table, row)` lines of an export (header and end line checked and left out).
+#[track_caller]
+pub(crate) fn rows(export: &str) -> Vec<(String, Value)> {
+    let lines: Vec<Value> =
+        export.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    assert_eq!(lines.first().map(|h| &h["engram_export"]), Some(&json!(1)), "no header: {export}");
+    let end = &lines.last().unwrap()["end"]["rows"];
+    assert_eq!(end.as_u64(), Some(lines.len() as u64 - 2), "end line: {export}");
+    lines[1..lines.len() - 1]
+        .iter()
+        .map(|l| (l["table"].as_str().unwrap().to_string(), l["row"].clone()))
+        .collect()
+}
+
+/// The rows of one table.
+pub(crate) fn table<'a>(rows: &'a [(String, Value)], name: &str) -> Vec<&'a Value> {
+    rows.iter().filter(|(t, _)| t == name).map(|(_, r)| r).collect()
 }
 
 /// Memories of a `list --json` page.
@@ -314,14 +333,11 @@ async fn export_then_import_into_a_fresh_dir_is_lossless_and_idempotent(backend:
     ok(da, &["forget", &gym]);
 
     let exported = export(da);
-    let lines: Vec<Value> =
-        exported.lines().map(|l| serde_json::from_str(l).expect("JSONL line")).collect();
-    assert_eq!(lines.len(), 8, "{exported}");
+    let all = rows(&exported);
+    let memories = table(&all, "memories");
+    assert_eq!(memories.len(), 8, "{exported}");
     let row = |id: &str| -> &Value {
-        &lines
-            .iter()
-            .find(|l| l["memory"]["id"] == id)
-            .unwrap_or_else(|| panic!("{id} not exported"))["memory"]
+        memories.iter().find(|m| m["id"] == id).unwrap_or_else(|| panic!("{id} not exported"))
     };
     // The export carries the history the user made.
     assert_eq!(row(&old_id)["superseded_by"], new_id.as_str());
@@ -331,6 +347,7 @@ async fn export_then_import_into_a_fresh_dir_is_lossless_and_idempotent(backend:
     assert_eq!(row(&home)["mention_count"], 2);
     assert!(row(&home)["access_count"].as_i64().unwrap() >= 1);
     assert!(row(&home)["last_accessed_at"].is_string());
+    assert!(row(&home)["embedding"].is_string(), "vectors are exported");
     assert_eq!(row(&violin)["rating"], -1);
     assert!(row(&violin)["superseded_at"].is_string() && row(&violin)["superseded_by"].is_null());
     assert!(row(&gym)["superseded_at"].is_string());
@@ -341,11 +358,10 @@ async fn export_then_import_into_a_fresh_dir_is_lossless_and_idempotent(backend:
     );
     assert_eq!(row(&rich)["observed_at"], "2024-03-01T10:00:00Z");
     assert_eq!(row(&rich)["expires_at"], "2099-01-01T00:00:00Z");
-    assert_eq!(row(&rich)["source"]["conversation_id"], "conv-7");
+    assert_eq!(row(&rich)["source_conversation_id"], "conv-7");
     assert_eq!(row(&rich)["agent_id"], "planner");
-    let events: BTreeSet<String> = lines
+    let events: BTreeSet<String> = table(&all, "memory_events")
         .iter()
-        .flat_map(|l| l["events"].as_array().unwrap().iter())
         .map(|e| e["event"].as_str().unwrap().to_string())
         .collect();
     for kind in ["created", "confirmed", "superseded", "forgotten", "rated"] {
@@ -356,23 +372,31 @@ async fn export_then_import_into_a_fresh_dir_is_lossless_and_idempotent(backend:
     let (success, out, err) = da.cli(&["export", "--out", file.to_str().unwrap()]);
     assert!(success, "{err}");
     assert!(out.is_empty(), "export --out also printed to stdout: {out}");
-    assert!(err.contains("exported 8 memories"), "{err}");
+    assert!(err.contains(&format!("exported {} rows", all.len())), "{err}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), exported);
     // --user exports one user.
-    let alice = ok(da, &["export", "--user", "alice"]);
-    assert_eq!(alice.lines().count(), 6);
-    assert!(alice.lines().all(|l| l.contains(r#""user_id":"alice""#)));
+    let alice = rows(&ok(da, &["export", "--user", "alice"]));
+    assert_eq!(table(&alice, "memories").len(), 6);
+    assert!(alice.iter().all(|(_, r)| r["user_id"] == "alice"), "{alice:?}");
 
     // Import into a fresh dir, export again: byte-identical.
     let b = Db::new(backend).await;
     let db = &b;
     let out = ok(db, &["import", file.to_str().unwrap()]);
-    assert_eq!(out.trim(), "imported 8 memories, skipped 0 already present");
+    assert!(
+        out.trim().starts_with(&format!("imported {} rows (", all.len()))
+            && out.trim().ends_with("skipped 0 already present"),
+        "{out}"
+    );
     assert_eq!(export(db), exported, "export → import → export is not lossless");
 
     // The same file again skips everything and changes nothing (also from stdin).
     let j = ok_json(db, &["import", file.to_str().unwrap(), "--json"]);
-    assert_eq!(j, json!({ "imported": 0, "skipped": 8 }));
+    assert_eq!(
+        (j["imported"].as_u64(), j["skipped"].as_u64()),
+        (Some(0), Some(all.len() as u64)),
+        "{j}"
+    );
     let mut child = db
         .engram()
         .args(["import", "-"])
@@ -384,9 +408,11 @@ async fn export_then_import_into_a_fresh_dir_is_lossless_and_idempotent(backend:
     child.stdin.take().unwrap().write_all(exported.as_bytes()).unwrap();
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout).trim(),
-        "imported 0 memories, skipped 8 already present"
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        said.trim()
+            .starts_with(&format!("imported 0 rows, skipped {} already present (", all.len())),
+        "{said}"
     );
     assert_eq!(export(db), exported, "a second import changed the store");
 
@@ -427,19 +453,62 @@ async fn a_malformed_import_line_is_named_and_nothing_is_imported(backend: Backe
     remember(&src, &["The user owns a cat named Miso.", "--user", "alice"]);
     let good = export(&src);
     let good: Vec<&str> = good.lines().collect();
-    assert_eq!(good.len(), 2);
-    let bad_category = good[1].replace(r#""category":"general""#, r#""category":"hobby""#);
-    assert_ne!(bad_category, good[1]);
-    let bad_id = good[1].replacen(r#""id":""#, r#""id":"x"#, 1);
-    let mut summary: Value = serde_json::from_str(good[0]).unwrap();
-    summary["type"] = json!("summary");
+    // header, two memories, their two `created` events, end.
+    assert_eq!(good.len(), 6, "{good:?}");
+    let (header, m1, m2, end) = (good[0], good[1], good[2], good[5]);
+    let events = good[3..5].join("\n");
+    let bad_category = m2.replace(r#""category":"general""#, r#""category":"hobby""#);
+    assert_ne!(bad_category, m2);
+    let bad_id = m2.replacen(r#""id":""#, r#""id":"x"#, 1);
+    let bad_vector = m2.replacen(r#""embedding":""#, r#""embedding":"!!"#, 1);
+    let unknown_table = m2.replace(r#""table":"memories""#, r#""table":"secrets""#);
+    let extra_column = m2.replace(r#""rating":0"#, r#""rating":0,"admin":true"#);
+    let wrong_type = m2.replace(r#""importance":5"#, r#""importance":"high""#);
+    let other_tenant_key = r#"{"table":"api_keys","row":{"tenant_id":"default","id":"key_x","role":"root","agent_id":null,"user_id":null,"prefix":"engram_x","secret_hash":"00","created_at":"2026-01-01T00:00:00Z","revoked_at":null}}"#;
     let cases: Vec<(String, &str, &[&str])> = vec![
-        (format!("{}\n{}\n{{\"type\":\"memory\",\"memory\":", good[0], good[1]), "line 3", &[]),
-        (format!("{}\nthis is not json\n{}", good[0], good[1]), "line 2", &[]),
-        (format!("{}\n{}\n", good[0], bad_category), "line 2", &["category", "hobby"]),
-        (format!("{}\n\n{}\n", good[0], bad_id), "line 3", &["id"]),
-        (format!("{summary}\n{}", good[1]), "line 1", &["summary"]),
-        (format!("{}\n[1,2,3]\n", good[0]), "line 2", &[]),
+        (format!("{header}\n{m1}\n{{\"table\":\"memories\",\"row\":"), "line 3", &["JSON"]),
+        (format!("{header}\nthis is not json\n{m1}\n{end}"), "line 2", &[]),
+        (
+            format!("{header}\n{m1}\n{bad_category}\n{events}\n{end}"),
+            "line 3",
+            &["memories.category", "hobby"],
+        ),
+        (format!("{header}\n\n{m1}\n{bad_id}\n{events}\n{end}"), "line 4", &["memories.id"]),
+        (
+            format!("{header}\n{m1}\n{bad_vector}\n{events}\n{end}"),
+            "line 3",
+            &["memories.embedding"],
+        ),
+        (format!("{header}\n{m1}\n{unknown_table}\n{events}\n{end}"), "line 3", &["secrets"]),
+        (
+            format!("{header}\n{m1}\n{extra_column}\n{events}\n{end}"),
+            "line 3",
+            &["memories.admin", "unknown column"],
+        ),
+        (
+            format!("{header}\n{m1}\n{wrong_type}\n{events}\n{end}"),
+            "line 3",
+            &["memories.importance"],
+        ),
+        (
+            format!("{header}\n{other_tenant_key}\n{m1}\n{end}"),
+            "line 2",
+            &["api_keys.role", "root"],
+        ),
+        (format!("{m1}\n{m2}\n{end}"), "line 1", &["header"]),
+        (format!("{header}\n[1,2,3]\n{end}"), "line 2", &[]),
+        // Cut short: no end line, or an end line that counts other rows.
+        (format!("{header}\n{m1}\n{m2}\n{events}"), "", &["cut short"]),
+        (format!("{header}\n{m1}\n{events}\n{end}"), "", &["announces 4 rows but holds 3"]),
+        (format!("{header}\n{m1}\n{m2}\n{events}\n{end}\n{m1}"), "line 7", &["after the end line"]),
+        (
+            format!(
+                "{}\n{m1}\n{end}",
+                header.replace(r#""engram_export":1"#, r#""engram_export":9"#)
+            ),
+            "line 1",
+            &["format 9"],
+        ),
     ];
     for (text, line, words) in cases {
         let dst = Db::new(backend).await;
@@ -452,17 +521,24 @@ async fn a_malformed_import_line_is_named_and_nothing_is_imported(backend: Backe
             assert!(err.contains(w), "error does not mention {w}: {err}");
         }
         assert!(!out.contains("imported"), "{out}");
-        assert_eq!(export(&dst), "", "a failed import stored rows; error was: {err}");
-        assert!(listed(&ok_json(&dst, &["list", "--include-superseded", "--json"])).is_empty());
+        assert!(rows(&export(&dst)).is_empty(), "a failed import stored rows; error was: {err}");
     }
-    // The good lines alone import fine.
+    // The good file imports fine.
     let dst = Db::new(backend).await;
     let file = dst.dir().join("in.jsonl");
-    std::fs::write(&file, format!("{}\n{}\n", good[0], good[1])).unwrap();
+    std::fs::write(&file, good.join("\n")).unwrap();
     assert_eq!(
         ok(&dst, &["import", file.to_str().unwrap()]).trim(),
-        "imported 2 memories, skipped 0 already present"
+        "imported 4 rows (memories 2, memory_events 2), skipped 0 already present"
     );
+    // An export of an earlier engram (memory lines only) is still read, and re-embedded.
+    let old = r#"{"type":"memory","memory":{"id":"01a20297-0000-7000-8000-000000000001","user_id":"bob","agent_id":null,"pool":null,"kind":"knowledge","key":null,"category":"fact","importance":5,"rating":0,"content":"The user plays chess on Sundays.","source":{"kind":"manual","conversation_id":null,"message_ids":[]},"observed_at":"2025-01-01T00:00:00Z","created_at":"2025-01-01T00:00:00Z","updated_at":"2025-01-01T00:00:00Z","last_accessed_at":null,"access_count":0,"mention_count":1,"expires_at":null,"superseded_at":null,"superseded_by":null,"metadata":{},"embedding_model":null},"events":[]}"#;
+    std::fs::write(&file, old).unwrap();
+    let (success, out, err) = dst.cli(&["import", file.to_str().unwrap()]);
+    assert!(success, "{err}");
+    assert_eq!(out.trim(), "imported 1 memories, skipped 0 already present");
+    let r = ok_json(&dst, &["recall", "which board game on weekends", "--user", "bob", "--json"]);
+    assert_eq!(recalled(&r)[0], "The user plays chess on Sundays.");
 }
 
 async fn keys_are_printed_once_listed_without_secret_and_revocable(backend: Backend) {

@@ -7,6 +7,7 @@ mod helpers;
 
 mod api_memories;
 mod auth;
+mod backup;
 mod bad_input;
 mod cli;
 mod context;

@@ -1,0 +1,803 @@
+//! `engram export` / `engram import`: every row of a store (or of one tenant or user) as
+//! backend-neutral JSON, and its restoration into either backend.
+//!
+//! The tables and their columns are those `engram migrate` copies ([`crate::transfer`]), so
+//! a new table is added in one place for both. Left out: the per-user change counters
+//! (`user_versions`, `memories.version`), which only tell in-process vector caches what
+//! moved; a restore bumps the counter of every user it writes, so caches of running
+//! processes pick the rows up. Also left out, as in `migrate`: tombstones, FTS tables, `meta`
+//! (the embedding space travels in the export's header instead).
+//!
+//! Neutral representation of a value: timestamps as RFC 3339 (microseconds, as both stores
+//! keep them), ids as strings, JSON columns as JSON, 0/1 as booleans, vectors as base64 of
+//! little-endian f32 (exact: nothing is re-embedded).
+//!
+//! **Restoring.** Each batch is decoded and checked in full before anything is written
+//! (unknown table or column, wrong type, an id or enum value the engine would not accept:
+//! `Unprocessable`, naming table and column), then written in one transaction with `ON
+//! CONFLICT DO NOTHING`: a row whose key exists stays as it is and is counted as skipped, so
+//! an import can be re-run. Special cases:
+//! - history (`memory_events`) is restored with the memory it belongs to: the events of a
+//!   memory that was already present are skipped with it. An event keeps its id when that id
+//!   is free (a restore into an empty store keeps history byte for byte), else gets a new one
+//!   (ids only order history).
+//! - rows restored into another tenant (`--tenant`): API keys are not copied (a key is one
+//!   tenant's credential; its secret hash is unique in the store); jobs get an id derived from
+//!   the target tenant and their old id (jobs are claimed by id alone, store-wide), the same
+//!   on every run, so a re-run skips them.
+
+use std::collections::HashMap;
+
+use base64::Engine as _;
+use engram_core::error::{Error, Result};
+use engram_core::model::{
+    AgentId, Category, ConversationId, EventKind, JobKind, JobStatus, Kind, MessageRole,
+    SourceKind, TenantId, UserId,
+};
+use engram_core::store::{BackupRow, BackupScope, RestoreState};
+use futures_util::TryStreamExt;
+use serde_json::{Map, Value};
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{PgPool, Postgres, QueryBuilder, Row, Sqlite, SqlitePool};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use uuid::Uuid;
+
+use crate::text::index_text;
+use crate::transfer::{TABLES, Table, Ty};
+
+/// The tables of a backup, in restore order.
+fn tables() -> impl Iterator<Item = &'static Table> {
+    TABLES.iter().filter(|t| t.name != "user_versions")
+}
+
+/// The columns of a table that a backup carries.
+fn columns(t: &'static Table) -> impl Iterator<Item = &'static (&'static str, Ty)> {
+    t.cols.iter().filter(move |c| !(t.name == "memories" && c.0 == "version"))
+}
+
+fn table(name: &str) -> Option<&'static Table> {
+    tables().find(|t| t.name == name)
+}
+
+/// The key order of each table (the same on both backends).
+fn order_by(table: &str) -> &'static str {
+    match table {
+        "messages" => "tenant_id, conversation_id, seq",
+        "summary_sources" => "tenant_id, summary_id, source_id",
+        "extraction_cursors" => "tenant_id, conversation_id",
+        "recalls" => "tenant_id, turn_id, memory_id",
+        "context_sessions" => "tenant_id, session_id, user_id, pool",
+        _ => "tenant_id, id",
+    }
+}
+
+/// The WHERE clause of a table for a scope (`None`: the table is not part of it). `p(i)` is
+/// the backend's i-th placeholder; binds are the scope's tenant and user, in this order.
+fn scope_where(t: &Table, scope: &BackupScope, p: fn(usize) -> String) -> Option<String> {
+    match scope {
+        BackupScope::Store => Some(String::new()),
+        BackupScope::Tenant(_) => Some(format!(" WHERE tenant_id = {}", p(1))),
+        BackupScope::User(..) => {
+            if t.name == "summary_sources" {
+                Some(format!(
+                    " WHERE tenant_id = {0} AND summary_id IN \
+                     (SELECT id FROM summaries WHERE tenant_id = {0} AND user_id = {1})",
+                    p(1),
+                    p(2)
+                ))
+            } else if t.name == "api_keys" || t.name == "agents" {
+                None
+            } else {
+                Some(format!(" WHERE tenant_id = {} AND user_id = {}", p(1), p(2)))
+            }
+        }
+    }
+}
+
+fn scope_binds(scope: &BackupScope) -> Vec<String> {
+    match scope {
+        BackupScope::Store => vec![],
+        BackupScope::Tenant(t) => vec![t.as_str().to_string()],
+        BackupScope::User(t, u) => vec![t.as_str().to_string(), u.as_str().to_string()],
+    }
+}
+
+/// One value, between a backend and the neutral form.
+#[derive(Debug, Clone, PartialEq)]
+enum Val {
+    Text(Option<String>),
+    Int(Option<i64>),
+    Real(f64),
+    Bool(bool),
+    Ts(Option<OffsetDateTime>),
+    Uuid(Option<Uuid>),
+    Json(Option<Value>),
+    Uuids(Vec<Uuid>),
+    Vector(Option<Vec<f32>>),
+}
+
+fn bad(table: &str, col: &str, what: impl std::fmt::Display) -> Error {
+    Error::Unprocessable(format!("{table}.{col}: {what}"))
+}
+
+fn store_err(table: &str, e: sqlx::Error) -> Error {
+    Error::internal(format!("backup of {table}: {e}"))
+}
+
+impl Val {
+    fn into_json(self) -> Value {
+        match self {
+            Val::Text(v) => v.map_or(Value::Null, Value::String),
+            Val::Int(v) => v.map_or(Value::Null, Value::from),
+            Val::Real(v) => Value::from(v),
+            Val::Bool(v) => Value::Bool(v),
+            Val::Ts(v) => v.map_or(Value::Null, |t| {
+                Value::String(t.format(&Rfc3339).unwrap_or_else(|_| t.to_string()))
+            }),
+            Val::Uuid(v) => v.map_or(Value::Null, |u| Value::String(u.to_string())),
+            Val::Json(v) => v.unwrap_or(Value::Null),
+            Val::Uuids(v) => Value::Array(v.iter().map(|u| Value::String(u.to_string())).collect()),
+            Val::Vector(v) => v.map_or(Value::Null, |v| {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+            }),
+        }
+    }
+
+    fn from_json(table: &str, col: &str, ty: Ty, v: Option<&Value>) -> Result<Val> {
+        let v = v.unwrap_or(&Value::Null);
+        let optional =
+            matches!(ty, Ty::OptText | Ty::OptTs | Ty::OptUuid | Ty::OptJson | Ty::Vector);
+        if v.is_null() && !optional && !matches!(ty, Ty::Json | Ty::UuidList) {
+            return Err(bad(table, col, "missing (this column needs a value)"));
+        }
+        let text = |v: &Value| -> Result<Option<String>> {
+            match v {
+                Value::Null => Ok(None),
+                Value::String(s) if s.contains('\0') => {
+                    Err(bad(table, col, "contains a NUL character"))
+                }
+                Value::String(s) => Ok(Some(s.clone())),
+                other => Err(bad(table, col, format!("expected a string, got {other}"))),
+            }
+        };
+        let uuid = |s: &str| {
+            Uuid::parse_str(s).map_err(|_| bad(table, col, format!("'{s}' is not a UUID")))
+        };
+        Ok(match ty {
+            Ty::Text | Ty::OptText => Val::Text(text(v)?),
+            Ty::Int => Val::Int(Some(
+                v.as_i64()
+                    .ok_or_else(|| bad(table, col, format!("expected an integer, got {v}")))?,
+            )),
+            Ty::Real => Val::Real(
+                v.as_f64()
+                    .filter(|f| f.is_finite())
+                    .ok_or_else(|| bad(table, col, format!("expected a number, got {v}")))?,
+            ),
+            Ty::Bool => Val::Bool(
+                v.as_bool()
+                    .ok_or_else(|| bad(table, col, format!("expected true or false, got {v}")))?,
+            ),
+            Ty::Ts | Ty::OptTs => Val::Ts(
+                text(v)?
+                    .map(|s| {
+                        OffsetDateTime::parse(&s, &Rfc3339)
+                            .map(engram_core::model::micros)
+                            .map_err(|_| bad(table, col, format!("'{s}' is not an RFC 3339 time")))
+                    })
+                    .transpose()?,
+            ),
+            Ty::Uuid | Ty::OptUuid => Val::Uuid(text(v)?.map(|s| uuid(&s)).transpose()?),
+            Ty::Json | Ty::OptJson => {
+                if has_nul(v) {
+                    return Err(bad(table, col, "contains a NUL character"));
+                }
+                match (ty, v) {
+                    (Ty::Json, Value::Null) => Val::Json(Some(Value::Object(Map::new()))),
+                    (_, Value::Null) => Val::Json(None),
+                    (_, v) => Val::Json(Some(v.clone())),
+                }
+            }
+            Ty::UuidList => match v {
+                Value::Null => Val::Uuids(vec![]),
+                Value::Array(items) => Val::Uuids(
+                    items
+                        .iter()
+                        .map(|i| match i {
+                            Value::String(s) => uuid(s),
+                            other => Err(bad(table, col, format!("expected an id, got {other}"))),
+                        })
+                        .collect::<Result<_>>()?,
+                ),
+                other => Err(bad(table, col, format!("expected a list of ids, got {other}")))?,
+            },
+            Ty::Vector => match text(v)? {
+                None => Val::Vector(None),
+                Some(s) => {
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(s.as_bytes())
+                        .map_err(|_| bad(table, col, "not base64"))?;
+                    if bytes.is_empty() || bytes.len() % 4 != 0 {
+                        return Err(bad(table, col, "not a list of 32-bit floats"));
+                    }
+                    let v: Vec<f32> = bytes
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect();
+                    if v.iter().any(|x| !x.is_finite()) {
+                        return Err(bad(table, col, "holds a value that is not a finite number"));
+                    }
+                    Val::Vector(Some(v))
+                }
+            },
+        })
+    }
+
+    fn text(&self) -> Option<&str> {
+        match self {
+            Val::Text(Some(s)) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+fn has_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(a) => a.iter().any(has_nul),
+        Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
+}
+
+/// Values the engine would refuse to read back: ids, closed enums, ranges.
+fn check_domain(table: &str, vals: &[(&'static str, Ty, Val)]) -> Result<()> {
+    let get = |name: &str| vals.iter().find(|v| v.0 == name).map(|v| &v.2);
+    let in_err = |col: &str, e: Error| bad(table, col, e.public_message());
+    for (col, _, v) in vals {
+        let Some(s) = v.text() else { continue };
+        let checked = match *col {
+            "tenant_id" => TenantId::parse(s).map(drop),
+            "user_id" => UserId::parse(s).map(drop),
+            "agent_id" => AgentId::parse(s).map(drop),
+            "conversation_id" | "source_conversation_id" => ConversationId::parse(s).map(drop),
+            "kind" if table == "memories" => Kind::parse(s).map(drop),
+            "kind" if table == "jobs" => JobKind::parse(s).map(drop),
+            "category" => Category::parse(s).map(drop),
+            "source_kind" => SourceKind::parse(s).map(drop),
+            "event" => EventKind::parse(s).map(drop),
+            "role" if table == "messages" => MessageRole::parse(s).map(drop),
+            "status" => JobStatus::parse(s).map(drop),
+            _ => Ok(()),
+        };
+        checked.map_err(|e| in_err(col, e))?;
+    }
+    if table == "memories"
+        && let Some(Val::Int(Some(i))) = get("importance")
+        && !(1..=10).contains(i)
+    {
+        return Err(bad(table, "importance", format!("{i} is outside 1–10")));
+    }
+    if table == "api_keys" {
+        let role = get("role").and_then(Val::text).unwrap_or_default();
+        let needs = match role {
+            "admin" => None,
+            "agent" => Some("agent_id"),
+            "user" => Some("user_id"),
+            other => {
+                return Err(bad(table, "role", format!("unknown role '{other}'")));
+            }
+        };
+        if let Some(col) = needs
+            && get(col).and_then(Val::text).is_none()
+        {
+            return Err(bad(table, col, format!("a {role} key needs its {col}")));
+        }
+    }
+    Ok(())
+}
+
+/// A backup row checked and ready to write.
+struct Decoded {
+    table: &'static Table,
+    vals: Vec<(&'static str, Ty, Val)>,
+    /// Written into another tenant than its own.
+    retargeted: bool,
+}
+
+impl Decoded {
+    fn get(&self, name: &str) -> Option<&Val> {
+        self.vals.iter().find(|v| v.0 == name).map(|v| &v.2)
+    }
+    fn text(&self, name: &str) -> String {
+        match self.get(name) {
+            Some(Val::Text(Some(s))) => s.clone(),
+            Some(Val::Uuid(Some(u))) => u.to_string(),
+            _ => String::new(),
+        }
+    }
+    fn set(&mut self, name: &str, v: Val) {
+        if let Some(slot) = self.vals.iter_mut().find(|x| x.0 == name) {
+            slot.2 = v;
+        }
+    }
+}
+
+fn decode(row: &BackupRow, target: Option<&TenantId>) -> Result<Decoded> {
+    let t = table(&row.table).ok_or_else(|| {
+        Error::Unprocessable(format!(
+            "unknown table '{}'; a backup holds: {}",
+            row.table,
+            tables().map(|t| t.name).collect::<Vec<_>>().join(", ")
+        ))
+    })?;
+    if let Some(extra) = row.row.keys().find(|k| !columns(t).any(|c| c.0 == k.as_str())) {
+        return Err(bad(t.name, extra, "unknown column"));
+    }
+    let mut vals = Vec::with_capacity(t.cols.len());
+    for (col, ty) in columns(t) {
+        vals.push((*col, *ty, Val::from_json(t.name, col, *ty, row.row.get(*col))?));
+    }
+    check_domain(t.name, &vals)?;
+    let mut d = Decoded { table: t, vals, retargeted: false };
+    if let Some(target) = target
+        && d.text("tenant_id") != target.as_str()
+    {
+        d.retargeted = true;
+        d.set("tenant_id", Val::Text(Some(target.as_str().to_string())));
+    }
+    Ok(d)
+}
+
+/// Check one backup row as a restore would, without writing: the CLI checks a whole file
+/// before the first write, so a bad line anywhere writes nothing.
+pub fn check_row(row: &BackupRow) -> Result<()> {
+    decode(row, None).map(drop)
+}
+
+/// The id a job gets when copied into another tenant: derived from both, so a re-run finds it.
+fn copied_job_id(target: &str, old: &str) -> String {
+    Uuid::new_v5(&Uuid::NAMESPACE_OID, format!("engram-job\0{target}\0{old}").as_bytes())
+        .to_string()
+}
+
+fn sqlite_p(_: usize) -> String {
+    "?".to_string()
+}
+
+fn pg_p(i: usize) -> String {
+    format!("${i}")
+}
+
+// ---- SQLite ----
+
+fn read_sqlite(r: &SqliteRow, table: &str, col: &str, ty: Ty) -> Result<Val> {
+    let e = |e: sqlx::Error| store_err(table, e);
+    let ts = |n: i64| {
+        OffsetDateTime::from_unix_timestamp_nanos(i128::from(n))
+            .map_err(|_| bad(table, col, "stored time out of range"))
+    };
+    let json = |s: Option<String>| -> Result<Option<Value>> {
+        s.map(|s| serde_json::from_str(&s).map_err(|_| bad(table, col, "stored JSON is invalid")))
+            .transpose()
+    };
+    let uuid = |s: &str| Uuid::parse_str(s).map_err(|_| bad(table, col, "stored id is not a UUID"));
+    Ok(match ty {
+        Ty::Text | Ty::OptText => Val::Text(r.try_get(col).map_err(e)?),
+        Ty::Int => Val::Int(Some(r.try_get(col).map_err(e)?)),
+        Ty::Real => Val::Real(r.try_get(col).map_err(e)?),
+        Ty::Bool => Val::Bool(r.try_get::<i64, _>(col).map_err(e)? != 0),
+        Ty::Ts | Ty::OptTs => {
+            Val::Ts(r.try_get::<Option<i64>, _>(col).map_err(e)?.map(ts).transpose()?)
+        }
+        Ty::Uuid | Ty::OptUuid => Val::Uuid(
+            r.try_get::<Option<String>, _>(col).map_err(e)?.as_deref().map(uuid).transpose()?,
+        ),
+        Ty::Json => {
+            Val::Json(Some(json(r.try_get(col).map_err(e)?)?.unwrap_or(Value::Object(Map::new()))))
+        }
+        Ty::OptJson => Val::Json(json(r.try_get(col).map_err(e)?)?),
+        Ty::UuidList => {
+            let ids: Vec<String> = json(r.try_get(col).map_err(e)?)?.map_or(Ok(vec![]), |v| {
+                serde_json::from_value(v).map_err(|_| bad(table, col, "stored ids invalid"))
+            })?;
+            Val::Uuids(ids.iter().map(|s| uuid(s)).collect::<Result<_>>()?)
+        }
+        Ty::Vector => Val::Vector(r.try_get::<Option<Vec<u8>>, _>(col).map_err(e)?.map(|b| {
+            b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+        })),
+    })
+}
+
+fn bind_sqlite(q: &mut QueryBuilder<Sqlite>, v: Val) {
+    let nanos = |t: OffsetDateTime| i64::try_from(t.unix_timestamp_nanos()).unwrap_or(i64::MAX);
+    match v {
+        Val::Text(v) => q.push_bind(v),
+        Val::Int(v) => q.push_bind(v),
+        Val::Real(v) => q.push_bind(v),
+        Val::Bool(v) => q.push_bind(i64::from(v)),
+        Val::Ts(v) => q.push_bind(v.map(nanos)),
+        Val::Uuid(v) => q.push_bind(v.map(|u| u.to_string())),
+        Val::Json(v) => q.push_bind(v.map(|v| v.to_string())),
+        Val::Uuids(v) => q.push_bind(
+            Value::Array(v.iter().map(|u| Value::String(u.to_string())).collect()).to_string(),
+        ),
+        Val::Vector(v) => {
+            q.push_bind(v.map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()))
+        }
+    };
+}
+
+/// [`engram_core::store::Store::backup`] on SQLite: one read transaction.
+pub(crate) async fn sqlite_backup(
+    pool: &SqlitePool,
+    scope: &BackupScope,
+    sink: &mut (dyn FnMut(BackupRow) -> Result<()> + Send),
+) -> Result<u64> {
+    let mut tx = pool.begin().await.map_err(|e| store_err("store", e))?;
+    let mut n = 0u64;
+    for t in tables() {
+        let Some(filter) = scope_where(t, scope, sqlite_p) else { continue };
+        let cols: Vec<&str> = columns(t).map(|c| c.0).collect();
+        let sql = format!(
+            "SELECT {} FROM {}{filter} ORDER BY {}",
+            cols.join(", "),
+            t.name,
+            order_by(t.name)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for b in scope_binds(scope) {
+            q = q.bind(b);
+        }
+        let mut rows = q.fetch(&mut *tx);
+        while let Some(r) = rows.try_next().await.map_err(|e| store_err(t.name, e))? {
+            let mut row = Map::new();
+            for (col, ty) in columns(t) {
+                row.insert((*col).to_string(), read_sqlite(&r, t.name, col, *ty)?.into_json());
+            }
+            sink(BackupRow { table: t.name.to_string(), row })?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// [`engram_core::store::Store::restore`] on SQLite: one write transaction.
+pub(crate) async fn sqlite_restore(
+    store: &crate::sqlite::SqliteStore,
+    rows: &[BackupRow],
+    state: &mut RestoreState,
+) -> Result<()> {
+    let decoded: Vec<Decoded> =
+        rows.iter().map(|r| decode(r, state.target.as_ref())).collect::<Result<_>>()?;
+    let mut next = state.clone();
+    let mut versions: HashMap<(String, String), i64> = HashMap::new();
+    let mut tx = store.begin().await?;
+    for mut d in decoded {
+        let name = d.table.name;
+        let tenant = d.text("tenant_id");
+        if !prepare(&mut d, &mut next) {
+            continue;
+        }
+        let mut extra: Vec<(&str, Val)> = Vec::new();
+        if name == "memories" {
+            let key = (tenant.clone(), d.text("user_id"));
+            let v = match versions.get(&key) {
+                Some(v) => *v,
+                None => {
+                    let v = crate::sqlite::SqliteStore::bump(&mut tx, &key.0, &key.1).await?;
+                    versions.insert(key, v);
+                    v
+                }
+            };
+            extra.push(("version", Val::Int(Some(v))));
+        }
+        let insert = |d: &Decoded, extra: &[(&str, Val)], skip_id: bool| {
+            let cols: Vec<_> =
+                d.vals.iter().filter(|c| !(skip_id && c.0 == "id")).cloned().collect();
+            let mut q = QueryBuilder::<Sqlite>::new(format!(
+                "INSERT INTO {name} ({}) VALUES (",
+                cols.iter()
+                    .map(|c| c.0)
+                    .chain(extra.iter().map(|e| e.0))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            let mut first = true;
+            for v in cols.into_iter().map(|c| c.2).chain(extra.iter().map(|e| e.1.clone())) {
+                if !first {
+                    q.push(", ");
+                }
+                first = false;
+                bind_sqlite(&mut q, v);
+            }
+            q.push(") ON CONFLICT DO NOTHING");
+            q
+        };
+        let mut q = insert(&d, &extra, false);
+        let mut written =
+            q.build().execute(&mut *tx).await.map_err(|e| store_err(name, e))?.rows_affected();
+        if written == 0 && name == "memory_events" {
+            // The id is taken (another tenant's history): a new id, same order.
+            let mut q = insert(&d, &extra, true);
+            written =
+                q.build().execute(&mut *tx).await.map_err(|e| store_err(name, e))?.rows_affected();
+        }
+        count(&d, &tenant, written > 0, &mut next);
+    }
+    tx.commit().await.map_err(|e| store_err("store", e))?;
+    *state = next;
+    Ok(())
+}
+
+/// Decide what to do with a row before writing it; false: not written (counted here).
+fn prepare(d: &mut Decoded, state: &mut RestoreState) -> bool {
+    let name = d.table.name;
+    match name {
+        "api_keys" if d.retargeted => {
+            state.report.keys_not_copied += 1;
+            false
+        }
+        "memory_events" => {
+            let key = (d.text("tenant_id"), d.text("memory_id"));
+            if state.skipped_memories.contains(&key) {
+                *state.report.skipped.entry(name.to_string()).or_default() += 1;
+                return false;
+            }
+            true
+        }
+        "jobs" if d.retargeted => {
+            let id = copied_job_id(&d.text("tenant_id"), &d.text("id"));
+            d.set("id", Val::Text(Some(id)));
+            true
+        }
+        _ => true,
+    }
+}
+
+fn count(d: &Decoded, tenant: &str, written: bool, state: &mut RestoreState) {
+    let name = d.table.name.to_string();
+    if written {
+        *state.report.restored.entry(name).or_default() += 1;
+    } else {
+        if d.table.name == "memories" {
+            state.skipped_memories.insert((tenant.to_string(), d.text("id")));
+        }
+        *state.report.skipped.entry(name).or_default() += 1;
+    }
+}
+
+// ---- PostgreSQL ----
+
+fn read_pg(r: &PgRow, table: &str, col: &str, ty: Ty) -> Result<Val> {
+    let e = |e: sqlx::Error| store_err(table, e);
+    Ok(match ty {
+        Ty::Text | Ty::OptText => Val::Text(r.try_get(col).map_err(e)?),
+        Ty::Int => Val::Int(Some(r.try_get(col).map_err(e)?)),
+        Ty::Real => Val::Real(r.try_get(col).map_err(e)?),
+        Ty::Bool => Val::Bool(r.try_get(col).map_err(e)?),
+        Ty::Ts | Ty::OptTs => Val::Ts(r.try_get(col).map_err(e)?),
+        Ty::Uuid | Ty::OptUuid => Val::Uuid(r.try_get(col).map_err(e)?),
+        Ty::Json => Val::Json(Some(
+            r.try_get::<Option<Value>, _>(col).map_err(e)?.unwrap_or(Value::Object(Map::new())),
+        )),
+        Ty::OptJson => Val::Json(r.try_get(col).map_err(e)?),
+        Ty::UuidList => {
+            Val::Uuids(r.try_get::<Option<Vec<Uuid>>, _>(col).map_err(e)?.unwrap_or_default())
+        }
+        Ty::Vector => Val::Vector(
+            r.try_get::<Option<pgvector::Vector>, _>(col).map_err(e)?.map(|v| v.to_vec()),
+        ),
+    })
+}
+
+fn bind_pg(q: &mut QueryBuilder<Postgres>, v: Val) {
+    match v {
+        Val::Text(v) => q.push_bind(v),
+        Val::Int(v) => q.push_bind(v),
+        Val::Real(v) => q.push_bind(v),
+        Val::Bool(v) => q.push_bind(v),
+        Val::Ts(v) => q.push_bind(v),
+        Val::Uuid(v) => q.push_bind(v),
+        Val::Json(v) => q.push_bind(v),
+        Val::Uuids(v) => q.push_bind(v),
+        Val::Vector(v) => q.push_bind(v.map(pgvector::Vector::from)),
+    };
+}
+
+/// [`engram_core::store::Store::backup`] on PostgreSQL: one repeatable-read transaction.
+pub(crate) async fn pg_backup(
+    pool: &PgPool,
+    scope: &BackupScope,
+    sink: &mut (dyn FnMut(BackupRow) -> Result<()> + Send),
+) -> Result<u64> {
+    let mut tx = pool.begin().await.map_err(|e| store_err("store", e))?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| store_err("store", e))?;
+    let mut n = 0u64;
+    for t in tables() {
+        let Some(filter) = scope_where(t, scope, pg_p) else { continue };
+        let cols: Vec<String> = columns(t)
+            .map(|(c, ty)| match ty {
+                Ty::Int => format!("{c}::int8 AS {c}"),
+                Ty::Real => format!("{c}::float8 AS {c}"),
+                _ => (*c).to_string(),
+            })
+            .collect();
+        let sql = format!(
+            "SELECT {} FROM {}{filter} ORDER BY {}",
+            cols.join(", "),
+            t.name,
+            order_by(t.name)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for b in scope_binds(scope) {
+            q = q.bind(b);
+        }
+        let mut rows = q.fetch(&mut *tx);
+        while let Some(r) = rows.try_next().await.map_err(|e| store_err(t.name, e))? {
+            let mut row = Map::new();
+            for (col, ty) in columns(t) {
+                row.insert((*col).to_string(), read_pg(&r, t.name, col, *ty)?.into_json());
+            }
+            sink(BackupRow { table: t.name.to_string(), row })?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// [`engram_core::store::Store::restore`] on PostgreSQL: one transaction.
+pub(crate) async fn pg_restore(
+    store: &crate::postgres::PgStore,
+    rows: &[BackupRow],
+    state: &mut RestoreState,
+) -> Result<()> {
+    let decoded: Vec<Decoded> =
+        rows.iter().map(|r| decode(r, state.target.as_ref())).collect::<Result<_>>()?;
+    let mut next = state.clone();
+    let mut versions: HashMap<(String, String), i64> = HashMap::new();
+    let mut tx = store.pool().begin().await.map_err(|e| store_err("store", e))?;
+    let mut events_with_ids = false;
+    for mut d in decoded {
+        let name = d.table.name;
+        let tenant = d.text("tenant_id");
+        if !prepare(&mut d, &mut next) {
+            continue;
+        }
+        let mut extra: Vec<(&str, Val)> = Vec::new();
+        if name == "memories" {
+            let key = (tenant.clone(), d.text("user_id"));
+            let v = match versions.get(&key) {
+                Some(v) => *v,
+                None => {
+                    let v = crate::postgres::PgStore::bump(&mut tx, &key.0, &key.1).await?;
+                    versions.insert(key, v);
+                    v
+                }
+            };
+            extra.push(("version", Val::Int(Some(v))));
+        }
+        if !d.table.fts.is_empty() {
+            let parts: Vec<String> = d.table.fts.iter().map(|c| d.text(c)).collect();
+            let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+            extra.push(("fts_text", Val::Text(Some(index_text(&parts)))));
+        }
+        let insert = |d: &Decoded, extra: &[(&str, Val)], with_id: bool| {
+            let cols: Vec<_> = d
+                .vals
+                .iter()
+                .filter(|c| with_id || !(name == "memory_events" && c.0 == "id"))
+                .cloned()
+                .collect();
+            let fts_len = name == "memories";
+            let mut names: Vec<&str> =
+                cols.iter().map(|c| c.0).chain(extra.iter().map(|e| e.0)).collect();
+            if fts_len {
+                names.push("fts_len");
+            }
+            let mut q = QueryBuilder::<Postgres>::new(format!(
+                "INSERT INTO {name} ({}){} VALUES (",
+                names.join(", "),
+                if name == "memory_events" && with_id { " OVERRIDING SYSTEM VALUE" } else { "" }
+            ));
+            let mut first = true;
+            for v in cols.into_iter().map(|c| c.2).chain(extra.iter().map(|e| e.1.clone())) {
+                if !first {
+                    q.push(", ");
+                }
+                first = false;
+                bind_pg(&mut q, v);
+            }
+            if fts_len {
+                let text = extra
+                    .iter()
+                    .find(|e| e.0 == "fts_text")
+                    .and_then(|e| e.1.text().map(str::to_string))
+                    .unwrap_or_default();
+                q.push(", length(to_tsvector('simple'::regconfig, ");
+                q.push_bind(text);
+                q.push("))");
+            }
+            q.push(") ON CONFLICT DO NOTHING");
+            q
+        };
+        let mut q = insert(&d, &extra, true);
+        let mut written =
+            q.build().execute(&mut *tx).await.map_err(|e| store_err(name, e))?.rows_affected();
+        if name == "memory_events" {
+            events_with_ids = true;
+            if written == 0 {
+                let mut q = insert(&d, &extra, false);
+                written = q
+                    .build()
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| store_err(name, e))?
+                    .rows_affected();
+            }
+        }
+        count(&d, &tenant, written > 0, &mut next);
+    }
+    if events_with_ids {
+        // New events continue after the restored ids.
+        sqlx::query(
+            "SELECT setval(pg_get_serial_sequence('memory_events', 'id'), \
+             greatest((SELECT max(id) FROM memory_events), 1), (SELECT max(id) FROM memory_events) IS NOT NULL)",
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| store_err("memory_events", e))?;
+    }
+    tx.commit().await.map_err(|e| store_err("store", e))?;
+    *state = next;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip_through_the_neutral_form() {
+        let t = OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_123_456_000).unwrap();
+        let cases = [
+            (Ty::Ts, Val::Ts(Some(t))),
+            (Ty::OptTs, Val::Ts(None)),
+            (Ty::Vector, Val::Vector(Some(vec![0.1, -2.5e-8, 3.0]))),
+            (Ty::UuidList, Val::Uuids(vec![Uuid::now_v7()])),
+            (Ty::Json, Val::Json(Some(serde_json::json!({"a": [1, "b"]})))),
+            (Ty::Bool, Val::Bool(true)),
+            (Ty::Real, Val::Real(0.85)),
+        ];
+        for (ty, v) in cases {
+            let j = v.clone().into_json();
+            assert_eq!(Val::from_json("t", "c", ty, Some(&j)).unwrap(), v, "{j}");
+        }
+    }
+
+    #[test]
+    fn bad_values_name_table_and_column() {
+        let e = Val::from_json("memories", "created_at", Ty::Ts, Some(&Value::from("yesterday")))
+            .unwrap_err();
+        assert!(e.public_message().contains("memories.created_at"), "{e}");
+        let e = Val::from_json("messages", "embedding", Ty::Vector, Some(&Value::from("AAA")))
+            .unwrap_err();
+        assert!(e.public_message().contains("messages.embedding"), "{e}");
+        let e = Val::from_json("memories", "content", Ty::Text, Some(&Value::from("a\0b")))
+            .unwrap_err();
+        assert!(e.public_message().contains("NUL"), "{e}");
+        assert!(Val::from_json("memories", "content", Ty::Text, None).is_err());
+    }
+
+    #[test]
+    fn copied_job_ids_are_stable_and_per_tenant() {
+        assert_eq!(copied_job_id("t2", "j1"), copied_job_id("t2", "j1"));
+        assert_ne!(copied_job_id("t2", "j1"), copied_job_id("t3", "j1"));
+    }
+}

@@ -1,0 +1,203 @@
+//! `engram export` / `engram import` as the lossless backup (issue 10): every table of a
+//! store goes through an empty store and comes back byte for byte, on both backends; the
+//! restored store answers as the original did, with the original keys; one tenant is copied
+//! into another tenant of the same store (ids kept, keys not copied); a re-run skips all.
+
+use std::collections::BTreeMap;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::cli::{rows, table};
+use crate::helpers::{Backend, Db};
+use crate::migrate::{Keys, build, key, snapshot};
+
+/// Every table a backup holds.
+const TABLES: [&str; 12] = [
+    "api_keys",
+    "agents",
+    "memories",
+    "memory_events",
+    "conversations",
+    "messages",
+    "summaries",
+    "summary_sources",
+    "jobs",
+    "extraction_cursors",
+    "recalls",
+    "context_sessions",
+];
+
+#[track_caller]
+fn cli_ok(db: &Db, args: &[&str]) -> String {
+    let (ok, out, err) = db.cli(args);
+    assert!(ok, "engram {args:?} failed\nstdout: {out}\nstderr: {err}");
+    out
+}
+
+fn sorted(export: &str) -> Vec<&str> {
+    let mut v: Vec<&str> = export.lines().collect();
+    v.sort_unstable();
+    v
+}
+
+fn per_table(rows: &[(String, Value)]) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for (t, _) in rows {
+        *m.entry(t.clone()).or_default() += 1;
+    }
+    m
+}
+
+/// Summaries, their sources and an extraction cursor of `alice` in `acme`: no engine path
+/// writes the first two yet (the compactor is issue 13), so they enter through a restore.
+fn crafted(reply: &str) -> String {
+    let summary = "01a20297-0000-7000-8000-00000000aaaa";
+    [
+        json!({ "engram_export": 1, "scope": { "tenant": "acme", "user": null }, "embedding": null }),
+        json!({ "table": "summaries", "row": { "tenant_id": "acme", "id": summary, "user_id": "alice",
+            "conversation_id": "c1", "parent_id": null, "depth": 0, "kind": "leaf",
+            "content": "2026-11-20T10:00 user: gift ideas for Maya; assistant: violin strings.",
+            "message_count": 2, "earliest_at": "2026-11-20T10:00:00Z", "latest_at": "2026-11-20T10:01:00.5Z",
+            "embedding": null, "embedding_model": null, "model": "scripted", "created_at": "2026-11-20T10:02:00Z" } }),
+        json!({ "table": "summary_sources", "row": { "tenant_id": "acme", "summary_id": summary,
+            "source_id": reply, "ordinal": 0 } }),
+        json!({ "table": "extraction_cursors", "row": { "tenant_id": "acme", "conversation_id": "c1",
+            "user_id": "alice", "last_hash": "9f2c", "updated_at": "2026-11-20T10:03:00Z" } }),
+        json!({ "end": { "rows": 3 } }),
+    ]
+    .iter()
+    .map(Value::to_string)
+    .collect::<Vec<_>>()
+    .join("\n")
+}
+
+async fn every_table_round_trips_through_an_empty_store(backend: Backend) {
+    let a = Db::new(backend).await;
+    let k = Keys {
+        acme: key(&a, &["--tenant", "acme", "--role", "admin"]),
+        globex: key(&a, &["--tenant", "globex", "--role", "admin"]),
+        support: key(&a, &["--tenant", "acme", "--role", "agent", "--agent", "support"]),
+        alice: key(&a, &["--tenant", "acme", "--role", "user", "--user", "alice"]),
+    };
+    let (reply, before) = {
+        let s = a.serve(&[]);
+        let (_, _, reply) = build(&s, &k).await;
+        (reply, snapshot(&s.with_key(&k.acme), &s.with_key(&k.globex)).await)
+    };
+    let file = a.dir().join("crafted.jsonl");
+    std::fs::write(&file, crafted(&reply)).unwrap();
+    let out = cli_ok(&a, &["import", file.to_str().unwrap()]);
+    assert_eq!(
+        out.trim(),
+        "imported 3 rows (extraction_cursors 1, summaries 1, summary_sources 1), skipped 0 already present"
+    );
+
+    // The whole store: every table is in the file.
+    let full = cli_ok(&a, &["export"]);
+    let all = rows(&full);
+    let counts = per_table(&all);
+    for t in TABLES {
+        assert!(counts.get(t).is_some_and(|n| *n > 0), "no {t} rows exported: {counts:?}");
+    }
+    assert_eq!(counts["api_keys"], 4);
+    let header: Value = serde_json::from_str(full.lines().next().unwrap()).unwrap();
+    assert!(header["embedding"]["dims"].as_u64().is_some(), "{header}");
+    assert!(table(&all, "memories").iter().any(|m| m["embedding"].is_string()));
+
+    // Into an empty store and out again: the same lines.
+    let b = Db::new(backend).await;
+    let file = b.dir().join("full.jsonl");
+    std::fs::write(&file, &full).unwrap();
+    let out = cli_ok(&b, &["import", file.to_str().unwrap()]);
+    assert!(out.starts_with(&format!("imported {} rows", all.len())), "{out}");
+    let again = cli_ok(&b, &["export"]);
+    assert_eq!(sorted(&again), sorted(&full), "export → import → export differs");
+    // A re-run writes nothing.
+    let j: Value =
+        serde_json::from_str(&cli_ok(&b, &["import", file.to_str().unwrap(), "--json"])).unwrap();
+    assert_eq!((j["imported"].as_u64(), j["skipped"].as_u64()), (Some(0), Some(all.len() as u64)));
+    assert_eq!(cli_ok(&b, &["export"]), full);
+    // The restored store answers as the original did, to the original keys.
+    {
+        let s = b.serve(&[]);
+        assert_eq!(snapshot(&s.with_key(&k.acme), &s.with_key(&k.globex)).await, before);
+        let (st, found) = s
+            .with_key(&k.alice)
+            .post(
+                "/v1/search",
+                json!({ "query": "what instrument does her daughter play", "user_id": "alice" }),
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "{found}");
+        assert_eq!(
+            found["results"][0]["memory"]["content"],
+            "The user's daughter Maya plays the violin."
+        );
+    }
+
+    // One tenant into another tenant of the same store: ids kept, keys not copied.
+    let acme = cli_ok(&a, &["export", "--tenant", "acme"]);
+    let acme_rows = rows(&acme);
+    assert!(acme_rows.iter().all(|(_, r)| r["tenant_id"] == "acme"));
+    let file = a.dir().join("acme.jsonl");
+    std::fs::write(&file, &acme).unwrap();
+    let j: Value = serde_json::from_str(&cli_ok(
+        &a,
+        &["import", file.to_str().unwrap(), "--tenant", "acme2", "--json"],
+    ))
+    .unwrap();
+    assert_eq!(j["keys_not_copied"], 3, "{j}");
+    assert_eq!(j["skipped"], 0, "{j}");
+    let copy = rows(&cli_ok(&a, &["export", "--tenant", "acme2"]));
+    let mut want = per_table(&acme_rows);
+    want.remove("api_keys");
+    assert_eq!(per_table(&copy), want);
+    let strip = |rows: &[(String, Value)], t: &str| -> Vec<Value> {
+        let mut v: Vec<Value> = table(rows, t)
+            .into_iter()
+            .map(|r| {
+                let mut r = r.clone();
+                r["tenant_id"] = json!("-");
+                if t == "memory_events" {
+                    // Kept where free (PostgreSQL: per tenant); SQLite's are store-wide, so
+                    // the copy's history gets new ids in the same order.
+                    r["id"] = json!(null);
+                }
+                r
+            })
+            .collect();
+        v.sort_by_key(Value::to_string);
+        v
+    };
+    let order = |rows: &[(String, Value)]| -> Vec<Value> {
+        let mut e: Vec<&Value> = table(rows, "memory_events");
+        e.sort_by_key(|e| e["id"].as_i64());
+        e.iter().map(|e| json!([e["memory_id"], e["event"], e["at"]])).collect()
+    };
+    assert_eq!(order(&copy), order(&acme_rows), "the copy's history is in another order");
+    for t in ["memories", "memory_events", "messages", "conversations", "agents", "summaries"] {
+        assert_eq!(strip(&copy, t), strip(&acme_rows, t), "{t} differs in the copy");
+    }
+    let again: Value = serde_json::from_str(&cli_ok(
+        &a,
+        &["import", file.to_str().unwrap(), "--tenant", "acme2", "--json"],
+    ))
+    .unwrap();
+    assert_eq!(again["imported"], 0, "a re-run of the copy wrote rows: {again}");
+    // The copy serves its own keys; the original tenant is untouched.
+    let acme2 = key(&a, &["--tenant", "acme2", "--role", "admin"]);
+    let s = a.serve(&[]);
+    let (_, x) = s.with_key(&acme2).get("/v1/users/alice/export").await;
+    let (_, y) = s.with_key(&k.acme).get("/v1/users/alice/export").await;
+    assert_eq!(x["memories"].as_array().map(Vec::len), y["memories"].as_array().map(Vec::len));
+    assert!(!x["memories"].as_array().unwrap().is_empty(), "{x}");
+    assert_eq!(snapshot(&s.with_key(&k.acme), &s.with_key(&k.globex)).await, before);
+    // A whole-store export cannot be poured into one tenant.
+    let file = a.dir().join("all.jsonl");
+    std::fs::write(&file, &full).unwrap();
+    let (ok, _, err) = a.cli(&["import", file.to_str().unwrap(), "--tenant", "acme3"]);
+    assert!(!ok && err.contains("holds 2 tenants"), "{err}");
+}
+
+on_both_backends!(every_table_round_trips_through_an_empty_store);

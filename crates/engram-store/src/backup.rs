@@ -160,7 +160,10 @@ impl Val {
                     Err(bad(table, col, "contains a NUL character"))
                 }
                 Value::String(s) => Ok(Some(s.clone())),
-                other => Err(bad(table, col, format!("expected a string, got {other}"))),
+                other
+                @ (Value::Bool(_) | Value::Number(_) | Value::Array(_) | Value::Object(_)) => {
+                    Err(bad(table, col, format!("expected a string, got {other}")))
+                }
             }
         };
         let uuid = |s: &str| {
@@ -208,11 +211,22 @@ impl Val {
                         .iter()
                         .map(|i| match i {
                             Value::String(s) => uuid(s),
-                            other => Err(bad(table, col, format!("expected an id, got {other}"))),
+                            other @ (Value::Null
+                            | Value::Bool(_)
+                            | Value::Number(_)
+                            | Value::Array(_)
+                            | Value::Object(_)) => {
+                                Err(bad(table, col, format!("expected an id, got {other}")))
+                            }
                         })
                         .collect::<Result<_>>()?,
                 ),
-                other => Err(bad(table, col, format!("expected a list of ids, got {other}")))?,
+                other @ (Value::Bool(_)
+                | Value::Number(_)
+                | Value::String(_)
+                | Value::Object(_)) => {
+                    Err(bad(table, col, format!("expected a list of ids, got {other}")))?
+                }
             },
             Ty::Vector => match text(v)? {
                 None => Val::Vector(None),
@@ -237,10 +251,7 @@ impl Val {
     }
 
     fn text(&self) -> Option<&str> {
-        match self {
-            Val::Text(Some(s)) => Some(s),
-            _ => None,
-        }
+        if let Val::Text(Some(s)) = self { Some(s) } else { None }
     }
 }
 
@@ -249,7 +260,7 @@ fn has_nul(v: &Value) -> bool {
         Value::String(s) => s.contains('\0'),
         Value::Array(a) => a.iter().any(has_nul),
         Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
-        _ => false,
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
     }
 }
 
@@ -623,10 +634,14 @@ pub(crate) async fn pg_backup(
     for t in tables() {
         let Some(filter) = scope_where(t, scope, pg_p) else { continue };
         let cols: Vec<String> = columns(t)
-            .map(|(c, ty)| match ty {
-                Ty::Int => format!("{c}::int8 AS {c}"),
-                Ty::Real => format!("{c}::float8 AS {c}"),
-                _ => (*c).to_string(),
+            .map(|(c, ty)| {
+                if *ty == Ty::Int {
+                    format!("{c}::int8 AS {c}")
+                } else if *ty == Ty::Real {
+                    format!("{c}::float8 AS {c}")
+                } else {
+                    (*c).to_string()
+                }
             })
             .collect();
         let sql = format!(

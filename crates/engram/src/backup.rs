@@ -112,7 +112,7 @@ pub async fn export(engine: &Engine, scope: BackupScope, out: Option<&Path>) -> 
         writeln!(w, "{line}")
             .map_err(|e| engram_core::Error::internal(format!("cannot write the export: {e}")))?;
         n += 1;
-        if n % 256 == 0 {
+        if n.is_multiple_of(256) {
             progress.message(format!("{n} rows"));
         }
         Ok(())
@@ -147,9 +147,7 @@ impl Source {
     }
 
     /// `(line number, text)` of every non-empty line.
-    fn lines(
-        &self,
-    ) -> anyhow::Result<Box<dyn Iterator<Item = anyhow::Result<(usize, String)>> + '_>> {
+    fn lines(&self) -> anyhow::Result<Lines<'_>> {
         let it: Box<dyn Iterator<Item = std::io::Result<String>>> = match self {
             Source::File(p) => Box::new(
                 std::io::BufReader::new(
@@ -167,6 +165,9 @@ impl Source {
         ))
     }
 }
+
+/// `(line number, text)` of the non-empty lines of a file.
+type Lines<'a> = Box<dyn Iterator<Item = anyhow::Result<(usize, String)>> + 'a>;
 
 /// What a line of the new format is.
 enum Line {

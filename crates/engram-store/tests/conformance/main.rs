@@ -6,6 +6,7 @@
 //! it is unset the PostgreSQL tests FAIL with instructions: nothing is skipped. Where the two
 //! backends behave differently, the contract (`engram_core::store`) is wrong or incomplete.
 
+mod backup;
 mod concurrency;
 mod conversations;
 mod erase;
@@ -56,6 +57,8 @@ macro_rules! conformance {
 
 conformance! {
     single: [
+        backup::backup_restore_into_another_tenant,
+        backup::restore_refuses_what_it_cannot_read_back,
         memories::tenant_isolation,
         memories::supersede_forget_purge_history,
         memories::list_pagination_and_filters,

@@ -524,7 +524,8 @@ async fn r10_cli_progress_only_on_a_terminal(backend: Backend) {
     let (ok, out, err) = other.cli(&["import", &file_s, "--json"]);
     assert!(ok, "{err}");
     assert!(!err.contains("importing"), "progress with --json: {err}");
-    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["imported"], 20);
+    let report = serde_json::from_str::<Value>(&out).unwrap();
+    assert_eq!(report["tables"]["memories"], 20, "{report}");
     // On a terminal (a pseudo-terminal from `script`), the bar is drawn.
     let third = Db::new(backend).await;
     let mut cmd =
@@ -542,5 +543,5 @@ async fn r10_cli_progress_only_on_a_terminal(backend: Backend) {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("importing"), "no progress on a terminal: {text}");
-    assert!(text.contains("imported 20 memories"), "{text}");
+    assert!(text.contains("imported 40 rows (memories 20, memory_events 20)"), "{text}");
 }

@@ -1,0 +1,88 @@
+//! Tenant administration: agent settings, GDPR erasure and export of a user, statistics.
+
+use crate::error::{Error, Result};
+use crate::model::{Agent, AgentId, KeyRole, Principal, UserId};
+use crate::pipeline::extract::MemoryPolicy;
+use crate::store::{EraseCounts, StoreStats};
+
+use super::{AgentInput, Engine, UserExport};
+
+impl Engine {
+    /// An agent's settings: for admin keys and for the agent's own key. A user key (an
+    /// end-user's memory panel) has no business with how agents are configured.
+    pub async fn get_agent(&self, p: &Principal, id: &AgentId) -> Result<Agent> {
+        match &p.role {
+            KeyRole::Admin => {}
+            KeyRole::Agent(bound) if bound == id => {}
+            KeyRole::Agent(_) => return Err(Error::not_found(format!("agent {id}"))),
+            KeyRole::User(_) => {
+                return Err(Error::Forbidden(
+                    "agent settings need an admin key or the agent's own key".into(),
+                ));
+            }
+        }
+        self.store
+            .get_agent(&p.tenant, id)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("agent {id}")))
+    }
+
+    pub async fn put_agent(&self, p: &Principal, id: AgentId, input: AgentInput) -> Result<Agent> {
+        Self::require_admin(p, "changing agent settings")?;
+        let threshold = input.dedup_threshold.unwrap_or(self.cfg.dedup_threshold);
+        if !(0.5..=1.0).contains(&threshold) {
+            return Err(Error::invalid(
+                "dedup_threshold",
+                "dedup_threshold must be between 0.5 and 1.0",
+            ));
+        }
+        if !input.settings.is_object() {
+            return Err(Error::invalid("settings", "settings must be a JSON object"));
+        }
+        MemoryPolicy::from_settings(input.memory_enabled, threshold, &input.settings)?;
+        if let Some(c) = &input.cluster_id
+            && (c.is_empty() || c.len() > 256)
+        {
+            return Err(Error::invalid("cluster_id", "cluster_id must be 1 to 256 bytes"));
+        }
+        let now = crate::model::now();
+        let created_at = self.store.get_agent(&p.tenant, &id).await?.map_or(now, |a| a.created_at);
+        let agent = Agent {
+            tenant_id: p.tenant.clone(),
+            id,
+            memory_enabled: input.memory_enabled,
+            cluster_id: input.cluster_id,
+            dedup_threshold: threshold,
+            settings: input.settings,
+            created_at,
+            updated_at: now,
+        };
+        self.store.put_agent(&agent).await?;
+        Ok(agent)
+    }
+
+    /// GDPR erasure of a user (admin, or the user's own key).
+    pub async fn erase_user(&self, p: &Principal, user: &UserId) -> Result<EraseCounts> {
+        self.authorize_user_admin(p, user)?;
+        self.store.erase_user(&p.tenant, user).await
+    }
+
+    /// GDPR export of a user.
+    pub async fn export_user(&self, p: &Principal, user: &UserId) -> Result<UserExport> {
+        self.authorize_user_admin(p, user)?;
+        let (memories, events) = self.store.user_memories(&p.tenant, user).await?;
+        let messages = self.store.user_messages(&p.tenant, user).await?;
+        Ok(UserExport {
+            tenant_id: p.tenant.clone(),
+            user_id: user.clone(),
+            memories,
+            events,
+            messages,
+        })
+    }
+
+    pub async fn stats(&self, p: &Principal) -> Result<StoreStats> {
+        Self::require_admin(p, "stats")?;
+        self.store.stats(&p.tenant).await
+    }
+}

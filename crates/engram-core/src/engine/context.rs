@@ -1,0 +1,154 @@
+//! The context block: the facts worth knowing for a query, fitted to a token budget, cached
+//! per session.
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+use crate::model::{Kind, Memory, MemoryId, Principal};
+use crate::retrieval::{self};
+use crate::store::ContextSession;
+
+use super::{ContextBlock, ContextInput, Engine, Hit, SearchInput};
+
+impl Engine {
+    /// The prompt block: `Known facts about the user:` and a bullet list, profile facts
+    /// first, then all active facts by `observed_at` when they fit the budget, otherwise the
+    /// most relevant to the query. Same `session_id` → same text until `refresh`.
+    pub async fn context(&self, p: &Principal, input: ContextInput) -> Result<ContextBlock> {
+        let v = self.view(p, input.user_id.as_ref(), input.agent_id.as_ref(), true).await?;
+        let user =
+            v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
+        if let Some(q) = &input.query
+            && q.trim().len() > self.cfg.max_content_bytes
+        {
+            return Err(Error::TooLarge(format!(
+                "query is {} bytes; the limit is {}",
+                q.trim().len(),
+                self.cfg.max_content_bytes
+            )));
+        }
+        let budget = input.token_budget.unwrap_or(self.cfg.token_budget);
+        if budget == 0 || budget > 1_000_000 {
+            return Err(Error::invalid("token_budget", "token_budget must be 1 to 1000000"));
+        }
+        if let Some(sid) = &input.session_id {
+            if sid.is_empty() || sid.len() > 256 {
+                return Err(Error::invalid("session_id", "session_id must be 1 to 256 bytes"));
+            }
+            if !input.refresh
+                && let Some(s) =
+                    self.store.get_context_session(&v.tenant, sid, &user, v.pool.as_deref()).await?
+            {
+                let token_estimate = retrieval::estimate_tokens(&s.text);
+                if let Some(t) = &input.turn_id {
+                    self.store.record_recall(&v.tenant, t, &s.memory_ids).await?;
+                }
+                return Ok(ContextBlock {
+                    text: s.text,
+                    memory_ids: s.memory_ids,
+                    token_estimate,
+                    truncated: false,
+                    cached: true,
+                });
+            }
+        }
+        let now = crate::model::now();
+        let all = self.store.all_active(&v.tenant, &self.filter(&v)).await?;
+        let header = "Known facts about the user:";
+        let line = |m: &Memory| format!("- {}", m.content);
+        let cost = |m: &Memory| retrieval::estimate_tokens(&line(m)) + 1;
+        let mut total = retrieval::estimate_tokens(header) + 1;
+        let (profiles, facts): (Vec<&Memory>, Vec<&Memory>) =
+            all.iter().partition(|m| m.kind == Kind::Profile);
+        let all_cost: usize = total + all.iter().map(cost).sum::<usize>();
+        let mut chosen: Vec<&Memory> = Vec::new();
+        let mut truncated = false;
+        if all_cost <= budget {
+            chosen.extend(profiles.iter().copied());
+            chosen.extend(facts.iter().copied());
+        } else {
+            truncated = true;
+            for m in &profiles {
+                if total + cost(m) <= budget {
+                    total += cost(m);
+                    chosen.push(m);
+                }
+            }
+            // Rank the rest: by relevance to the query, else by importance and recency.
+            let mut ranked: Vec<&Memory> = facts.clone();
+            if let Some(q) = input.query.as_deref().filter(|q| !q.trim().is_empty()) {
+                let hits = self
+                    .search(
+                        p,
+                        SearchInput {
+                            query: q.to_string(),
+                            user_id: Some(user.clone()),
+                            agent_id: v.agent.clone(),
+                            limit: self.cfg.max_limit,
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                let order: HashMap<MemoryId, usize> = hits
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, h)| match h {
+                        Hit::Memory { memory, .. } => Some((memory.id, i)),
+                        Hit::Message { .. } => None,
+                    })
+                    .collect();
+                ranked.sort_by_key(|m| {
+                    (
+                        order.get(&m.id).copied().unwrap_or(usize::MAX),
+                        std::cmp::Reverse(m.importance),
+                        std::cmp::Reverse(m.observed_at),
+                    )
+                });
+            } else {
+                ranked.sort_by_key(|m| {
+                    (std::cmp::Reverse(m.importance), std::cmp::Reverse(m.observed_at))
+                });
+            }
+            let mut picked: Vec<&Memory> = Vec::new();
+            for m in ranked {
+                if total + cost(m) <= budget {
+                    total += cost(m);
+                    picked.push(m);
+                }
+            }
+            picked.sort_by_key(|m| (m.observed_at, m.id));
+            chosen.extend(picked);
+        }
+        let mut text = String::from(header);
+        for m in &chosen {
+            text.push('\n');
+            text.push_str(&line(m));
+        }
+        let memory_ids: Vec<MemoryId> = chosen.iter().map(|m| m.id).collect();
+        if let Some(sid) = &input.session_id {
+            self.store
+                .put_context_session(
+                    &v.tenant,
+                    &ContextSession {
+                        session_id: sid.clone(),
+                        user_id: user.clone(),
+                        pool: v.pool.clone(),
+                        text: text.clone(),
+                        memory_ids: memory_ids.clone(),
+                        created_at: now,
+                    },
+                )
+                .await?;
+        }
+        if !memory_ids.is_empty() {
+            self.store.touch_memories(&v.tenant, &memory_ids, now).await?;
+            if let Some(t) = &input.turn_id {
+                self.store.record_recall(&v.tenant, t, &memory_ids).await?;
+            }
+        }
+        let token_estimate = retrieval::estimate_tokens(&text);
+        Ok(ContextBlock { text, memory_ids, token_estimate, truncated, cached: false })
+    }
+
+    // ------------------------------------------------------------------ conversations
+}

@@ -1,0 +1,324 @@
+//! Conversations: appending messages (and the jobs they enqueue: embedding, extraction),
+//! browsing, rating messages, ending sessions, backfilling tool-call descriptions.
+
+use crate::error::{Error, Result};
+use crate::model::{
+    AgentId, ConversationId, EventKind, Job, JobKind, MemoryId, Message, MessageId, MessageRole,
+    Principal, TenantId, UserId,
+};
+use crate::pipeline::extract::{ExtractionMode, MemoryPolicy, resume_index};
+
+use super::{Engine, MessageInput, clamp_limit};
+
+impl Engine {
+    /// Append messages to a conversation (durable before return). A conversation belongs to
+    /// the user (and agent) that started it.
+    pub async fn append_messages(
+        &self,
+        p: &Principal,
+        conversation: ConversationId,
+        user_id: Option<UserId>,
+        agent_id: Option<AgentId>,
+        messages: Vec<MessageInput>,
+    ) -> Result<Vec<Message>> {
+        let v = self.view(p, user_id.as_ref(), agent_id.as_ref(), true).await?;
+        let user =
+            v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
+        if messages.is_empty() {
+            return Err(Error::invalid("messages", "messages must not be empty"));
+        }
+        // A conversation belongs to the user and the agent that started it: another agent
+        // may not add to it (issue 10: it would feed that agent's private extraction), and
+        // a caller that names no agent continues it as its agent.
+        let mut v = v;
+        if let Some((owner, conv_agent)) =
+            self.store.conversation_owner(&v.tenant, &conversation).await?
+        {
+            if owner != user {
+                return Err(Error::Conflict(format!(
+                    "conversation '{conversation}' belongs to another user"
+                )));
+            }
+            match (&conv_agent, &v.agent) {
+                (Some(c), Some(a)) if c != a => {
+                    return Err(Error::Conflict(format!(
+                        "conversation '{conversation}' belongs to another agent"
+                    )));
+                }
+                (Some(c), None) => {
+                    v.pool = Some(self.pool_of(&v.tenant, c).await?);
+                    v.agent = conv_agent.clone();
+                }
+                (Some(_) | None, Some(_)) | (None, None) => {}
+            }
+        }
+        let now = crate::model::now();
+        let mut rows = Vec::with_capacity(messages.len());
+        for (i, m) in messages.into_iter().enumerate() {
+            let field = format!("messages[{i}]");
+            if m.content.len() > self.cfg.max_content_bytes {
+                return Err(Error::TooLarge(format!(
+                    "{field}.content is {} bytes; the limit is {}",
+                    m.content.len(),
+                    self.cfg.max_content_bytes
+                )));
+            }
+            if m.content.contains('\0')
+                || m.metadata.as_ref().is_some_and(|v| v.to_string().contains("\\u0000"))
+            {
+                return Err(Error::invalid(
+                    format!("{field}.content"),
+                    format!("{field}: text must not contain NUL characters"),
+                ));
+            }
+            if m.content.trim().is_empty() && m.tool_name.is_none() {
+                return Err(Error::invalid(
+                    format!("{field}.content"),
+                    format!("{field}: content must not be empty (unless tool_name is set)"),
+                ));
+            }
+            let metadata = m.metadata.unwrap_or_else(|| serde_json::json!({}));
+            if !metadata.is_object() {
+                return Err(Error::invalid(
+                    format!("{field}.metadata"),
+                    "metadata must be a JSON object",
+                ));
+            }
+            rows.push(Message {
+                id: MessageId::new(),
+                tenant_id: v.tenant.clone(),
+                conversation_id: conversation.clone(),
+                user_id: user.clone(),
+                agent_id: v.agent.clone(),
+                seq: 0,
+                role: m.role,
+                content: m.content,
+                tool_name: m.tool_name,
+                tool_args: m.tool_args,
+                tool_result: m.tool_result,
+                turn_id: m.turn_id,
+                metadata,
+                created_at: m.created_at.unwrap_or(now),
+                rating: 0,
+            });
+        }
+        let stored = self.store.append_messages(&v.tenant, rows).await?;
+        self.after_append(&v.tenant, &user, v.agent.as_ref(), &conversation, &stored).await?;
+        Ok(stored)
+    }
+
+    /// Enqueue the background work an append calls for (never runs it here).
+    pub(super) async fn after_append(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        agent: Option<&AgentId>,
+        conversation: &ConversationId,
+        stored: &[Message],
+    ) -> Result<()> {
+        if stored.iter().any(|m| !m.content.is_empty()) {
+            self.enqueue_message_embedding(tenant, user, conversation).await?;
+        }
+        if self.llm.is_none() {
+            return Ok(());
+        }
+        for m in stored.iter().filter(|m| m.tool_name.is_some() && m.content.is_empty()) {
+            let mut job = Job::new(
+                tenant.clone(),
+                Some(user.clone()),
+                JobKind::SynthesizeToolCall,
+                serde_json::json!({ "message_id": m.id.to_string() }),
+            );
+            job.dedup_key = Some(format!("tool:{}", m.id));
+            self.store.enqueue_job(&job).await?;
+        }
+        let agent_row = match agent {
+            Some(a) => self.store.get_agent(tenant, a).await?,
+            None => None,
+        };
+        let policy = MemoryPolicy::of(agent_row.as_ref(), self.cfg.dedup_threshold);
+        if !policy.memory_enabled {
+            return Ok(());
+        }
+        let due = match policy.mode {
+            ExtractionMode::Off => false,
+            ExtractionMode::PostTurn => true,
+            ExtractionMode::Batched { min_turns } => {
+                self.user_turns_since_cursor(tenant, conversation).await? >= min_turns
+            }
+        };
+        if due {
+            self.enqueue_extraction(tenant, user, conversation).await?;
+        }
+        Ok(())
+    }
+
+    /// Enqueue the embedding of a conversation's new messages (at most one pending job per
+    /// conversation; one running at a time).
+    pub(crate) async fn enqueue_message_embedding(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        conversation: &ConversationId,
+    ) -> Result<()> {
+        let mut job = Job::new(
+            tenant.clone(),
+            Some(user.clone()),
+            JobKind::EmbedMessages,
+            serde_json::json!({ "conversation_id": conversation.as_str() }),
+        );
+        job.dedup_key = Some(format!("embed:{conversation}"));
+        job.lock_key = Some(format!("embed:{conversation}"));
+        self.store.enqueue_job(&job).await?;
+        Ok(())
+    }
+
+    pub(super) async fn user_turns_since_cursor(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<i64> {
+        let messages = self.store.conversation_messages(tenant, conversation).await?;
+        let cursor = self.store.extraction_cursor(tenant, conversation).await?;
+        let start = resume_index(&messages, cursor.as_deref());
+        Ok(messages[start..].iter().filter(|m| m.role == MessageRole::User).count() as i64)
+    }
+
+    /// The session of a conversation ended: extract what is left (also under `batched`) and
+    /// regenerate its rolling summary. Returns false when no LLM is configured.
+    pub async fn end_session(&self, p: &Principal, conversation: &ConversationId) -> Result<bool> {
+        let _ = self.messages(p, conversation, 0, 1).await?;
+        let Some((user, _)) = self.store.conversation_owner(&p.tenant, conversation).await? else {
+            return Err(Error::not_found(format!("conversation {conversation}")));
+        };
+        if self.llm.is_none() {
+            return Ok(false);
+        }
+        self.enqueue_extraction(&p.tenant, &user, conversation).await?;
+        self.enqueue_summary(&p.tenant, &user, conversation).await?;
+        Ok(true)
+    }
+
+    /// Enqueue an extraction of a conversation (one pending per conversation; one running
+    /// per conversation: single writer).
+    pub async fn enqueue_extraction(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        conversation: &ConversationId,
+    ) -> Result<bool> {
+        let mut job = Job::new(
+            tenant.clone(),
+            Some(user.clone()),
+            JobKind::Extract,
+            serde_json::json!({ "conversation_id": conversation.as_str() }),
+        );
+        job.dedup_key = Some(format!("extract:{conversation}"));
+        job.lock_key = Some(format!("conversation:{conversation}"));
+        self.store.enqueue_job(&job).await
+    }
+
+    /// Enqueue tool-call synthesis for every old tool-call message with empty content
+    /// (idempotent: one pending job per message; done messages are skipped by the job).
+    pub async fn backfill_tool_calls(&self, p: &Principal) -> Result<usize> {
+        Self::require_admin(p, "backfill")?;
+        if self.llm.is_none() {
+            return Err(Error::Unprocessable(
+                "no LLM is configured: tool-call synthesis needs one".into(),
+            ));
+        }
+        let mut n = 0;
+        for user in self.store.list_users(&p.tenant).await? {
+            for m in self.store.user_messages(&p.tenant, &user).await? {
+                if m.tool_name.is_some() && m.content.is_empty() {
+                    let mut job = Job::new(
+                        p.tenant.clone(),
+                        Some(user.clone()),
+                        JobKind::SynthesizeToolCall,
+                        serde_json::json!({ "message_id": m.id.to_string() }),
+                    );
+                    job.dedup_key = Some(format!("tool:{}", m.id));
+                    if self.store.enqueue_job(&job).await? {
+                        n += 1;
+                    }
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Browse a transcript chronologically.
+    pub async fn messages(
+        &self,
+        p: &Principal,
+        conversation: &ConversationId,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<Message>> {
+        if !self.conversation_visible(p, conversation).await? {
+            return Err(Error::not_found(format!("conversation {conversation}")));
+        }
+        let limit = clamp_limit(limit, 1000)?;
+        self.store.list_messages(&p.tenant, conversation, after_seq, limit).await
+    }
+
+    /// Rate a reply; cascades the rating to every memory recalled for its turn.
+    pub async fn rate_message(
+        &self,
+        p: &Principal,
+        id: MessageId,
+        value: i64,
+    ) -> Result<(Message, Vec<MemoryId>)> {
+        if value != 1 && value != -1 {
+            return Err(Error::invalid("value", "a rating is -1 or 1"));
+        }
+        let msg = self
+            .store
+            .get_message(&p.tenant, id)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("message {id}")))?;
+        let _ = self.messages(p, &msg.conversation_id, 0, 1).await?;
+        self.store.rate_message(&p.tenant, id, value).await?;
+        let mut turn_ids = vec![id.to_string()];
+        if let Some(t) = &msg.turn_id {
+            turn_ids.push(t.clone());
+        }
+        let mut rated = Vec::new();
+        let now = crate::model::now();
+        for t in turn_ids {
+            for mid in self.store.recalled(&p.tenant, &t).await? {
+                if rated.contains(&mid) {
+                    continue;
+                }
+                if let Some(m) = self.store.get_memory(&p.tenant, mid).await?
+                    && self.visible(p, &m).await?
+                {
+                    let mut ev = Self::event(mid, EventKind::Rated, None, p, now);
+                    ev.detail =
+                        serde_json::json!({ "value": value, "via_message": id.to_string() });
+                    self.store.rate_memory(&p.tenant, mid, value, ev).await?;
+                    rated.push(mid);
+                }
+            }
+        }
+        let msg = self
+            .store
+            .get_message(&p.tenant, id)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("message {id}")))?;
+        // Batched extraction also runs when the user rates a reply.
+        if self.llm.is_some() {
+            let agent_row = match &msg.agent_id {
+                Some(a) => self.store.get_agent(&p.tenant, a).await?,
+                None => None,
+            };
+            let policy = MemoryPolicy::of(agent_row.as_ref(), self.cfg.dedup_threshold);
+            if policy.memory_enabled && matches!(policy.mode, ExtractionMode::Batched { .. }) {
+                self.enqueue_extraction(&p.tenant, &msg.user_id, &msg.conversation_id).await?;
+            }
+        }
+        Ok((msg, rated))
+    }
+
+    // ------------------------------------------------------------------ agents, users, stats
+}

@@ -1,0 +1,202 @@
+//! Reading and changing stored facts: edit (a new version supersedes), forget and purge,
+//! get, history (the supersession chain and its events), rating, listing.
+
+use std::collections::HashSet;
+
+use crate::error::{Error, Result};
+use crate::model::{Content, EventKind, KeyRole, Kind, Memory, MemoryId, Principal};
+use crate::pipeline::pii::PiiKind;
+use crate::store::{MemoryPage, NewMemory};
+
+use super::{EditInput, Engine, History, ListInput, clamp_limit, note_redactions};
+
+impl Engine {
+    /// Edit: a new row with the changes supersedes the old one (its history keeps both).
+    /// New content goes through the PII filter of the row's agent, as any explicit write.
+    pub async fn edit(&self, p: &Principal, id: MemoryId, input: EditInput) -> Result<Memory> {
+        Ok(self.edit_reporting(p, id, input).await?.0)
+    }
+
+    /// [`Engine::edit`], also returning what the PII filter redacted in the new content.
+    pub async fn edit_reporting(
+        &self,
+        p: &Principal,
+        id: MemoryId,
+        input: EditInput,
+    ) -> Result<(Memory, Vec<PiiKind>)> {
+        let old = self.load_visible(p, id).await?;
+        if old.superseded_at.is_some() {
+            let by = match old.superseded_by {
+                Some(s) if self.id_visible(p, s).await? => format!(" by {s}"),
+                Some(_) | None => String::new(),
+            };
+            return Err(Error::Conflict(format!(
+                "memory {id} is superseded{by}; edit the current version"
+            )));
+        }
+        let now = crate::model::now();
+        let content = match &input.content {
+            Some(c) => Content::parse(c, self.cfg.max_content_bytes)?.into_string(),
+            None => old.content.clone(),
+        };
+        let kind = input.kind.unwrap_or(old.kind);
+        if kind == Kind::Profile && old.kind != Kind::Profile {
+            return Err(Error::invalid(
+                "kind",
+                "a memory cannot become a profile fact; create one with a key",
+            ));
+        }
+        if kind != Kind::Profile && old.kind == Kind::Profile {
+            return Err(Error::invalid("kind", "a profile fact cannot change kind"));
+        }
+        // A new version stays in the old one's pool: an agent that sees another pool's
+        // shared fact may edit it, but not turn it into a private fact of that pool (it
+        // would write into another agent's memory and get back a row it cannot see).
+        if let KeyRole::Agent(a) = &p.role
+            && kind != Kind::Shared
+            && let Some(pool) = &old.pool
+            && *pool != self.pool_of(&p.tenant, a).await?
+        {
+            return Err(Error::Forbidden(format!(
+                "memory {id} is a shared fact of another agent's memory pool: keep it shared \
+                 or ask an admin key to change its kind"
+            )));
+        }
+        if let Some(md) = &input.metadata
+            && !md.is_object()
+        {
+            return Err(Error::invalid("metadata", "metadata must be a JSON object"));
+        }
+        let expires_at = match input.expires_at {
+            Some(Some(e)) if e <= now => {
+                return Err(Error::invalid("expires_at", "expires_at must be in the future"));
+            }
+            Some(e) => e,
+            None => old.expires_at,
+        };
+        let mut new = Memory {
+            id: MemoryId::new(),
+            content,
+            kind,
+            category: input.category.unwrap_or(old.category),
+            importance: input.importance.unwrap_or(old.importance),
+            metadata: input.metadata.clone().unwrap_or_else(|| old.metadata.clone()),
+            expires_at,
+            created_at: now,
+            updated_at: now,
+            superseded_at: None,
+            superseded_by: None,
+            last_accessed_at: None,
+            access_count: 0,
+            ..old.clone()
+        };
+        let mut redacted = vec![];
+        if input.content.is_some() {
+            let agent = new.agent_id.clone();
+            (new, redacted) = self.apply_pii(&p.tenant, agent.as_ref(), new).await?;
+        }
+        let vector = if new.kind == Kind::Profile {
+            None
+        } else {
+            self.store
+                .ensure_embedding_space(self.embedder.model_id(), self.embedder.dims())
+                .await?;
+            new.embedding_model = Some(self.embedder.model_id().to_string());
+            Some(self.embed_one(&new.content).await?)
+        };
+        let mut new_ev = Self::event(new.id, EventKind::Created, Some(old.id), p, now);
+        note_redactions(&mut new_ev, &redacted);
+        let old_ev = Self::event(old.id, EventKind::Superseded, Some(new.id), p, now);
+        self.store
+            .supersede(
+                &p.tenant,
+                old.id,
+                Some(NewMemory { memory: new.clone(), vector, events: vec![new_ev] }),
+                old_ev,
+            )
+            .await?;
+        Ok((new, redacted))
+    }
+
+    /// Forget: supersede with no successor (kept for audit), or purge physically.
+    pub async fn forget(&self, p: &Principal, id: MemoryId, purge: bool) -> Result<()> {
+        let old = self.load_visible(p, id).await?;
+        if purge {
+            if let KeyRole::Agent(_) = p.role {
+                return Err(Error::Forbidden("purge needs an admin or user key".into()));
+            }
+            return self.store.purge_memory(&p.tenant, old.id).await;
+        }
+        if old.superseded_at.is_some() {
+            return Err(Error::Conflict(format!("memory {id} is already superseded or forgotten")));
+        }
+        let ev = Self::event(old.id, EventKind::Forgotten, None, p, crate::model::now());
+        self.store.supersede(&p.tenant, old.id, None, ev).await
+    }
+
+    pub async fn get(&self, p: &Principal, id: MemoryId) -> Result<Memory> {
+        let mut m = [self.load_visible(p, id).await?];
+        self.hide_invisible_successors(p, &mut m).await?;
+        let [m] = m;
+        Ok(m)
+    }
+
+    /// The supersession chain through `id` and its events, as far as the caller may see:
+    /// versions the caller cannot see (another agent's private edit of a shared fact, or
+    /// the private original of a shared one) are left out with their events, and ids of
+    /// left-out versions are cleared from `superseded_by` and from the events.
+    pub async fn history(&self, p: &Principal, id: MemoryId) -> Result<History> {
+        let _ = self.load_visible(p, id).await?;
+        let (chain, events) = self.store.history(&p.tenant, id).await?;
+        let pool = self.caller_pool(p).await?;
+        let mut kept: Vec<Memory> =
+            chain.into_iter().filter(|m| Self::sees(p, pool.as_deref(), m)).collect();
+        let ids: HashSet<MemoryId> = kept.iter().map(|m| m.id).collect();
+        for m in &mut kept {
+            if m.superseded_by.is_some_and(|s| !ids.contains(&s)) {
+                m.superseded_by = None;
+            }
+        }
+        let mut shown = Vec::with_capacity(events.len());
+        for mut e in events.into_iter().filter(|e| ids.contains(&e.memory_id)) {
+            if e.related_id.is_some_and(|r| !ids.contains(&r)) {
+                e.related_id = None;
+            }
+            let via = e.detail.get("via_message").and_then(|v| v.as_str()).map(str::to_string);
+            if let Some(msg) = via
+                && !self.message_visible(p, &msg).await?
+                && let Some(d) = e.detail.as_object_mut()
+            {
+                d.remove("via_message");
+            }
+            shown.push(e);
+        }
+        Ok(History { chain: kept, events: shown })
+    }
+
+    /// Rate a memory −1 or +1.
+    pub async fn rate(&self, p: &Principal, id: MemoryId, value: i64) -> Result<Memory> {
+        if value != 1 && value != -1 {
+            return Err(Error::invalid("value", "a rating is -1 or 1"));
+        }
+        let m = self.load_visible(p, id).await?;
+        let mut ev = Self::event(m.id, EventKind::Rated, None, p, crate::model::now());
+        ev.detail = serde_json::json!({ "value": value });
+        self.store.rate_memory(&p.tenant, m.id, value, ev).await?;
+        self.get(p, id).await
+    }
+
+    pub async fn list(&self, p: &Principal, input: ListInput) -> Result<MemoryPage> {
+        let v = self.view(p, input.user_id.as_ref(), input.agent_id.as_ref(), false).await?;
+        let mut f = self.filter(&v);
+        f.kinds = input.kinds;
+        f.categories = input.categories;
+        f.include_superseded = input.include_superseded;
+        let limit = clamp_limit(input.limit, self.cfg.max_limit)?;
+        let mut page = self.store.list_memories(&p.tenant, &f, input.cursor, limit).await?;
+        self.hide_invisible_successors(p, &mut page.memories).await?;
+        Ok(page)
+    }
+
+    // ------------------------------------------------------------------ reads
+}

@@ -1,0 +1,71 @@
+//! Re-embedding every row of a store after a model change.
+
+use std::sync::Arc;
+
+use crate::embed::Embedder;
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+use super::{Engine, ReembedReport};
+
+impl Engine {
+    /// Re-embed every memory and every transcript message of every tenant with `embedder`
+    /// (after a model change; messages appended before message embeddings existed are
+    /// embedded too), then record the new embedding space. Resumable: rows already carrying
+    /// the new model's vector are skipped, and the space changes only once every row is
+    /// done. Run it with no server on the store. Returns the numbers of rows embedded;
+    /// `progress` gets the running totals after every batch.
+    pub async fn reembed(
+        store: &Arc<dyn Store>,
+        embedder: &Arc<dyn Embedder>,
+        batch: usize,
+        progress: &(dyn Fn(&ReembedReport) + Send + Sync),
+    ) -> Result<ReembedReport> {
+        let model = embedder.model_id().to_string();
+        let mut report = ReembedReport::default();
+        for tenant in store.list_tenants().await? {
+            loop {
+                let rows = store.rows_needing_vectors(&tenant, &model, batch.max(1)).await?;
+                if rows.is_empty() {
+                    break;
+                }
+                let texts: Vec<String> = rows.iter().map(|(_, c)| c.clone()).collect();
+                let vectors = embedder.embed(&texts).await?;
+                if vectors.len() != rows.len() || vectors.iter().any(|v| v.len() != embedder.dims())
+                {
+                    return Err(Error::internal(
+                        "embedder returned vectors of the wrong count or dimension",
+                    ));
+                }
+                report.memories += rows.len();
+                store
+                    .set_vectors(
+                        &tenant,
+                        &model,
+                        rows.into_iter().map(|(id, _)| id).zip(vectors).collect(),
+                    )
+                    .await?;
+                progress(&report);
+            }
+            loop {
+                let convs =
+                    store.conversations_needing_message_vectors(&tenant, &model, 100).await?;
+                if convs.is_empty() {
+                    break;
+                }
+                let mut n = 0;
+                for c in &convs {
+                    n += crate::pipeline::messages::embed_conversation(store, embedder, &tenant, c)
+                        .await?;
+                }
+                if n == 0 {
+                    break; // nothing embeddable left (cannot loop forever)
+                }
+                report.messages += n;
+                progress(&report);
+            }
+        }
+        store.reset_embedding_space(&model, embedder.dims()).await?;
+        Ok(report)
+    }
+}

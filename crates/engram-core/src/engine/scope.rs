@@ -1,0 +1,207 @@
+//! Who sees what: the caller's view (tenant, user, agent and its memory pool) resolved once
+//! per request, and the visibility checks every operation applies to rows, ids inside rows,
+//! conversations and messages. A row the caller may not see is reported exactly like a row
+//! that does not exist.
+
+use std::collections::HashSet;
+
+use crate::error::{Error, Result};
+use crate::model::{
+    AgentId, ConversationId, KeyRole, Kind, Memory, MemoryId, MessageId, Principal, TenantId,
+    UserId, default_pool,
+};
+use crate::store::MemoryFilter;
+
+use super::Engine;
+
+/// The `(user, agent)` a batch item names; items with the same key share a [`View`].
+pub(super) type ViewKey = (Option<UserId>, Option<AgentId>);
+
+/// The memory-visibility view of a caller for one request.
+pub(super) struct View {
+    pub(super) tenant: TenantId,
+    pub(super) user: Option<UserId>,
+    pub(super) agent: Option<AgentId>,
+    /// The pool of `agent`, if any.
+    pub(super) pool: Option<String>,
+}
+
+impl Engine {
+    /// Resolve who may see what for a request naming `user` and `agent`.
+    pub(super) async fn view(
+        &self,
+        p: &Principal,
+        user: Option<&UserId>,
+        agent: Option<&AgentId>,
+        user_required: bool,
+    ) -> Result<View> {
+        let (user, agent) = match &p.role {
+            KeyRole::Admin => (user.cloned(), agent.cloned()),
+            KeyRole::Agent(bound) => {
+                if let Some(a) = agent
+                    && a != bound
+                {
+                    return Err(Error::Forbidden(format!(
+                        "this key is bound to agent '{bound}' and cannot act for agent '{a}'"
+                    )));
+                }
+                (user.cloned(), Some(bound.clone()))
+            }
+            KeyRole::User(bound) => {
+                if let Some(u) = user
+                    && u != bound
+                {
+                    return Err(Error::Forbidden(format!(
+                        "this key is bound to user '{bound}' and cannot act for user '{u}'"
+                    )));
+                }
+                (Some(bound.clone()), agent.cloned())
+            }
+        };
+        if user_required && user.is_none() {
+            return Err(Error::invalid("user_id", "user_id is required"));
+        }
+        let pool = match &agent {
+            Some(a) => Some(self.pool_of(&p.tenant, a).await?),
+            None => None,
+        };
+        Ok(View { tenant: p.tenant.clone(), user, agent, pool })
+    }
+
+    pub(super) async fn pool_of(&self, tenant: &TenantId, agent: &AgentId) -> Result<String> {
+        Ok(match self.store.get_agent(tenant, agent).await? {
+            Some(a) => a.pool(),
+            None => default_pool(agent),
+        })
+    }
+
+    pub(super) fn filter(&self, v: &View) -> MemoryFilter {
+        MemoryFilter { user_id: v.user.clone(), pool: v.pool.clone(), ..Default::default() }
+    }
+
+    /// May the caller see this row? (Same rule as the store filter.)
+    pub(super) async fn visible(&self, p: &Principal, m: &Memory) -> Result<bool> {
+        let pool = self.caller_pool(p).await?;
+        Ok(Self::sees(p, pool.as_deref(), m))
+    }
+
+    /// The memory pool of an agent key (one agent read); None for other roles. Resolve it
+    /// once before checking many rows with [`Engine::sees`].
+    pub(super) async fn caller_pool(&self, p: &Principal) -> Result<Option<String>> {
+        match &p.role {
+            KeyRole::Agent(a) => Ok(Some(self.pool_of(&p.tenant, a).await?)),
+            KeyRole::Admin | KeyRole::User(_) => Ok(None),
+        }
+    }
+
+    /// The visibility rule, with the caller's pool already resolved ([`Engine::caller_pool`]).
+    pub(super) fn sees(p: &Principal, caller_pool: Option<&str>, m: &Memory) -> bool {
+        match &p.role {
+            KeyRole::Admin => true,
+            KeyRole::User(u) => &m.user_id == u,
+            KeyRole::Agent(_) => {
+                m.kind == Kind::Shared || m.pool.is_none() || m.pool.as_deref() == caller_pool
+            }
+        }
+    }
+
+    pub(super) async fn load_visible(&self, p: &Principal, id: MemoryId) -> Result<Memory> {
+        match self.store.get_memory(&p.tenant, id).await? {
+            Some(m) if self.visible(p, &m).await? => Ok(m),
+            _ => Err(Error::not_found(format!("memory {id}"))),
+        }
+    }
+
+    /// Is the row `id` visible to the caller? (An unknown id is not.)
+    pub(super) async fn id_visible(&self, p: &Principal, id: MemoryId) -> Result<bool> {
+        Ok(match self.store.get_memory(&p.tenant, id).await? {
+            Some(m) => self.visible(p, &m).await?,
+            None => false,
+        })
+    }
+
+    /// Clear the `superseded_by` of rows whose successor the caller cannot see: a private
+    /// successor's id is none of the caller's business (issue 10: ids inside other rows).
+    /// Admin keys see every row, and a successor always belongs to its predecessor's user,
+    /// so only agent keys can have something to hide.
+    pub(super) async fn hide_invisible_successors(
+        &self,
+        p: &Principal,
+        rows: &mut [Memory],
+    ) -> Result<()> {
+        if !matches!(p.role, KeyRole::Agent(_)) {
+            return Ok(());
+        }
+        let ids: Vec<MemoryId> = rows.iter().filter_map(|m| m.superseded_by).collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let pool = self.caller_pool(p).await?;
+        let seen: HashSet<MemoryId> = self
+            .store
+            .get_memories(&p.tenant, &ids)
+            .await?
+            .into_iter()
+            .filter(|s| Self::sees(p, pool.as_deref(), s))
+            .map(|s| s.id)
+            .collect();
+        for m in rows {
+            if m.superseded_by.is_some_and(|s| !seen.contains(&s)) {
+                m.superseded_by = None;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn require_admin(p: &Principal, what: &str) -> Result<()> {
+        match &p.role {
+            KeyRole::Admin => Ok(()),
+            KeyRole::Agent(_) | KeyRole::User(_) => {
+                Err(Error::Forbidden(format!("{what} needs an admin key")))
+            }
+        }
+    }
+
+    pub(super) fn authorize_user_admin(&self, p: &Principal, user: &UserId) -> Result<()> {
+        match &p.role {
+            KeyRole::Admin => Ok(()),
+            KeyRole::User(u) if u == user => Ok(()),
+            KeyRole::User(_) | KeyRole::Agent(_) => {
+                Err(Error::Forbidden("only an admin key or the user's own key can do this".into()))
+            }
+        }
+    }
+
+    /// May the caller read this conversation? Admin: any; a user key: its user's; an agent
+    /// key: those of its pool and those started without an agent. Unknown: no.
+    pub(super) async fn conversation_visible(
+        &self,
+        p: &Principal,
+        conversation: &ConversationId,
+    ) -> Result<bool> {
+        let Some((owner, agent)) = self.store.conversation_owner(&p.tenant, conversation).await?
+        else {
+            return Ok(false);
+        };
+        Ok(match &p.role {
+            KeyRole::Admin => true,
+            KeyRole::User(u) => u == &owner,
+            KeyRole::Agent(a) => match &agent {
+                Some(owner_agent) => {
+                    self.pool_of(&p.tenant, owner_agent).await?
+                        == self.pool_of(&p.tenant, a).await?
+                }
+                None => true,
+            },
+        })
+    }
+
+    /// May the caller see the message with this id (text form, as events keep it)?
+    pub(super) async fn message_visible(&self, p: &Principal, id: &str) -> Result<bool> {
+        let Ok(id) = MessageId::parse(id) else { return Ok(false) };
+        match self.store.get_message(&p.tenant, id).await? {
+            Some(m) => self.conversation_visible(p, &m.conversation_id).await,
+            None => Ok(false),
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Hybrid search over memories and messages: vector and keyword lists fused by RRF, then
+//! weighted by recency, importance and rating.
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+use crate::model::{MemoryId, MessageId, Principal};
+use crate::retrieval::{self, Explain};
+
+use super::{Engine, Hit, SearchInput, SearchMode, SearchSource, clamp_limit};
+
+impl Engine {
+    /// Hybrid search (vector + BM25, RRF k=60, then decay, importance and rating).
+    pub async fn search(&self, p: &Principal, input: SearchInput) -> Result<Vec<Hit>> {
+        let query = input.query.trim();
+        if query.is_empty() {
+            return Err(Error::invalid("query", "query must not be empty"));
+        }
+        if query.len() > self.cfg.max_content_bytes {
+            return Err(Error::TooLarge(format!(
+                "query is {} bytes; the limit is {}",
+                query.len(),
+                self.cfg.max_content_bytes
+            )));
+        }
+        let limit = clamp_limit(input.limit, self.cfg.max_limit)?;
+        if input.sources.is_empty() {
+            return Err(Error::invalid(
+                "sources",
+                "sources must name at least one of: memories, messages",
+            ));
+        }
+        let v = self.view(p, input.user_id.as_ref(), input.agent_id.as_ref(), true).await?;
+        let mut f = self.filter(&v);
+        f.kinds = input.kinds.clone();
+        f.categories = input.categories.clone();
+        f.since = input.since;
+        f.until = input.until;
+        let now = crate::model::now();
+        let n = self.cfg.candidates.max(limit);
+        let mut hits = Vec::new();
+        let qv = match input.mode {
+            SearchMode::TextOnly => None,
+            SearchMode::Hybrid | SearchMode::VectorOnly => Some(self.embed_one(query).await?),
+        };
+
+        if input.sources.contains(&SearchSource::Memories) {
+            // The two lists are independent: ask the store for both at once (two pooled
+            // connections), so a search waits for the slower list, not for their sum.
+            let vector = async {
+                match &qv {
+                    None => Ok(vec![]),
+                    Some(qv) => self.store.vector_search(&v.tenant, &f, qv, n).await,
+                }
+            };
+            let text = async {
+                if input.mode == SearchMode::VectorOnly {
+                    Ok(vec![])
+                } else {
+                    self.store.text_search(&v.tenant, &f, query, n).await
+                }
+            };
+            let (vec_list, text_list) = tokio::try_join!(vector, text)?;
+            let mut parts: HashMap<MemoryId, Explain> = HashMap::new();
+            for (rank, (id, sim)) in vec_list.iter().enumerate() {
+                let e = parts.entry(*id).or_default();
+                e.vector_rank = Some(rank + 1);
+                e.vector_similarity = Some(*sim);
+            }
+            for (rank, (id, s)) in text_list.iter().enumerate() {
+                let e = parts.entry(*id).or_default();
+                e.text_rank = Some(rank + 1);
+                e.text_score = Some(*s);
+            }
+            let ids: Vec<MemoryId> = parts.keys().copied().collect();
+            for m in self.store.get_memories(&v.tenant, &ids).await? {
+                let Some(mut e) = parts.remove(&m.id) else { continue };
+                e.days_since_access =
+                    retrieval::days_between(m.last_accessed_at.unwrap_or(m.created_at), now);
+                e.access_count = m.access_count;
+                e.importance = m.importance.get();
+                e.rating = m.rating;
+                let score = retrieval::finish(&mut e);
+                hits.push(Hit::Memory { memory: m, score, explain: e });
+            }
+        }
+        if input.sources.contains(&SearchSource::Messages) {
+            let user =
+                v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
+            // Messages are embedded in the background (pipeline::messages): one not embedded
+            // yet is found by its words only.
+            let vector = async {
+                match &qv {
+                    None => Ok(vec![]),
+                    Some(qv) => {
+                        let model = self.embedder.model_id();
+                        self.store.vector_search_messages(&v.tenant, &user, model, qv, n).await
+                    }
+                }
+            };
+            let text = async {
+                if input.mode == SearchMode::VectorOnly {
+                    Ok(vec![])
+                } else {
+                    self.store.text_search_messages(&v.tenant, &user, query, n).await
+                }
+            };
+            let (vec_list, text_list) = tokio::try_join!(vector, text)?;
+            // In first-seen order (vector list, then text list), so ties rank the same way
+            // on every call.
+            let mut parts: Vec<(MessageId, Explain)> = Vec::new();
+            fn slot(parts: &mut Vec<(MessageId, Explain)>, id: MessageId) -> &mut Explain {
+                let i = parts.iter().position(|(p, _)| *p == id).unwrap_or_else(|| {
+                    parts.push((id, Explain::default()));
+                    parts.len() - 1
+                });
+                &mut parts[i].1
+            }
+            for (rank, (id, sim)) in vec_list.iter().enumerate() {
+                let e = slot(&mut parts, *id);
+                e.vector_rank = Some(rank + 1);
+                e.vector_similarity = Some(*sim);
+            }
+            for (rank, (id, s)) in text_list.iter().enumerate() {
+                let e = slot(&mut parts, *id);
+                e.text_rank = Some(rank + 1);
+                e.text_score = Some(*s);
+            }
+            for (id, mut e) in parts {
+                let Some(msg) = self.store.get_message(&v.tenant, id).await? else { continue };
+                if let (Some(pool), Some(agent)) = (&v.pool, &msg.agent_id)
+                    && &self.pool_of(&v.tenant, agent).await? != pool
+                {
+                    continue;
+                }
+                e.importance = 5;
+                e.rating = msg.rating;
+                e.days_since_access = retrieval::days_between(msg.created_at, now);
+                let score = retrieval::finish(&mut e);
+                hits.push(Hit::Message { message: msg, score, explain: e });
+            }
+        }
+        hits.sort_by(Hit::rank_cmp);
+        hits.truncate(limit);
+        let ids: Vec<MemoryId> = hits
+            .iter()
+            .filter_map(|h| match h {
+                Hit::Memory { memory, .. } => Some(memory.id),
+                Hit::Message { .. } => None,
+            })
+            .collect();
+        if !ids.is_empty() {
+            self.store.touch_memories(&v.tenant, &ids, now).await?;
+            if let Some(t) = &input.turn_id {
+                self.store.record_recall(&v.tenant, t, &ids).await?;
+            }
+        }
+        Ok(hits)
+    }
+}

@@ -7,7 +7,7 @@
 
 use async_trait::async_trait;
 
-use crate::error::FaultSource;
+pub use crate::error::EmbedError;
 
 /// Turns texts into unit-length vectors of a fixed dimension.
 ///
@@ -25,26 +25,6 @@ pub trait Embedder: Send + Sync {
     fn dims(&self) -> usize;
     /// Embed a batch of texts.
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
-}
-
-/// A failed embedding call, classified by who must act.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("embedder error ({fault:?}): {message}")]
-pub struct EmbedError {
-    pub fault: FaultSource,
-    pub message: String,
-}
-
-impl EmbedError {
-    pub fn user(message: impl Into<String>) -> Self {
-        Self { fault: FaultSource::User, message: message.into() }
-    }
-    pub fn runtime(message: impl Into<String>) -> Self {
-        Self { fault: FaultSource::Runtime, message: message.into() }
-    }
-    pub fn bug(message: impl Into<String>) -> Self {
-        Self { fault: FaultSource::Bug, message: message.into() }
-    }
 }
 
 /// Scale `v` to unit length in place (a zero vector stays zero).

@@ -84,7 +84,7 @@ pub enum Error {
     Unprocessable(String),
     /// The embedder failed; the write was not applied.
     #[error("embedder unavailable: {0}")]
-    Embedder(#[from] crate::embed::EmbedError),
+    Embedder(#[from] EmbedError),
     /// The database cannot be reached or is shutting down (connection refused or lost, pool
     /// exhausted, SQLite busy past its timeout). Retryable; the write was not applied. The
     /// detail (host names, driver text) is logged, never shown to clients.
@@ -143,3 +143,44 @@ impl Error {
 
 /// Result alias of the engine.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A failed embedding call, classified by who must act.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("embedder error ({fault:?}): {message}")]
+pub struct EmbedError {
+    pub fault: FaultSource,
+    pub message: String,
+}
+
+impl EmbedError {
+    pub fn user(message: impl Into<String>) -> Self {
+        Self { fault: FaultSource::User, message: message.into() }
+    }
+    pub fn runtime(message: impl Into<String>) -> Self {
+        Self { fault: FaultSource::Runtime, message: message.into() }
+    }
+    pub fn bug(message: impl Into<String>) -> Self {
+        Self { fault: FaultSource::Bug, message: message.into() }
+    }
+}
+
+/// A failed job run, classified like provider errors.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct JobError {
+    pub fault: FaultSource,
+    pub message: String,
+    pub retry_after: Option<std::time::Duration>,
+}
+
+impl JobError {
+    pub fn runtime(message: impl Into<String>) -> Self {
+        Self { fault: FaultSource::Runtime, message: message.into(), retry_after: None }
+    }
+    pub fn user(message: impl Into<String>) -> Self {
+        Self { fault: FaultSource::User, message: message.into(), retry_after: None }
+    }
+    pub fn bug(message: impl Into<String>) -> Self {
+        Self { fault: FaultSource::Bug, message: message.into(), retry_after: None }
+    }
+}

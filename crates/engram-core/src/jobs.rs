@@ -16,41 +16,11 @@ use std::time::Duration;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::Engine;
 use crate::error::FaultSource;
-use crate::llm::LlmError;
+pub use crate::error::JobError;
+pub use crate::metrics::ExecutionOutcome;
 use crate::model::{Job, JobKind};
-
-/// A failed job run, classified like provider errors.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
-pub struct JobError {
-    pub fault: FaultSource,
-    pub message: String,
-    pub retry_after: Option<Duration>,
-}
-
-impl JobError {
-    pub fn runtime(message: impl Into<String>) -> Self {
-        Self { fault: FaultSource::Runtime, message: message.into(), retry_after: None }
-    }
-    pub fn user(message: impl Into<String>) -> Self {
-        Self { fault: FaultSource::User, message: message.into(), retry_after: None }
-    }
-    pub fn bug(message: impl Into<String>) -> Self {
-        Self { fault: FaultSource::Bug, message: message.into(), retry_after: None }
-    }
-}
-
-impl From<LlmError> for JobError {
-    fn from(e: LlmError) -> Self {
-        JobError {
-            fault: e.fault,
-            message: format!("LLM: {}", e.message),
-            retry_after: e.retry_after,
-        }
-    }
-}
+use crate::services::Services;
 
 /// Worker settings.
 #[derive(Debug, Clone)]
@@ -79,21 +49,12 @@ impl Default for WorkerConfig {
     }
 }
 
-/// What happened to one claimed job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExecutionOutcome {
-    Done,
-    Retrying { attempt: i64, after: Duration },
-    Failed,
-    Abandoned,
-}
-
 fn at(d: Duration) -> OffsetDateTime {
     crate::model::now() + d
 }
 
 /// Run workers until `shutdown` is cancelled and in-flight jobs are finished or abandoned.
-pub async fn run_workers(engine: Engine, cfg: WorkerConfig, shutdown: CancellationToken) {
+pub async fn run_workers(engine: Services, cfg: WorkerConfig, shutdown: CancellationToken) {
     let mut tasks = Vec::new();
     for n in 0..cfg.concurrency.max(1) {
         let engine = engine.clone();
@@ -106,7 +67,7 @@ pub async fn run_workers(engine: Engine, cfg: WorkerConfig, shutdown: Cancellati
     }
 }
 
-async fn worker_loop(n: usize, engine: Engine, cfg: WorkerConfig, shutdown: CancellationToken) {
+async fn worker_loop(n: usize, engine: Services, cfg: WorkerConfig, shutdown: CancellationToken) {
     tracing::debug!(worker = n, "worker started");
     // Without an LLM only the embedding jobs can run here; the others wait for a worker
     // that has one (another process) instead of failing with a configuration error.
@@ -138,7 +99,7 @@ async fn worker_loop(n: usize, engine: Engine, cfg: WorkerConfig, shutdown: Canc
 /// Run one claimed job to its outcome.
 #[tracing::instrument(skip_all, fields(job = %job.id, kind = job.kind.as_str(), attempt = job.attempts))]
 pub async fn execute(
-    engine: &Engine,
+    engine: &Services,
     cfg: &WorkerConfig,
     shutdown: &CancellationToken,
     job: Job,

@@ -1,8 +1,12 @@
 //! engram-core: the engine of engram.
 //!
 //! Adapters (REST, CLI, MCP) call [`engine::Engine`]; the engine talks to the world only
-//! through three traits: [`store::Store`] (persistence), [`embed::Embedder`] (vectors) and,
-//! later, the LLM. Nothing here knows HTTP, SQL or clap.
+//! through three traits: [`store::Store`] (persistence), [`embed::Embedder`] (vectors) and
+//! [`llm::Llm`]. Nothing here knows HTTP, SQL or clap.
+//!
+//! Layers, each importing only those below it: `error`, `model` → `store`, `embed`, `llm` →
+//! `metrics` → `services` (what operations and jobs work with) → `pipeline` (the job
+//! handlers), `retrieval`, `dedup` → `jobs` (the worker loop) and `engine` (the request path).
 
 pub mod dedup;
 pub mod embed;
@@ -16,4 +20,5 @@ pub mod metrics;
 pub mod model;
 pub mod pipeline;
 pub mod retrieval;
+pub mod services;
 pub mod store;

@@ -88,3 +88,13 @@ pub trait Llm: Send + Sync {
     /// Answer one request.
     async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError>;
 }
+
+impl From<LlmError> for crate::error::JobError {
+    fn from(e: LlmError) -> Self {
+        crate::error::JobError {
+            fault: e.fault,
+            message: format!("LLM: {}", e.message),
+            retry_after: e.retry_after,
+        }
+    }
+}

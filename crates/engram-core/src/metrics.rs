@@ -10,9 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::jobs::ExecutionOutcome;
 use crate::llm::ChatResponse;
-use crate::pipeline::extract::ExtractionReport;
 
 /// Histogram bucket bounds, seconds.
 pub const BUCKETS: &[f64] =
@@ -116,4 +114,27 @@ impl Metrics {
     pub fn snapshot(&self) -> Inner {
         self.with(|i| i.clone())
     }
+}
+
+/// What happened to one claimed job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecutionOutcome {
+    Done,
+    Retrying { attempt: i64, after: Duration },
+    Failed,
+    Abandoned,
+}
+
+/// What one extraction run did (for metrics and the benchmark).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExtractionReport {
+    pub batches: usize,
+    pub llm_calls: usize,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub added: usize,
+    pub updated: usize,
+    pub deleted: usize,
+    pub confirmed: usize,
+    pub rejected_pii: usize,
 }

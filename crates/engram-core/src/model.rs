@@ -502,3 +502,17 @@ impl Job {
         }
     }
 }
+
+/// How the automatic extractor is named in the audit trail.
+pub fn actor_name_system() -> String {
+    "system:extractor".to_string()
+}
+
+/// How a principal is named in the audit trail.
+pub fn actor_name(p: &Principal) -> String {
+    match &p.role {
+        KeyRole::Admin => "admin".to_string(),
+        KeyRole::Agent(a) => format!("agent:{a}"),
+        KeyRole::User(u) => format!("user:{u}"),
+    }
+}

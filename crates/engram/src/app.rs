@@ -118,7 +118,11 @@ pub async fn worker(settings: Settings) -> anyhow::Result<()> {
         );
     }
     let shutdown = CancellationToken::new();
-    let workers = tokio::spawn(run_workers(engine, worker_config(&settings), shutdown.clone()));
+    let workers = tokio::spawn(run_workers(
+        engine.services().clone(),
+        worker_config(&settings),
+        shutdown.clone(),
+    ));
     println!("engram worker running ({} at once)", settings.workers);
     shutdown_signal().await;
     tracing::info!("stopping workers");
@@ -152,7 +156,11 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     );
     let shutdown = CancellationToken::new();
     let workers = settings.run_workers.then(|| {
-        tokio::spawn(run_workers(engine.clone(), worker_config(&settings), shutdown.clone()))
+        tokio::spawn(run_workers(
+            engine.services().clone(),
+            worker_config(&settings),
+            shutdown.clone(),
+        ))
     });
     // Machine-readable readiness line for scripts and tests.
     println!("engram listening on http://{addr}");

@@ -492,7 +492,7 @@ async fn ingest(
                 .collect();
             engine.append_messages(&p, conv.clone(), Some(user.clone()), None, inputs).await?;
             // What the background job does (the bench runs no workers).
-            engine.embed_conversation(&p.tenant, &conv).await?;
+            engine.services().embed_conversation(&p.tenant, &conv).await?;
         }
         return Ok(Pristine { dir, _engine: engine });
     }

@@ -21,7 +21,8 @@ impl Engine {
                 ));
             }
         }
-        self.store
+        self.svc
+            .store
             .get_agent(&p.tenant, id)
             .await?
             .ok_or_else(|| Error::not_found(format!("agent {id}")))
@@ -29,7 +30,7 @@ impl Engine {
 
     pub async fn put_agent(&self, p: &Principal, id: AgentId, input: AgentInput) -> Result<Agent> {
         Self::require_admin(p, "changing agent settings")?;
-        let threshold = input.dedup_threshold.unwrap_or(self.cfg.dedup_threshold);
+        let threshold = input.dedup_threshold.unwrap_or(self.svc.cfg.dedup_threshold);
         if !(0.5..=1.0).contains(&threshold) {
             return Err(Error::invalid(
                 "dedup_threshold",
@@ -46,7 +47,8 @@ impl Engine {
             return Err(Error::invalid("cluster_id", "cluster_id must be 1 to 256 bytes"));
         }
         let now = crate::model::now();
-        let created_at = self.store.get_agent(&p.tenant, &id).await?.map_or(now, |a| a.created_at);
+        let created_at =
+            self.svc.store.get_agent(&p.tenant, &id).await?.map_or(now, |a| a.created_at);
         let agent = Agent {
             tenant_id: p.tenant.clone(),
             id,
@@ -57,21 +59,21 @@ impl Engine {
             created_at,
             updated_at: now,
         };
-        self.store.put_agent(&agent).await?;
+        self.svc.store.put_agent(&agent).await?;
         Ok(agent)
     }
 
     /// GDPR erasure of a user (admin, or the user's own key).
     pub async fn erase_user(&self, p: &Principal, user: &UserId) -> Result<EraseCounts> {
         self.authorize_user_admin(p, user)?;
-        self.store.erase_user(&p.tenant, user).await
+        self.svc.store.erase_user(&p.tenant, user).await
     }
 
     /// GDPR export of a user.
     pub async fn export_user(&self, p: &Principal, user: &UserId) -> Result<UserExport> {
         self.authorize_user_admin(p, user)?;
-        let (memories, events) = self.store.user_memories(&p.tenant, user).await?;
-        let messages = self.store.user_messages(&p.tenant, user).await?;
+        let (memories, events) = self.svc.store.user_memories(&p.tenant, user).await?;
+        let messages = self.svc.store.user_messages(&p.tenant, user).await?;
         Ok(UserExport {
             tenant_id: p.tenant.clone(),
             user_id: user.clone(),
@@ -83,6 +85,6 @@ impl Engine {
 
     pub async fn stats(&self, p: &Principal) -> Result<StoreStats> {
         Self::require_admin(p, "stats")?;
-        self.store.stats(&p.tenant).await
+        self.svc.store.stats(&p.tenant).await
     }
 }

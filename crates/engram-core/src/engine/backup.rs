@@ -17,32 +17,32 @@ impl Engine {
         scope: &BackupScope,
         sink: &mut (dyn FnMut(BackupRow) -> Result<()> + Send),
     ) -> Result<u64> {
-        self.store.backup(scope, sink).await
+        self.svc.store.backup(scope, sink).await
     }
 
     /// The store's embedding space `(model id, dimensions)`, if it holds vectors.
     pub async fn embedding_space(&self) -> Result<Option<(String, usize)>> {
-        self.store.embedding_space().await
+        self.svc.store.embedding_space().await
     }
 
     /// Before restoring a backup whose vectors are of `space`: the store must hold that space
     /// or none (it is then recorded); vectors of two models are never mixed.
     pub async fn prepare_restore(&self, space: Option<(&str, usize)>) -> Result<()> {
         let Some((model, dims)) = space else { return Ok(()) };
-        match self.store.embedding_space().await? {
+        match self.svc.store.embedding_space().await? {
             Some((m, d)) if m != model || d != dims => Err(Error::Unprocessable(format!(
                 "the export's vectors are of {model} ({dims} dims) but this store's of {m} ({d} \
                  dims); one store holds one embedding space (import into an empty store, or run \
                  `engram reembed` after importing into a store of the export's model)"
             ))),
             Some(_) => Ok(()),
-            None => self.store.ensure_embedding_space(model, dims).await,
+            None => self.svc.store.ensure_embedding_space(model, dims).await,
         }
     }
 
     /// Operator restore (`engram import`): one batch of backup rows, see [`Store::restore`].
     pub async fn restore(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()> {
-        self.store.restore(rows, state).await
+        self.svc.store.restore(rows, state).await
     }
 
     /// Every memory row (active and superseded) with its events, of one user or of the
@@ -55,11 +55,11 @@ impl Engine {
         Self::require_admin(p, "exporting memories")?;
         let users = match user {
             Some(u) => vec![u.clone()],
-            None => self.store.list_users(&p.tenant).await?,
+            None => self.svc.store.list_users(&p.tenant).await?,
         };
         let mut out = Vec::new();
         for u in users {
-            let (memories, events) = self.store.user_memories(&p.tenant, &u).await?;
+            let (memories, events) = self.svc.store.user_memories(&p.tenant, &u).await?;
             let mut by_id: HashMap<MemoryId, Vec<MemoryEvent>> = HashMap::new();
             for e in events {
                 by_id.entry(e.memory_id).or_default().push(e);
@@ -85,8 +85,14 @@ impl Engine {
         let mut report = ImportReport::default();
         for chunk in records.chunks(500) {
             let ids: Vec<MemoryId> = chunk.iter().map(|(m, _)| m.id).collect();
-            let existing: std::collections::HashSet<MemoryId> =
-                self.store.get_memories(&p.tenant, &ids).await?.into_iter().map(|m| m.id).collect();
+            let existing: std::collections::HashSet<MemoryId> = self
+                .svc
+                .store
+                .get_memories(&p.tenant, &ids)
+                .await?
+                .into_iter()
+                .map(|m| m.id)
+                .collect();
             let fresh: Vec<&(Memory, Vec<MemoryEvent>)> =
                 chunk.iter().filter(|(m, _)| !existing.contains(&m.id)).collect();
             report.skipped += chunk.len() - fresh.len();
@@ -96,11 +102,12 @@ impl Engine {
                 .map(|(m, _)| m.content.clone())
                 .collect();
             let mut vectors =
-                if texts.is_empty() { vec![] } else { self.embedder.embed(&texts).await? }
+                if texts.is_empty() { vec![] } else { self.svc.embedder.embed(&texts).await? }
                     .into_iter();
             if !texts.is_empty() {
-                self.store
-                    .ensure_embedding_space(self.embedder.model_id(), self.embedder.dims())
+                self.svc
+                    .store
+                    .ensure_embedding_space(self.svc.embedder.model_id(), self.svc.embedder.dims())
                     .await?;
             }
             let mut rows = Vec::with_capacity(fresh.len());
@@ -112,7 +119,7 @@ impl Engine {
                     m.embedding_model = None;
                     None
                 } else {
-                    m.embedding_model = Some(self.embedder.model_id().to_string());
+                    m.embedding_model = Some(self.svc.embedder.model_id().to_string());
                     Some(
                         vectors
                             .next()
@@ -122,7 +129,7 @@ impl Engine {
                 rows.push(NewMemory { memory: m, vector, events: events.clone() });
             }
             report.imported += rows.len();
-            self.store.insert_memories(&p.tenant, rows).await?;
+            self.svc.store.insert_memories(&p.tenant, rows).await?;
             progress(&report);
         }
         Ok(report)

@@ -19,15 +19,15 @@ impl Engine {
         let user =
             v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
         if let Some(q) = &input.query
-            && q.trim().len() > self.cfg.max_content_bytes
+            && q.trim().len() > self.svc.cfg.max_content_bytes
         {
             return Err(Error::TooLarge(format!(
                 "query is {} bytes; the limit is {}",
                 q.trim().len(),
-                self.cfg.max_content_bytes
+                self.svc.cfg.max_content_bytes
             )));
         }
-        let budget = input.token_budget.unwrap_or(self.cfg.token_budget);
+        let budget = input.token_budget.unwrap_or(self.svc.cfg.token_budget);
         if budget == 0 || budget > 1_000_000 {
             return Err(Error::invalid("token_budget", "token_budget must be 1 to 1000000"));
         }
@@ -36,12 +36,15 @@ impl Engine {
                 return Err(Error::invalid("session_id", "session_id must be 1 to 256 bytes"));
             }
             if !input.refresh
-                && let Some(s) =
-                    self.store.get_context_session(&v.tenant, sid, &user, v.pool.as_deref()).await?
+                && let Some(s) = self
+                    .svc
+                    .store
+                    .get_context_session(&v.tenant, sid, &user, v.pool.as_deref())
+                    .await?
             {
                 let token_estimate = retrieval::estimate_tokens(&s.text);
                 if let Some(t) = &input.turn_id {
-                    self.store.record_recall(&v.tenant, t, &s.memory_ids).await?;
+                    self.svc.store.record_recall(&v.tenant, t, &s.memory_ids).await?;
                 }
                 return Ok(ContextBlock {
                     text: s.text,
@@ -53,7 +56,7 @@ impl Engine {
             }
         }
         let now = crate::model::now();
-        let all = self.store.all_active(&v.tenant, &self.filter(&v)).await?;
+        let all = self.svc.store.all_active(&v.tenant, &self.filter(&v)).await?;
         let header = "Known facts about the user:";
         let line = |m: &Memory| format!("- {}", m.content);
         let cost = |m: &Memory| retrieval::estimate_tokens(&line(m)) + 1;
@@ -84,7 +87,7 @@ impl Engine {
                             query: q.to_string(),
                             user_id: Some(user.clone()),
                             agent_id: v.agent.clone(),
-                            limit: self.cfg.max_limit,
+                            limit: self.svc.cfg.max_limit,
                             ..Default::default()
                         },
                     )
@@ -126,7 +129,8 @@ impl Engine {
         }
         let memory_ids: Vec<MemoryId> = chosen.iter().map(|m| m.id).collect();
         if let Some(sid) = &input.session_id {
-            self.store
+            self.svc
+                .store
                 .put_context_session(
                     &v.tenant,
                     &ContextSession {
@@ -141,9 +145,9 @@ impl Engine {
                 .await?;
         }
         if !memory_ids.is_empty() {
-            self.store.touch_memories(&v.tenant, &memory_ids, now).await?;
+            self.svc.store.touch_memories(&v.tenant, &memory_ids, now).await?;
             if let Some(t) = &input.turn_id {
-                self.store.record_recall(&v.tenant, t, &memory_ids).await?;
+                self.svc.store.record_recall(&v.tenant, t, &memory_ids).await?;
             }
         }
         let token_estimate = retrieval::estimate_tokens(&text);

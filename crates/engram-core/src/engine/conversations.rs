@@ -32,7 +32,7 @@ impl Engine {
         // a caller that names no agent continues it as its agent.
         let mut v = v;
         if let Some((owner, conv_agent)) =
-            self.store.conversation_owner(&v.tenant, &conversation).await?
+            self.svc.store.conversation_owner(&v.tenant, &conversation).await?
         {
             if owner != user {
                 return Err(Error::Conflict(format!(
@@ -56,11 +56,11 @@ impl Engine {
         let mut rows = Vec::with_capacity(messages.len());
         for (i, m) in messages.into_iter().enumerate() {
             let field = format!("messages[{i}]");
-            if m.content.len() > self.cfg.max_content_bytes {
+            if m.content.len() > self.svc.cfg.max_content_bytes {
                 return Err(Error::TooLarge(format!(
                     "{field}.content is {} bytes; the limit is {}",
                     m.content.len(),
-                    self.cfg.max_content_bytes
+                    self.svc.cfg.max_content_bytes
                 )));
             }
             if m.content.contains('\0')
@@ -102,7 +102,7 @@ impl Engine {
                 rating: 0,
             });
         }
-        let stored = self.store.append_messages(&v.tenant, rows).await?;
+        let stored = self.svc.store.append_messages(&v.tenant, rows).await?;
         self.after_append(&v.tenant, &user, v.agent.as_ref(), &conversation, &stored).await?;
         Ok(stored)
     }
@@ -117,9 +117,9 @@ impl Engine {
         stored: &[Message],
     ) -> Result<()> {
         if stored.iter().any(|m| !m.content.is_empty()) {
-            self.enqueue_message_embedding(tenant, user, conversation).await?;
+            self.svc.enqueue_message_embedding(tenant, user, conversation).await?;
         }
-        if self.llm.is_none() {
+        if self.svc.llm.is_none() {
             return Ok(());
         }
         for m in stored.iter().filter(|m| m.tool_name.is_some() && m.content.is_empty()) {
@@ -130,13 +130,13 @@ impl Engine {
                 serde_json::json!({ "message_id": m.id.to_string() }),
             );
             job.dedup_key = Some(format!("tool:{}", m.id));
-            self.store.enqueue_job(&job).await?;
+            self.svc.store.enqueue_job(&job).await?;
         }
         let agent_row = match agent {
-            Some(a) => self.store.get_agent(tenant, a).await?,
+            Some(a) => self.svc.store.get_agent(tenant, a).await?,
             None => None,
         };
-        let policy = MemoryPolicy::of(agent_row.as_ref(), self.cfg.dedup_threshold);
+        let policy = MemoryPolicy::of(agent_row.as_ref(), self.svc.cfg.dedup_threshold);
         if !policy.memory_enabled {
             return Ok(());
         }
@@ -153,33 +153,13 @@ impl Engine {
         Ok(())
     }
 
-    /// Enqueue the embedding of a conversation's new messages (at most one pending job per
-    /// conversation; one running at a time).
-    pub(crate) async fn enqueue_message_embedding(
-        &self,
-        tenant: &TenantId,
-        user: &UserId,
-        conversation: &ConversationId,
-    ) -> Result<()> {
-        let mut job = Job::new(
-            tenant.clone(),
-            Some(user.clone()),
-            JobKind::EmbedMessages,
-            serde_json::json!({ "conversation_id": conversation.as_str() }),
-        );
-        job.dedup_key = Some(format!("embed:{conversation}"));
-        job.lock_key = Some(format!("embed:{conversation}"));
-        self.store.enqueue_job(&job).await?;
-        Ok(())
-    }
-
     pub(super) async fn user_turns_since_cursor(
         &self,
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<i64> {
-        let messages = self.store.conversation_messages(tenant, conversation).await?;
-        let cursor = self.store.extraction_cursor(tenant, conversation).await?;
+        let messages = self.svc.store.conversation_messages(tenant, conversation).await?;
+        let cursor = self.svc.store.extraction_cursor(tenant, conversation).await?;
         let start = resume_index(&messages, cursor.as_deref());
         Ok(messages[start..].iter().filter(|m| m.role == MessageRole::User).count() as i64)
     }
@@ -188,14 +168,15 @@ impl Engine {
     /// regenerate its rolling summary. Returns false when no LLM is configured.
     pub async fn end_session(&self, p: &Principal, conversation: &ConversationId) -> Result<bool> {
         let _ = self.messages(p, conversation, 0, 1).await?;
-        let Some((user, _)) = self.store.conversation_owner(&p.tenant, conversation).await? else {
+        let Some((user, _)) = self.svc.store.conversation_owner(&p.tenant, conversation).await?
+        else {
             return Err(Error::not_found(format!("conversation {conversation}")));
         };
-        if self.llm.is_none() {
+        if self.svc.llm.is_none() {
             return Ok(false);
         }
         self.enqueue_extraction(&p.tenant, &user, conversation).await?;
-        self.enqueue_summary(&p.tenant, &user, conversation).await?;
+        self.svc.enqueue_summary(&p.tenant, &user, conversation).await?;
         Ok(true)
     }
 
@@ -215,21 +196,21 @@ impl Engine {
         );
         job.dedup_key = Some(format!("extract:{conversation}"));
         job.lock_key = Some(format!("conversation:{conversation}"));
-        self.store.enqueue_job(&job).await
+        self.svc.store.enqueue_job(&job).await
     }
 
     /// Enqueue tool-call synthesis for every old tool-call message with empty content
     /// (idempotent: one pending job per message; done messages are skipped by the job).
     pub async fn backfill_tool_calls(&self, p: &Principal) -> Result<usize> {
         Self::require_admin(p, "backfill")?;
-        if self.llm.is_none() {
+        if self.svc.llm.is_none() {
             return Err(Error::Unprocessable(
                 "no LLM is configured: tool-call synthesis needs one".into(),
             ));
         }
         let mut n = 0;
-        for user in self.store.list_users(&p.tenant).await? {
-            for m in self.store.user_messages(&p.tenant, &user).await? {
+        for user in self.svc.store.list_users(&p.tenant).await? {
+            for m in self.svc.store.user_messages(&p.tenant, &user).await? {
                 if m.tool_name.is_some() && m.content.is_empty() {
                     let mut job = Job::new(
                         p.tenant.clone(),
@@ -238,7 +219,7 @@ impl Engine {
                         serde_json::json!({ "message_id": m.id.to_string() }),
                     );
                     job.dedup_key = Some(format!("tool:{}", m.id));
-                    if self.store.enqueue_job(&job).await? {
+                    if self.svc.store.enqueue_job(&job).await? {
                         n += 1;
                     }
                 }
@@ -259,7 +240,7 @@ impl Engine {
             return Err(Error::not_found(format!("conversation {conversation}")));
         }
         let limit = clamp_limit(limit, 1000)?;
-        self.store.list_messages(&p.tenant, conversation, after_seq, limit).await
+        self.svc.store.list_messages(&p.tenant, conversation, after_seq, limit).await
     }
 
     /// Rate a reply; cascades the rating to every memory recalled for its turn.
@@ -273,12 +254,13 @@ impl Engine {
             return Err(Error::invalid("value", "a rating is -1 or 1"));
         }
         let msg = self
+            .svc
             .store
             .get_message(&p.tenant, id)
             .await?
             .ok_or_else(|| Error::not_found(format!("message {id}")))?;
         let _ = self.messages(p, &msg.conversation_id, 0, 1).await?;
-        self.store.rate_message(&p.tenant, id, value).await?;
+        self.svc.store.rate_message(&p.tenant, id, value).await?;
         let mut turn_ids = vec![id.to_string()];
         if let Some(t) = &msg.turn_id {
             turn_ids.push(t.clone());
@@ -286,33 +268,34 @@ impl Engine {
         let mut rated = Vec::new();
         let now = crate::model::now();
         for t in turn_ids {
-            for mid in self.store.recalled(&p.tenant, &t).await? {
+            for mid in self.svc.store.recalled(&p.tenant, &t).await? {
                 if rated.contains(&mid) {
                     continue;
                 }
-                if let Some(m) = self.store.get_memory(&p.tenant, mid).await?
+                if let Some(m) = self.svc.store.get_memory(&p.tenant, mid).await?
                     && self.visible(p, &m).await?
                 {
                     let mut ev = Self::event(mid, EventKind::Rated, None, p, now);
                     ev.detail =
                         serde_json::json!({ "value": value, "via_message": id.to_string() });
-                    self.store.rate_memory(&p.tenant, mid, value, ev).await?;
+                    self.svc.store.rate_memory(&p.tenant, mid, value, ev).await?;
                     rated.push(mid);
                 }
             }
         }
         let msg = self
+            .svc
             .store
             .get_message(&p.tenant, id)
             .await?
             .ok_or_else(|| Error::not_found(format!("message {id}")))?;
         // Batched extraction also runs when the user rates a reply.
-        if self.llm.is_some() {
+        if self.svc.llm.is_some() {
             let agent_row = match &msg.agent_id {
-                Some(a) => self.store.get_agent(&p.tenant, a).await?,
+                Some(a) => self.svc.store.get_agent(&p.tenant, a).await?,
                 None => None,
             };
-            let policy = MemoryPolicy::of(agent_row.as_ref(), self.cfg.dedup_threshold);
+            let policy = MemoryPolicy::of(agent_row.as_ref(), self.svc.cfg.dedup_threshold);
             if policy.memory_enabled && matches!(policy.mode, ExtractionMode::Batched { .. }) {
                 self.enqueue_extraction(&p.tenant, &msg.user_id, &msg.conversation_id).await?;
             }

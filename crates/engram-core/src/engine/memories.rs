@@ -36,7 +36,7 @@ impl Engine {
         }
         let now = crate::model::now();
         let content = match &input.content {
-            Some(c) => Content::parse(c, self.cfg.max_content_bytes)?.into_string(),
+            Some(c) => Content::parse(c, self.svc.cfg.max_content_bytes)?.into_string(),
             None => old.content.clone(),
         };
         let kind = input.kind.unwrap_or(old.kind);
@@ -98,16 +98,18 @@ impl Engine {
         let vector = if new.kind == Kind::Profile {
             None
         } else {
-            self.store
-                .ensure_embedding_space(self.embedder.model_id(), self.embedder.dims())
+            self.svc
+                .store
+                .ensure_embedding_space(self.svc.embedder.model_id(), self.svc.embedder.dims())
                 .await?;
-            new.embedding_model = Some(self.embedder.model_id().to_string());
+            new.embedding_model = Some(self.svc.embedder.model_id().to_string());
             Some(self.embed_one(&new.content).await?)
         };
         let mut new_ev = Self::event(new.id, EventKind::Created, Some(old.id), p, now);
         note_redactions(&mut new_ev, &redacted);
         let old_ev = Self::event(old.id, EventKind::Superseded, Some(new.id), p, now);
-        self.store
+        self.svc
+            .store
             .supersede(
                 &p.tenant,
                 old.id,
@@ -125,13 +127,13 @@ impl Engine {
             if let KeyRole::Agent(_) = p.role {
                 return Err(Error::Forbidden("purge needs an admin or user key".into()));
             }
-            return self.store.purge_memory(&p.tenant, old.id).await;
+            return self.svc.store.purge_memory(&p.tenant, old.id).await;
         }
         if old.superseded_at.is_some() {
             return Err(Error::Conflict(format!("memory {id} is already superseded or forgotten")));
         }
         let ev = Self::event(old.id, EventKind::Forgotten, None, p, crate::model::now());
-        self.store.supersede(&p.tenant, old.id, None, ev).await
+        self.svc.store.supersede(&p.tenant, old.id, None, ev).await
     }
 
     pub async fn get(&self, p: &Principal, id: MemoryId) -> Result<Memory> {
@@ -147,7 +149,7 @@ impl Engine {
     /// left-out versions are cleared from `superseded_by` and from the events.
     pub async fn history(&self, p: &Principal, id: MemoryId) -> Result<History> {
         let _ = self.load_visible(p, id).await?;
-        let (chain, events) = self.store.history(&p.tenant, id).await?;
+        let (chain, events) = self.svc.store.history(&p.tenant, id).await?;
         let pool = self.caller_pool(p).await?;
         let mut kept: Vec<Memory> =
             chain.into_iter().filter(|m| Self::sees(p, pool.as_deref(), m)).collect();
@@ -182,7 +184,7 @@ impl Engine {
         let m = self.load_visible(p, id).await?;
         let mut ev = Self::event(m.id, EventKind::Rated, None, p, crate::model::now());
         ev.detail = serde_json::json!({ "value": value });
-        self.store.rate_memory(&p.tenant, m.id, value, ev).await?;
+        self.svc.store.rate_memory(&p.tenant, m.id, value, ev).await?;
         self.get(p, id).await
     }
 
@@ -192,8 +194,8 @@ impl Engine {
         f.kinds = input.kinds;
         f.categories = input.categories;
         f.include_superseded = input.include_superseded;
-        let limit = clamp_limit(input.limit, self.cfg.max_limit)?;
-        let mut page = self.store.list_memories(&p.tenant, &f, input.cursor, limit).await?;
+        let limit = clamp_limit(input.limit, self.svc.cfg.max_limit)?;
+        let mut page = self.svc.store.list_memories(&p.tenant, &f, input.cursor, limit).await?;
         self.hide_invisible_successors(p, &mut page.memories).await?;
         Ok(page)
     }

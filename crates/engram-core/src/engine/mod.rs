@@ -21,7 +21,7 @@ use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::llm::Llm;
 use crate::metrics::Metrics;
-use crate::model::{KeyRole, MemoryEvent, Principal};
+use crate::model::MemoryEvent;
 use crate::pipeline::pii::PiiKind;
 use crate::store::Store;
 
@@ -36,49 +36,16 @@ mod scope;
 mod search;
 mod types;
 
+pub use crate::model::{actor_name, actor_name_system};
+pub use crate::services::EngineConfig;
+pub use crate::services::Services;
 use scope::{View, ViewKey};
 pub use types::*;
-
-/// Engine limits and defaults (plain data; loading it from files is the binary's job).
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// Largest memory or message content, in bytes.
-    pub max_content_bytes: usize,
-    /// Dedup threshold for agents without settings.
-    pub dedup_threshold: f32,
-    /// Default context token budget.
-    pub token_budget: usize,
-    /// Candidates taken from each of the vector and text lists before fusion (default 20,
-    /// as seed 000: "top 20" per list, RRF k = 60). More is not better with k = 60: a row
-    /// found deep in both lists (ranks 40 + 40: 2/100) then outscores one found first by a
-    /// single list (1/61). On LoCoMo (MiniLM) 50 per list gave turn Recall@10 0.637, 20 gave
-    /// 0.677 (`benches/README.md`).
-    pub candidates: usize,
-    /// Largest `limit` of a search or list.
-    pub max_limit: usize,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        Self {
-            max_content_bytes: 8 * 1024,
-            dedup_threshold: 0.90,
-            token_budget: 4000,
-            candidates: 20,
-            max_limit: 200,
-        }
-    }
-}
 
 /// The engine. Cheap to clone (everything is behind `Arc`).
 #[derive(Clone)]
 pub struct Engine {
-    store: Arc<dyn Store>,
-    embedder: Arc<dyn Embedder>,
-    /// None: automatic extraction, summaries and tool-call synthesis are off.
-    llm: Option<Arc<dyn Llm>>,
-    metrics: Arc<Metrics>,
-    cfg: EngineConfig,
+    svc: Services,
 }
 
 impl Engine {
@@ -99,33 +66,46 @@ impl Engine {
                 embedder.dims()
             )));
         }
-        Ok(Self { store, embedder, llm: None, metrics: Arc::new(Metrics::default()), cfg })
+        Ok(Self {
+            svc: Services {
+                store,
+                embedder,
+                llm: None,
+                metrics: Arc::new(Metrics::default()),
+                cfg,
+            },
+        })
     }
 
     /// Turn on automatic extraction with this LLM.
     pub fn with_llm(mut self, llm: Arc<dyn Llm>) -> Self {
-        self.llm = Some(llm);
+        self.svc.llm = Some(llm);
         self
     }
 
     pub fn llm(&self) -> Option<&Arc<dyn Llm>> {
-        self.llm.as_ref()
+        self.svc.llm.as_ref()
+    }
+
+    /// The services, for the worker loop ([`crate::jobs::run_workers`]).
+    pub fn services(&self) -> &Services {
+        &self.svc
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
+        &self.svc.metrics
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+        &self.svc.store
     }
 
     pub fn embedder(&self) -> &Arc<dyn Embedder> {
-        &self.embedder
+        &self.svc.embedder
     }
 
     pub fn config(&self) -> &EngineConfig {
-        &self.cfg
+        &self.svc.cfg
     }
 
     // ------------------------------------------------------------------ scoping
@@ -166,18 +146,4 @@ fn clamp_limit(limit: usize, max: usize) -> Result<usize> {
         return Err(Error::invalid("limit", format!("limit must be 1 to {max}")));
     }
     Ok(limit)
-}
-
-/// How the automatic extractor is named in the audit trail.
-pub fn actor_name_system() -> String {
-    "system:extractor".to_string()
-}
-
-/// How a principal is named in the audit trail.
-pub fn actor_name(p: &Principal) -> String {
-    match &p.role {
-        KeyRole::Admin => "admin".to_string(),
-        KeyRole::Agent(a) => format!("agent:{a}"),
-        KeyRole::User(u) => format!("user:{u}"),
-    }
 }

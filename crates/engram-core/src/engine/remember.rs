@@ -26,11 +26,11 @@ impl Engine {
         agent: Option<&AgentId>,
     ) -> Result<f32> {
         if let Some(a) = agent
-            && let Some(agent) = self.store.get_agent(tenant, a).await?
+            && let Some(agent) = self.svc.store.get_agent(tenant, a).await?
         {
             return Ok(agent.dedup_threshold);
         }
-        Ok(self.cfg.dedup_threshold)
+        Ok(self.svc.cfg.dedup_threshold)
     }
 
     /// The stored active fact in `v`'s scope that `content` (embedded as `vector`) repeats:
@@ -45,21 +45,21 @@ impl Engine {
     ) -> Result<Option<(MemoryId, f32)>> {
         const NEIGHBOURS: usize = 5;
         let filter = self.filter(v);
-        let hits = self.store.vector_search(&v.tenant, &filter, vector, NEIGHBOURS).await?;
+        let hits = self.svc.store.vector_search(&v.tenant, &filter, vector, NEIGHBOURS).await?;
         let close: Vec<(MemoryId, f32)> =
             hits.into_iter().filter(|(_, sim)| *sim >= threshold).collect();
         if close.is_empty() {
             return Ok(None);
         }
         let ids: Vec<MemoryId> = close.iter().map(|h| h.0).collect();
-        let rows = self.store.get_memories(&v.tenant, &ids).await?;
+        let rows = self.svc.store.get_memories(&v.tenant, &ids).await?;
         Ok(close.into_iter().find(|(id, _)| {
             rows.iter().any(|m| m.id == *id && crate::dedup::same_fact(&m.content, content))
         }))
     }
 
     pub(super) async fn embed_one(&self, text: &str) -> Result<Vec<f32>> {
-        let mut v = self.embedder.embed(&[text.to_string()]).await?;
+        let mut v = self.svc.embedder.embed(&[text.to_string()]).await?;
         v.pop().ok_or_else(|| Error::internal("embedder returned no vector"))
     }
 
@@ -75,10 +75,10 @@ impl Engine {
         mut m: Memory,
     ) -> Result<(Memory, Vec<PiiKind>)> {
         let agent_row = match agent {
-            Some(a) => self.store.get_agent(tenant, a).await?,
+            Some(a) => self.svc.store.get_agent(tenant, a).await?,
             None => None,
         };
-        let policy = MemoryPolicy::of(agent_row.as_ref(), self.cfg.dedup_threshold).pii;
+        let policy = MemoryPolicy::of(agent_row.as_ref(), self.svc.cfg.dedup_threshold).pii;
         match pii::filter(&m.content, policy) {
             Filtered::Keep { text, redacted } => {
                 m.content = text;
@@ -100,7 +100,7 @@ impl Engine {
         input: &RememberInput,
         now: OffsetDateTime,
     ) -> Result<Memory> {
-        let content = Content::parse(&input.content, self.cfg.max_content_bytes)?;
+        let content = Content::parse(&input.content, self.svc.cfg.max_content_bytes)?;
         let user =
             v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
         let key = match (input.kind, &input.key) {
@@ -223,10 +223,12 @@ impl Engine {
             .map(|(_, m, _)| m.content.clone())
             .collect();
         let mut vectors =
-            if texts.is_empty() { vec![] } else { self.embedder.embed(&texts).await? }.into_iter();
+            if texts.is_empty() { vec![] } else { self.svc.embedder.embed(&texts).await? }
+                .into_iter();
         if !texts.is_empty() {
-            self.store
-                .ensure_embedding_space(self.embedder.model_id(), self.embedder.dims())
+            self.svc
+                .store
+                .ensure_embedding_space(self.svc.embedder.model_id(), self.svc.embedder.dims())
                 .await?;
         }
 
@@ -246,7 +248,7 @@ impl Engine {
             let vector = vectors
                 .next()
                 .ok_or_else(|| Error::internal("embedder returned too few vectors"))?;
-            m.embedding_model = Some(self.embedder.model_id().to_string());
+            m.embedding_model = Some(self.svc.embedder.model_id().to_string());
             if dedup {
                 // One agent lookup per view, not per item.
                 let threshold = match thresholds.get(&key) {
@@ -282,8 +284,9 @@ impl Engine {
                     self.duplicate_of(v, &vector, &m.content, threshold).await?
                 {
                     let ev = Self::event(id, EventKind::Confirmed, None, p, now);
-                    self.store.confirm_memory(&v.tenant, id, ev).await?;
+                    self.svc.store.confirm_memory(&v.tenant, id, ev).await?;
                     let existing = self
+                        .svc
                         .store
                         .get_memory(&v.tenant, id)
                         .await?
@@ -314,7 +317,7 @@ impl Engine {
             });
         }
         if !rows.is_empty() {
-            self.store.insert_memories(&p.tenant, rows).await?;
+            self.svc.store.insert_memories(&p.tenant, rows).await?;
         }
         Ok(results)
     }
@@ -329,12 +332,12 @@ impl Engine {
     ) -> Result<Remembered> {
         let key = m.key.clone().unwrap_or_default();
         let existing =
-            self.store.find_profile(&v.tenant, &m.user_id, v.pool.as_deref(), &key).await?;
+            self.svc.store.find_profile(&v.tenant, &m.user_id, v.pool.as_deref(), &key).await?;
         match existing {
             Some(old) if old.content == m.content => {
                 let ev = Self::event(old.id, EventKind::Confirmed, None, p, now);
-                self.store.confirm_memory(&v.tenant, old.id, ev).await?;
-                let old = self.store.get_memory(&v.tenant, old.id).await?.unwrap_or(old);
+                self.svc.store.confirm_memory(&v.tenant, old.id, ev).await?;
+                let old = self.svc.store.get_memory(&v.tenant, old.id).await?.unwrap_or(old);
                 Ok(Remembered {
                     decision: Decision::None,
                     memory: old,
@@ -347,7 +350,7 @@ impl Engine {
                 note_redactions(&mut new_ev, redacted);
                 let old_ev = Self::event(old.id, EventKind::Superseded, Some(m.id), p, now);
                 let row = NewMemory { memory: m.clone(), vector: None, events: vec![new_ev] };
-                self.store.supersede(&v.tenant, old.id, Some(row), old_ev).await?;
+                self.svc.store.supersede(&v.tenant, old.id, Some(row), old_ev).await?;
                 Ok(Remembered {
                     decision: Decision::Update,
                     memory: m,
@@ -358,7 +361,8 @@ impl Engine {
             None => {
                 let mut ev = Self::event(m.id, EventKind::Created, None, p, now);
                 note_redactions(&mut ev, redacted);
-                self.store
+                self.svc
+                    .store
                     .insert_memories(
                         &v.tenant,
                         vec![NewMemory { memory: m.clone(), vector: None, events: vec![ev] }],

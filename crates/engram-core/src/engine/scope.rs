@@ -69,7 +69,7 @@ impl Engine {
     }
 
     pub(super) async fn pool_of(&self, tenant: &TenantId, agent: &AgentId) -> Result<String> {
-        Ok(match self.store.get_agent(tenant, agent).await? {
+        Ok(match self.svc.store.get_agent(tenant, agent).await? {
             Some(a) => a.pool(),
             None => default_pool(agent),
         })
@@ -106,7 +106,7 @@ impl Engine {
     }
 
     pub(super) async fn load_visible(&self, p: &Principal, id: MemoryId) -> Result<Memory> {
-        match self.store.get_memory(&p.tenant, id).await? {
+        match self.svc.store.get_memory(&p.tenant, id).await? {
             Some(m) if self.visible(p, &m).await? => Ok(m),
             _ => Err(Error::not_found(format!("memory {id}"))),
         }
@@ -114,7 +114,7 @@ impl Engine {
 
     /// Is the row `id` visible to the caller? (An unknown id is not.)
     pub(super) async fn id_visible(&self, p: &Principal, id: MemoryId) -> Result<bool> {
-        Ok(match self.store.get_memory(&p.tenant, id).await? {
+        Ok(match self.svc.store.get_memory(&p.tenant, id).await? {
             Some(m) => self.visible(p, &m).await?,
             None => false,
         })
@@ -138,6 +138,7 @@ impl Engine {
         }
         let pool = self.caller_pool(p).await?;
         let seen: HashSet<MemoryId> = self
+            .svc
             .store
             .get_memories(&p.tenant, &ids)
             .await?
@@ -179,7 +180,8 @@ impl Engine {
         p: &Principal,
         conversation: &ConversationId,
     ) -> Result<bool> {
-        let Some((owner, agent)) = self.store.conversation_owner(&p.tenant, conversation).await?
+        let Some((owner, agent)) =
+            self.svc.store.conversation_owner(&p.tenant, conversation).await?
         else {
             return Ok(false);
         };
@@ -199,7 +201,7 @@ impl Engine {
     /// May the caller see the message with this id (text form, as events keep it)?
     pub(super) async fn message_visible(&self, p: &Principal, id: &str) -> Result<bool> {
         let Ok(id) = MessageId::parse(id) else { return Ok(false) };
-        match self.store.get_message(&p.tenant, id).await? {
+        match self.svc.store.get_message(&p.tenant, id).await? {
             Some(m) => self.conversation_visible(p, &m.conversation_id).await,
             None => Ok(false),
         }

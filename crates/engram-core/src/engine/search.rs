@@ -16,14 +16,14 @@ impl Engine {
         if query.is_empty() {
             return Err(Error::invalid("query", "query must not be empty"));
         }
-        if query.len() > self.cfg.max_content_bytes {
+        if query.len() > self.svc.cfg.max_content_bytes {
             return Err(Error::TooLarge(format!(
                 "query is {} bytes; the limit is {}",
                 query.len(),
-                self.cfg.max_content_bytes
+                self.svc.cfg.max_content_bytes
             )));
         }
-        let limit = clamp_limit(input.limit, self.cfg.max_limit)?;
+        let limit = clamp_limit(input.limit, self.svc.cfg.max_limit)?;
         if input.sources.is_empty() {
             return Err(Error::invalid(
                 "sources",
@@ -37,7 +37,7 @@ impl Engine {
         f.since = input.since;
         f.until = input.until;
         let now = crate::model::now();
-        let n = self.cfg.candidates.max(limit);
+        let n = self.svc.cfg.candidates.max(limit);
         let mut hits = Vec::new();
         let qv = match input.mode {
             SearchMode::TextOnly => None,
@@ -50,14 +50,14 @@ impl Engine {
             let vector = async {
                 match &qv {
                     None => Ok(vec![]),
-                    Some(qv) => self.store.vector_search(&v.tenant, &f, qv, n).await,
+                    Some(qv) => self.svc.store.vector_search(&v.tenant, &f, qv, n).await,
                 }
             };
             let text = async {
                 if input.mode == SearchMode::VectorOnly {
                     Ok(vec![])
                 } else {
-                    self.store.text_search(&v.tenant, &f, query, n).await
+                    self.svc.store.text_search(&v.tenant, &f, query, n).await
                 }
             };
             let (vec_list, text_list) = tokio::try_join!(vector, text)?;
@@ -73,7 +73,7 @@ impl Engine {
                 e.text_score = Some(*s);
             }
             let ids: Vec<MemoryId> = parts.keys().copied().collect();
-            for m in self.store.get_memories(&v.tenant, &ids).await? {
+            for m in self.svc.store.get_memories(&v.tenant, &ids).await? {
                 let Some(mut e) = parts.remove(&m.id) else { continue };
                 e.days_since_access =
                     retrieval::days_between(m.last_accessed_at.unwrap_or(m.created_at), now);
@@ -93,8 +93,8 @@ impl Engine {
                 match &qv {
                     None => Ok(vec![]),
                     Some(qv) => {
-                        let model = self.embedder.model_id();
-                        self.store.vector_search_messages(&v.tenant, &user, model, qv, n).await
+                        let model = self.svc.embedder.model_id();
+                        self.svc.store.vector_search_messages(&v.tenant, &user, model, qv, n).await
                     }
                 }
             };
@@ -102,7 +102,7 @@ impl Engine {
                 if input.mode == SearchMode::VectorOnly {
                     Ok(vec![])
                 } else {
-                    self.store.text_search_messages(&v.tenant, &user, query, n).await
+                    self.svc.store.text_search_messages(&v.tenant, &user, query, n).await
                 }
             };
             let (vec_list, text_list) = tokio::try_join!(vector, text)?;
@@ -127,7 +127,7 @@ impl Engine {
                 e.text_score = Some(*s);
             }
             for (id, mut e) in parts {
-                let Some(msg) = self.store.get_message(&v.tenant, id).await? else { continue };
+                let Some(msg) = self.svc.store.get_message(&v.tenant, id).await? else { continue };
                 if let (Some(pool), Some(agent)) = (&v.pool, &msg.agent_id)
                     && &self.pool_of(&v.tenant, agent).await? != pool
                 {
@@ -150,9 +150,9 @@ impl Engine {
             })
             .collect();
         if !ids.is_empty() {
-            self.store.touch_memories(&v.tenant, &ids, now).await?;
+            self.svc.store.touch_memories(&v.tenant, &ids, now).await?;
             if let Some(t) = &input.turn_id {
-                self.store.record_recall(&v.tenant, t, &ids).await?;
+                self.svc.store.record_recall(&v.tenant, t, &ids).await?;
             }
         }
         Ok(hits)

@@ -14,14 +14,15 @@ use super::parse::{self, Candidate, Judgement};
 use super::pii::{self, Filtered, PiiPolicy};
 use super::prompts;
 use crate::dedup::same_fact;
-use crate::engine::{Engine, actor_name_system};
+use crate::error::JobError;
 use crate::error::{Error, FaultSource};
-use crate::jobs::JobError;
 use crate::llm::{ChatMessage, ChatRequest, ChatRole, Tier};
+pub use crate::metrics::ExtractionReport;
 use crate::model::{
     Agent, ConversationId, EventKind, Job, JobKind, Kind, Memory, MemoryEvent, MemoryId, Message,
-    MessageRole, Source, SourceKind, TenantId, UserId, default_pool,
+    MessageRole, Source, SourceKind, TenantId, UserId, actor_name_system, default_pool,
 };
+use crate::services::Services;
 use crate::store::{ExtractionBatch, MemoryFilter, NewMemory};
 
 /// Messages given to the extractor at most per batch (seed 000: the last fifteen).
@@ -225,20 +226,6 @@ pub fn transcript(messages: &[Message]) -> String {
     out
 }
 
-/// What one extraction run did (for metrics and the benchmark).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ExtractionReport {
-    pub batches: usize,
-    pub llm_calls: usize,
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-    pub added: usize,
-    pub updated: usize,
-    pub deleted: usize,
-    pub confirmed: usize,
-    pub rejected_pii: usize,
-}
-
 /// Run a stage inside a tracing span named after it, recording its outcome (with
 /// `FmtSpan::CLOSE` the span's close line carries its duration).
 async fn staged<T, E>(
@@ -258,7 +245,7 @@ async fn staged<T, E>(
     r
 }
 
-impl Engine {
+impl Services {
     async fn call(
         &self,
         req: ChatRequest,

@@ -22,10 +22,10 @@
 use std::sync::Arc;
 
 use crate::embed::Embedder;
-use crate::engine::Engine;
+use crate::error::JobError;
 use crate::error::{Error, Result};
-use crate::jobs::JobError;
-use crate::model::{ConversationId, Job, Message, TenantId};
+use crate::model::{ConversationId, Job, JobKind, Message, TenantId, UserId};
+use crate::services::Services;
 use crate::store::Store;
 
 /// Messages before each message that are embedded with it.
@@ -106,7 +106,27 @@ pub async fn embed_conversation(
     Ok(done)
 }
 
-impl Engine {
+impl Services {
+    /// Enqueue the embedding of a conversation's new messages (at most one pending job per
+    /// conversation; one running at a time).
+    pub(crate) async fn enqueue_message_embedding(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        conversation: &ConversationId,
+    ) -> Result<()> {
+        let mut job = Job::new(
+            tenant.clone(),
+            Some(user.clone()),
+            JobKind::EmbedMessages,
+            serde_json::json!({ "conversation_id": conversation.as_str() }),
+        );
+        job.dedup_key = Some(format!("embed:{conversation}"));
+        job.lock_key = Some(format!("embed:{conversation}"));
+        self.store.enqueue_job(&job).await?;
+        Ok(())
+    }
+
     /// [`embed_conversation`] with this engine's store and embedder.
     pub async fn embed_conversation(
         &self,

@@ -44,8 +44,8 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
+use crate::tables::{TABLES, Table, Ty};
 use crate::text::index_text;
-use crate::transfer::{TABLES, Table, Ty};
 
 /// The tables of a backup, in restore order.
 fn tables() -> impl Iterator<Item = &'static Table> {
@@ -478,7 +478,7 @@ pub(crate) async fn sqlite_backup(
 
 /// [`engram_core::store::Store::restore`] on SQLite: one write transaction.
 pub(crate) async fn sqlite_restore(
-    store: &crate::sqlite::SqliteStore,
+    write: &SqlitePool,
     rows: &[BackupRow],
     state: &mut RestoreState,
 ) -> Result<()> {
@@ -486,7 +486,7 @@ pub(crate) async fn sqlite_restore(
         rows.iter().map(|r| decode(r, state.target.as_ref())).collect::<Result<_>>()?;
     let mut next = state.clone();
     let mut versions: HashMap<(String, String), i64> = HashMap::new();
-    let mut tx = store.begin().await?;
+    let mut tx = write.begin_with("BEGIN IMMEDIATE").await.map_err(crate::fault::sqlite)?;
     for mut d in decoded {
         let name = d.table.name;
         let tenant = d.text("tenant_id");
@@ -499,7 +499,7 @@ pub(crate) async fn sqlite_restore(
             let v = match versions.get(&key) {
                 Some(v) => *v,
                 None => {
-                    let v = crate::sqlite::SqliteStore::bump(&mut tx, &key.0, &key.1).await?;
+                    let v = crate::versions::bump_sqlite(&mut tx, &key.0, &key.1).await?;
                     versions.insert(key, v);
                     v
                 }
@@ -669,7 +669,7 @@ pub(crate) async fn pg_backup(
 
 /// [`engram_core::store::Store::restore`] on PostgreSQL: one transaction.
 pub(crate) async fn pg_restore(
-    store: &crate::postgres::PgStore,
+    pool: &PgPool,
     rows: &[BackupRow],
     state: &mut RestoreState,
 ) -> Result<()> {
@@ -677,7 +677,7 @@ pub(crate) async fn pg_restore(
         rows.iter().map(|r| decode(r, state.target.as_ref())).collect::<Result<_>>()?;
     let mut next = state.clone();
     let mut versions: HashMap<(String, String), i64> = HashMap::new();
-    let mut tx = store.pool().begin().await.map_err(|e| store_err("store", e))?;
+    let mut tx = pool.begin().await.map_err(|e| store_err("store", e))?;
     let mut events_with_ids = false;
     for mut d in decoded {
         let name = d.table.name;
@@ -691,7 +691,7 @@ pub(crate) async fn pg_restore(
             let v = match versions.get(&key) {
                 Some(v) => *v,
                 None => {
-                    let v = crate::postgres::PgStore::bump(&mut tx, &key.0, &key.1).await?;
+                    let v = crate::versions::bump_postgres(&mut tx, &key.0, &key.1).await?;
                     versions.insert(key, v);
                     v
                 }

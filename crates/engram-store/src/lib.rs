@@ -14,11 +14,14 @@
 //! [`migrate`]; a database newer than the binary is refused.
 
 pub mod backup;
+pub mod fault;
 pub mod migrate;
 pub mod postgres;
 pub mod sqlite;
+pub mod tables;
 pub mod text;
 pub mod transfer;
+pub mod versions;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -39,11 +39,11 @@ pub async fn run_sqlite(pool: &SqlitePool) -> Result<i64> {
     )
     .execute(pool)
     .await
-    .map_err(crate::sqlite::db)?;
+    .map_err(crate::fault::sqlite)?;
     let current: i64 = sqlx::query("SELECT coalesce(max(version), 0) AS v FROM schema_migrations")
         .fetch_one(pool)
         .await
-        .map_err(crate::sqlite::db)?
+        .map_err(crate::fault::sqlite)?
         .get("v");
     let newest = SQLITE.last().map_or(0, |m| m.0);
     if current > newest {
@@ -53,7 +53,7 @@ pub async fn run_sqlite(pool: &SqlitePool) -> Result<i64> {
         )));
     }
     for (version, name, sql) in SQLITE.iter().filter(|m| m.0 > current) {
-        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(crate::sqlite::db)?;
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(crate::fault::sqlite)?;
         sqlx::raw_sql(sqlx::AssertSqlSafe(*sql))
             .execute(&mut *tx)
             .await
@@ -61,11 +61,14 @@ pub async fn run_sqlite(pool: &SqlitePool) -> Result<i64> {
         sqlx::query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)")
             .bind(version)
             .bind(name)
-            .bind(crate::sqlite::ts(time::OffsetDateTime::now_utc()))
+            .bind(
+                i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1000 * 1000)
+                    .unwrap_or(i64::MAX),
+            )
             .execute(&mut *tx)
             .await
-            .map_err(crate::sqlite::db)?;
-        tx.commit().await.map_err(crate::sqlite::db)?;
+            .map_err(crate::fault::sqlite)?;
+        tx.commit().await.map_err(crate::fault::sqlite)?;
         tracing::info!(version, name, "applied migration");
     }
     Ok(newest)
@@ -73,7 +76,7 @@ pub async fn run_sqlite(pool: &SqlitePool) -> Result<i64> {
 
 /// Apply pending PostgreSQL migrations under an advisory lock; returns the schema version.
 pub async fn run_postgres(pool: &PgPool) -> Result<i64> {
-    use crate::postgres::db;
+    use crate::fault::postgres as db;
     let mut tx = pool.begin().await.map_err(db)?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(PG_MIGRATION_LOCK)

@@ -65,51 +65,10 @@ use sqlx::{Connection, PgPool, Postgres, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::fault::is_unique_violation;
+pub use crate::fault::postgres as db;
 use crate::text::index_text;
 use rows::{MEMORY_COLS, col};
-
-/// Map a database error to an engine error: text PostgreSQL cannot store (U+0000, in text
-/// or in a JSON string) is the caller's fault; anything else is internal (the cause is
-/// logged by the adapter).
-pub fn db(e: sqlx::Error) -> Error {
-    if let sqlx::Error::Database(d) = &e
-        && matches!(d.code().as_deref(), Some("22021" | "22P05"))
-    {
-        return Error::invalid(
-            "content",
-            "text must not contain the NUL character (U+0000)".to_string(),
-        );
-    }
-    if unavailable(&e) {
-        return Error::StoreUnavailable(format!("database: {e}"));
-    }
-    Error::internal(format!("database: {e}"))
-}
-
-/// The server cannot be reached, went away, or is starting or shutting down: worth a retry
-/// (503 `store_unavailable`), not a bug. SQLSTATE class 08 (connection exception), 57P01–03
-/// (shutdown, crash, cannot connect now), 53300 (too many connections), and I/O, TLS and
-/// protocol failures of the connection itself.
-fn unavailable(e: &sqlx::Error) -> bool {
-    matches!(
-        e,
-        sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            // A connection cut mid-handshake reads as garbage ("unexpected response from
-            // SSLRequest: 0x00" when the socket hits EOF).
-            | sqlx::Error::Protocol(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed
-    ) || matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| {
-        c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03" | "53300")
-    }))
-}
-
-/// PostgreSQL's `unique_violation`.
-fn is_unique_violation(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some("23505"))
-}
 
 type Tx = Transaction<'static, Postgres>;
 
@@ -223,22 +182,6 @@ impl PgStore {
         self.pool.begin().await.map_err(db)
     }
 
-    /// Bump a user's change counter inside a write transaction (locking the user's row until
-    /// commit); returns the new version.
-    pub(crate) async fn bump(tx: &mut Tx, tenant: &str, user: &str) -> Result<i64> {
-        let r = sqlx::query(
-            "INSERT INTO user_versions (tenant_id, user_id, version) VALUES ($1, $2, 1) \
-             ON CONFLICT (tenant_id, user_id) DO UPDATE SET version = user_versions.version + 1 \
-             RETURNING version",
-        )
-        .bind(tenant)
-        .bind(user)
-        .fetch_one(&mut **tx)
-        .await
-        .map_err(db)?;
-        col(&r, "version")
-    }
-
     /// Bump several users, in a fixed order (so two transactions never wait on each other
     /// in a cycle); returns each user's new version.
     async fn bump_all(
@@ -248,7 +191,7 @@ impl PgStore {
     ) -> Result<HashMap<String, i64>> {
         let mut out = HashMap::with_capacity(users.len());
         for u in users {
-            let v = Self::bump(tx, tenant, &u).await?;
+            let v = crate::versions::bump_postgres(tx, tenant, &u).await?;
             out.insert(u, v);
         }
         Ok(out)
@@ -523,7 +466,7 @@ impl PgStore {
             .await?
             .ok_or_else(|| Error::not_found(format!("memory {old}")))?;
         // User lock first, then the row: the order every writer uses.
-        let v = Self::bump(tx, tenant.as_str(), &user).await?;
+        let v = crate::versions::bump_postgres(tx, tenant.as_str(), &user).await?;
         let row = sqlx::query(
             "SELECT superseded_at FROM memories WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
         )
@@ -1004,7 +947,7 @@ impl Store for PgStore {
         let user = Self::memory_user(&mut tx, tenant, id)
             .await?
             .ok_or_else(|| Error::not_found(format!("memory {id}")))?;
-        let v = Self::bump(&mut tx, tenant.as_str(), &user).await?;
+        let v = crate::versions::bump_postgres(&mut tx, tenant.as_str(), &user).await?;
         let n = sqlx::query("DELETE FROM memories WHERE tenant_id = $1 AND id = $2")
             .bind(tenant.as_str())
             .bind(id.0)
@@ -1517,7 +1460,7 @@ impl Store for PgStore {
         let t = tenant.as_str();
         let u = user.as_str();
         // Take the user's lock first (as every writer of the user's memories does).
-        Self::bump(&mut tx, t, u).await?;
+        crate::versions::bump_postgres(&mut tx, t, u).await?;
         let mut counts = EraseCounts::default();
         macro_rules! del {
             ($field:ident, $sql:literal) => {
@@ -1726,7 +1669,7 @@ impl Store for PgStore {
         }
         let mut tx = self.begin().await?;
         // The user's lock first, whatever the batch holds.
-        let v = Self::bump(&mut tx, tenant.as_str(), user.as_str()).await?;
+        let v = crate::versions::bump_postgres(&mut tx, tenant.as_str(), user.as_str()).await?;
         for row in &batch.adds {
             Self::insert_row(&mut tx, row, v).await?;
         }
@@ -1791,7 +1734,7 @@ impl Store for PgStore {
     }
 
     async fn restore(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()> {
-        crate::backup::pg_restore(self, rows, state).await
+        crate::backup::pg_restore(&self.pool, rows, state).await
     }
 
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {

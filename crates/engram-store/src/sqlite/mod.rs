@@ -30,28 +30,9 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use time::OffsetDateTime;
 
+pub use crate::fault::sqlite as db;
 pub use crate::text::{MatchTerm, fts_query, match_terms, query_terms};
 use vectors::{Entry, VectorCache};
-
-/// Map a database error to an engine error (the cause is logged by the adapter): busy past
-/// the busy timeout or no connection in time is `StoreUnavailable` (retryable), the rest
-/// `Internal`.
-pub fn db(e: sqlx::Error) -> Error {
-    // SQLite's primary result code is the low byte of the extended one: BUSY (5) and
-    // LOCKED (6) pass; READONLY (8), IOERR (10), FULL (13) and CANTOPEN (14) are the
-    // data dir's fault (permissions changed, disk full), not engram's: 503, not 500.
-    let primary = e
-        .as_database_error()
-        .and_then(|d| d.code())
-        .and_then(|c| c.parse::<i32>().ok())
-        .map(|c| c & 0xff);
-    let unavailable = matches!(&e, sqlx::Error::PoolTimedOut)
-        || matches!(primary, Some(5 | 6 | 8 | 10 | 13 | 14));
-    if unavailable {
-        return Error::StoreUnavailable(format!("database: {e}"));
-    }
-    Error::internal(format!("database: {e}"))
-}
 
 /// The data dir can be read but not written (wrong owner, read-only mount, full disk).
 fn not_writable(data_dir: &Path, cause: &str) -> Error {
@@ -154,27 +135,8 @@ impl SqliteStore {
         Ok(Self { read, write, vectors: VectorCache::default() })
     }
 
-    pub(crate) async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
+    async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
         self.write.begin_with("BEGIN IMMEDIATE").await.map_err(db)
-    }
-
-    /// Bump a user's change counter inside a write transaction; returns the new version.
-    pub(crate) async fn bump(
-        tx: &mut Transaction<'static, Sqlite>,
-        tenant: &str,
-        user: &str,
-    ) -> Result<i64> {
-        let v: i64 = sqlx::query(
-            "INSERT INTO user_versions (tenant_id, user_id, version, incarnation) VALUES (?, ?, 1, random()) \
-             ON CONFLICT (tenant_id, user_id) DO UPDATE SET version = version + 1 RETURNING version",
-        )
-        .bind(tenant)
-        .bind(user)
-        .fetch_one(&mut **tx)
-        .await
-        .map_err(db)?
-        .get(0);
-        Ok(v)
     }
 
     async fn insert_event(
@@ -345,7 +307,7 @@ impl SqliteStore {
             return Err(Error::Conflict(format!("memory {old} is already superseded")));
         }
         let user: String = row.get("user_id");
-        let v = Self::bump(tx, tenant.as_str(), &user).await?;
+        let v = crate::versions::bump_sqlite(tx, tenant.as_str(), &user).await?;
         let now = ts(event.at);
         if let Some(n) = new {
             if n.memory.tenant_id != *tenant || n.memory.user_id.as_str() != user {
@@ -726,7 +688,7 @@ impl Store for SqliteStore {
             let version = match versions.get(&user) {
                 Some(v) => *v,
                 None => {
-                    let v = Self::bump(&mut tx, tenant.as_str(), &user).await?;
+                    let v = crate::versions::bump_sqlite(&mut tx, tenant.as_str(), &user).await?;
                     versions.insert(user.clone(), v);
                     v
                 }
@@ -880,7 +842,7 @@ impl Store for SqliteStore {
             let v = match versions.get(user) {
                 Some(v) => *v,
                 None => {
-                    let v = Self::bump(&mut tx, tenant.as_str(), user).await?;
+                    let v = crate::versions::bump_sqlite(&mut tx, tenant.as_str(), user).await?;
                     versions.insert(user.to_string(), v);
                     v
                 }
@@ -1042,7 +1004,7 @@ impl Store for SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(db)?;
-        let v = Self::bump(&mut tx, tenant.as_str(), &user).await?;
+        let v = crate::versions::bump_sqlite(&mut tx, tenant.as_str(), &user).await?;
         sqlx::query("INSERT INTO memory_tombstones (tenant_id, user_id, memory_id, version) VALUES (?, ?, ?, ?)")
             .bind(tenant.as_str())
             .bind(&user)
@@ -1887,7 +1849,7 @@ impl Store for SqliteStore {
     ) -> Result<()> {
         let mut tx = self.begin().await?;
         if !batch.adds.is_empty() {
-            let v = Self::bump(&mut tx, tenant.as_str(), user.as_str()).await?;
+            let v = crate::versions::bump_sqlite(&mut tx, tenant.as_str(), user.as_str()).await?;
             for row in &batch.adds {
                 if row.memory.tenant_id != *tenant || row.memory.user_id != *user {
                     return Err(Error::internal("extracted memory of another tenant or user"));
@@ -1946,7 +1908,7 @@ impl Store for SqliteStore {
     }
 
     async fn restore(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()> {
-        crate::backup::sqlite_restore(self, rows, state).await
+        crate::backup::sqlite_restore(&self.write, rows, state).await
     }
 
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {

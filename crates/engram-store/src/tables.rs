@@ -1,0 +1,262 @@
+//! Every table of the schema that holds data, with its columns and how each is represented
+//! on SQLite and on PostgreSQL, in an order that never refers to a row not yet given: the
+//! one list `engram migrate` ([`crate::transfer`]) copies and `engram export` / `import`
+//! ([`crate::backup`]) carry, so a new table is added once for both.
+
+/// How a column is represented on each side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ty {
+    Text,
+    OptText,
+    Int,
+    Real,
+    /// 0/1 → boolean.
+    Bool,
+    /// Unix nanoseconds → timestamptz.
+    Ts,
+    OptTs,
+    /// Text → uuid.
+    Uuid,
+    OptUuid,
+    /// JSON text → jsonb (`{}` when absent).
+    Json,
+    OptJson,
+    /// JSON array of id strings → uuid[].
+    UuidList,
+    /// f32 blob → vector.
+    Vector,
+}
+
+/// One table to copy: its columns (same names on both sides) and how the PostgreSQL-only
+/// `fts_text` is derived, if it has one.
+pub(crate) struct Table {
+    pub(crate) name: &'static str,
+    pub(crate) cols: &'static [(&'static str, Ty)],
+    /// Columns whose words make `fts_text` (memories: content; messages: content, tool name).
+    pub(crate) fts: &'static [&'static str],
+    /// `memory_events`: keep the identity column's values.
+    pub(crate) overriding: bool,
+}
+
+use Ty::{
+    Bool, Int, Json, OptJson, OptText, OptTs, OptUuid, Real, Text, Ts, Uuid, UuidList, Vector,
+};
+
+/// Every copied table, in an order that never refers to a row not yet copied.
+pub(crate) const TABLES: &[Table] = &[
+    Table {
+        name: "api_keys",
+        cols: &[
+            ("tenant_id", Text),
+            ("id", Text),
+            ("role", Text),
+            ("agent_id", OptText),
+            ("user_id", OptText),
+            ("prefix", Text),
+            ("secret_hash", Text),
+            ("created_at", Ts),
+            ("revoked_at", OptTs),
+        ],
+        fts: &[],
+        overriding: false,
+    },
+    Table {
+        name: "agents",
+        cols: &[
+            ("tenant_id", Text),
+            ("id", Text),
+            ("memory_enabled", Bool),
+            ("cluster_id", OptText),
+            ("dedup_threshold", Real),
+            ("settings", Json),
+            ("created_at", Ts),
+            ("updated_at", Ts),
+        ],
+        fts: &[],
+        overriding: false,
+    },
+    Table {
+        name: "user_versions",
+        cols: &[("tenant_id", Text), ("user_id", Text), ("version", Int)],
+        fts: &[],
+        overriding: false,
+    },
+    Table {
+        name: "memories",
+        cols: &[
+            ("tenant_id", Text),
+            ("id", Uuid),
+            ("user_id", Text),
+            ("agent_id", OptText),
+            ("pool", OptText),
+            ("kind", Text),
+            ("key", OptText),
+            ("category", Text),
+            ("importance", Int),
+            ("rating", Int),
+            ("content", Text),
+            ("source_kind", Text),
+            ("source_conversation_id", OptText),
+            ("source_message_ids", UuidList),
+            ("observed_at", Ts),
+            ("created_at", Ts),
+            ("updated_at", Ts),
+            ("last_accessed_at", OptTs),
+            ("access_count", Int),
+            ("mention_count", Int),
+            ("expires_at", OptTs),
+            ("superseded_at", OptTs),
+            ("superseded_by", OptUuid),
+            ("metadata", Json),
+            ("embedding", Vector),
+            ("embedding_model", OptText),
+            ("version", Int),
+        ],
+        fts: &["content"],
+        overriding: false,
+    },
+    Table {
+        name: "memory_events",
+        cols: &[
+            ("tenant_id", Text),
+            ("id", Int),
+            ("user_id", Text),
+            ("memory_id", Uuid),
+            ("event", Text),
+            ("related_id", OptUuid),
+            ("actor", Text),
+            ("detail", Json),
+            ("at", Ts),
+        ],
+        fts: &[],
+        overriding: true,
+    },
+    Table {
+        name: "conversations",
+        cols: &[
+            ("tenant_id", Text),
+            ("id", Text),
+            ("user_id", Text),
+            ("agent_id", OptText),
+            ("last_seq", Int),
+            ("created_at", Ts),
+            ("updated_at", Ts),
+            ("rolling_summary", OptText),
+            ("summary_user_turns", Int),
+        ],
+        fts: &[],
+        overriding: false,
+    },
+    Table {
+        name: "messages",
+        cols: &[
+            ("tenant_id", Text),
+            ("id", Uuid),
+            ("conversation_id", Text),
+            ("user_id", Text),
+            ("agent_id", OptText),
+            ("seq", Int),
+            ("role", Text),
+            ("content", Text),
+            ("tool_name", OptText),
+            ("tool_args", OptJson),
+            ("tool_result", OptText),
+            ("turn_id", OptText),
+            ("metadata", Json),
+            ("created_at", Ts),
+            ("rating", Int),
+            ("embedding", Vector),
+            ("embedding_model", OptText),
+        ],
+        fts: &["content", "tool_name"],
+        overriding: false,
+    },
+    Table {
+        name: "summaries",
+        cols: &[
+            ("tenant_id", Text),
+            ("id", Text),
+            ("user_id", Text),
+            ("conversation_id", OptText),
+            ("parent_id", OptText),
+            ("depth", Int),
+            ("kind", Text),
+            ("content", Text),
+            ("message_count", Int),
+            ("earliest_at", OptTs),
+            ("latest_at", OptTs),
+            ("embedding", Vector),
+            ("embedding_model", OptText),
+            ("model", OptText),
+            ("created_at", Ts),
+        ],
+        fts: &[],
+        overriding: false,
+    },
+    Table {
+        name: "summary_sources",
+        cols: &[("tenant_id", Text), ("summary_id", Text), ("source_id", Text), ("ordinal", Int)],
+        fts: &[],
+        overriding: false,
+    },
+    Table {
+        name: "jobs",
+        cols: &[
+            ("tenant_id", Text),
+            ("id", Text),
+            ("user_id", OptText),
+            ("kind", Text),
+            ("dedup_key", OptText),
+            ("lock_key", OptText),
+            ("payload", Json),
+            ("status", Text),
+            ("attempts", Int),
+            ("max_attempts", Int),
+            ("run_after", Ts),
+            ("lease_until", OptTs),
+            ("last_error", OptText),
+            ("created_at", Ts),
+            ("updated_at", Ts),
+        ],
+        fts: &[],
+        overriding: false,
+    },
+    Table {
+        name: "extraction_cursors",
+        cols: &[
+            ("tenant_id", Text),
+            ("conversation_id", Text),
+            ("user_id", Text),
+            ("last_hash", Text),
+            ("updated_at", Ts),
+        ],
+        fts: &[],
+        overriding: false,
+    },
+    Table {
+        name: "recalls",
+        cols: &[
+            ("tenant_id", Text),
+            ("turn_id", Text),
+            ("memory_id", Uuid),
+            ("user_id", Text),
+            ("created_at", Ts),
+        ],
+        fts: &[],
+        overriding: false,
+    },
+    Table {
+        name: "context_sessions",
+        cols: &[
+            ("tenant_id", Text),
+            ("session_id", Text),
+            ("user_id", Text),
+            ("pool", Text),
+            ("text", Text),
+            ("memory_ids", UuidList),
+            ("created_at", Ts),
+        ],
+        fts: &[],
+        overriding: false,
+    },
+];

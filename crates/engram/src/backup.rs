@@ -19,7 +19,7 @@ use engram_core::model::{KeyRole, Principal, TenantId};
 use engram_core::store::{BackupRow, BackupScope, RestoreState};
 use serde::{Deserialize, Serialize};
 
-use crate::http::dto::{self, ExportLine};
+use crate::api::dto::{self, ExportLine};
 use crate::progress::Progress;
 
 /// The format version written in the header.
@@ -99,7 +99,7 @@ pub async fn export(engine: &Engine, scope: BackupScope, out: Option<&Path>) -> 
         embedding: engine
             .embedding_space()
             .await
-            .map_err(crate::cli::err)?
+            .map_err(crate::api::error::cli_error)?
             .map(|(model, dims)| Space { model, dims }),
     };
     writeln!(w, "{}", serde_json::to_string(&header)?)?;
@@ -117,7 +117,7 @@ pub async fn export(engine: &Engine, scope: BackupScope, out: Option<&Path>) -> 
         }
         Ok(())
     };
-    let rows = engine.backup(&scope, &mut sink).await.map_err(crate::cli::err)?;
+    let rows = engine.backup(&scope, &mut sink).await.map_err(crate::api::error::cli_error)?;
     writeln!(w, "{}", serde_json::to_string(&End { end: EndInfo { rows } })?)?;
     w.flush()?;
     progress.finish();
@@ -261,7 +261,7 @@ pub async fn import(
     let target = match tenant {
         None => None,
         Some(t) => {
-            let t = TenantId::parse(t).map_err(crate::cli::err)?;
+            let t = TenantId::parse(t).map_err(crate::api::error::cli_error)?;
             if tenants.len() > 1 {
                 bail!(
                     "this export holds {} tenants ({}); --tenant puts the rows of ONE tenant into \
@@ -276,7 +276,7 @@ pub async fn import(
     engine
         .prepare_restore(header.embedding.as_ref().map(|s| (s.model.as_str(), s.dims)))
         .await
-        .map_err(crate::cli::err)?;
+        .map_err(crate::api::error::cli_error)?;
 
     // Pass 2: write, in batches.
     let progress = Progress::new("importing", "rows", Some(rows), json);
@@ -299,7 +299,7 @@ pub async fn import(
         }
     }
     if !batch.is_empty() {
-        engine.restore(&batch, &mut state).await.map_err(crate::cli::err)?;
+        engine.restore(&batch, &mut state).await.map_err(crate::api::error::cli_error)?;
     }
     progress.finish();
     let r = state.report;
@@ -350,7 +350,7 @@ async fn import_memory_lines(
     json: bool,
 ) -> anyhow::Result<()> {
     let p = Principal {
-        tenant: TenantId::parse(tenant).map_err(crate::cli::err)?,
+        tenant: TenantId::parse(tenant).map_err(crate::api::error::cli_error)?,
         role: KeyRole::Admin,
     };
     let mut records = Vec::new();
@@ -380,7 +380,7 @@ async fn import_memory_lines(
     let report = engine
         .import(&p, records, &|r| progress.set((r.imported + r.skipped) as u64))
         .await
-        .map_err(crate::cli::err)?;
+        .map_err(crate::api::error::cli_error)?;
     progress.finish();
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);

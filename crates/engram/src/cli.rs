@@ -15,7 +15,8 @@ use engram_core::model::{
 };
 use engram_core::store::{BackupScope, Store};
 
-use crate::http::dto::{self, MemoryDto, SearchResultDto};
+use crate::api::dto::{self, MemoryDto, SearchResultDto, key_json};
+use crate::api::error::cli_error as err;
 use crate::settings::{CommonArgs, ServeArgs, Settings};
 
 #[derive(Debug, Parser)]
@@ -219,11 +220,6 @@ fn admin(tenant: &str) -> anyhow::Result<Principal> {
     Ok(Principal { tenant: TenantId::parse(tenant).map_err(err)?, role: KeyRole::Admin })
 }
 
-/// The CLI's user is the operator: show the whole message, internal causes included.
-pub(crate) fn err(e: engram_core::Error) -> anyhow::Error {
-    anyhow::anyhow!("{e} ({})", e.code().as_str())
-}
-
 fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
@@ -283,7 +279,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let r = engine.remember(&admin(&out.tenant)?, input).await.map_err(err)?;
             if out.json {
-                print_json(&serde_json::json!(crate::http::memories::Created::from(&r)))
+                print_json(&serde_json::json!(crate::api::dto::Created::from(&r)))
             } else {
                 println!("{} {}", dto::decision_str(r.decision), r.memory.id);
                 if !r.redacted.is_empty() {
@@ -514,15 +510,4 @@ async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
-}
-
-/// An API key as `keys list --json` prints it (never the secret; the hash neither).
-pub fn key_json(k: &engram_core::store::ApiKey) -> serde_json::Value {
-    let (role, bound) = match &k.role {
-        KeyRole::Admin => ("admin", None),
-        KeyRole::Agent(a) => ("agent", Some(a.to_string())),
-        KeyRole::User(u) => ("user", Some(u.to_string())),
-    };
-    serde_json::json!({ "id": k.id, "tenant": k.tenant.to_string(), "role": role, "bound_to": bound,
-        "prefix": k.prefix, "created_at": dto::fmt_ts(k.created_at), "revoked_at": k.revoked_at.map(dto::fmt_ts) })
 }

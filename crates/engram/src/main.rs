@@ -4,6 +4,7 @@
 //! [`http`] (REST API), [`mcp`] (MCP tools over stdio and HTTP), [`cli`] (commands),
 //! [`keys`] (API keys), [`migrate`] (SQLite → PostgreSQL).
 
+mod api;
 mod app;
 mod backup;
 mod cli;

@@ -4,7 +4,7 @@
 //!
 //! **API Boundary:** like the REST handlers, a tool only parses its arguments into core
 //! types, calls [`Engine`] methods with the caller's [`Principal`] and renders the result
-//! with the REST wire shapes ([`crate::http::dto`]); every rule (scoping, roles, limits)
+//! with the REST wire shapes ([`crate::api::dto`]); every rule (scoping, roles, limits)
 //! lives in the engine.
 //!
 //! | tool | engine | what |
@@ -30,17 +30,11 @@
 //!
 //! Who calls: over stdio, the principal is fixed at start (`--tenant` admin, or the role of
 //! `--key`). Over HTTP, every request is authenticated like the REST API (Bearer key or
-//! local mode, see [`crate::http`]) by [`auth_layer`], which puts the [`Principal`] in the
+//! local mode, see [`crate::http`]) by [`crate::http::mcp::auth_layer`], which puts the [`Principal`] in the
 //! request's extensions; rmcp hands the request parts to the tool. A session is bound to the
 //! principal of the request that opened it (`initialize`): any later request of the same
 //! session with another key is refused before it reaches the session.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
-use axum::extract::{FromRequestParts, Request, State};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use engram_core::engine::{
     ContextInput, Engine, ListInput, RememberInput, SearchInput, SearchMode,
 };
@@ -60,8 +54,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::http::dto::{self, MemoryDto, MessageDto, SearchResultDto};
-use crate::http::{AppState, Auth};
+use crate::api::dto::{self, MemoryDto, MessageDto, SearchResultDto};
 
 /// What the server tells a client (and its model) at `initialize`.
 const INSTRUCTIONS: &str = "engram is the long-term memory of this assistant: durable facts \
@@ -86,7 +79,7 @@ impl McpServer {
         Self { engine, fixed: Some(principal) }
     }
 
-    /// A server for one HTTP session: each request carries its principal ([`auth_layer`]).
+    /// A server for one HTTP session: each request carries its principal ([`crate::http::mcp::auth_layer`]).
     pub fn http(engine: Engine) -> Self {
         Self { engine, fixed: None }
     }
@@ -126,7 +119,7 @@ impl McpServer {
             "memory_stats" => {
                 let _: StatsArgs = parse(args)?;
                 let s = self.engine.stats(p).await?;
-                Ok(Outcome::json(to_value(crate::http::other::stats_dto(&self.engine, s))?))
+                Ok(Outcome::json(to_value(crate::api::dto::stats_dto(&self.engine, s))?))
             }
             other => Err(Error::not_found(format!("tool '{other}'"))),
         }
@@ -346,7 +339,7 @@ impl McpServer {
             ..Default::default()
         };
         let r = self.engine.remember(p, input).await?;
-        Ok(Outcome::json(json!(crate::http::memories::Created::from(&r))))
+        Ok(Outcome::json(json!(crate::api::dto::Created::from(&r))))
     }
 
     async fn recall(&self, p: &Principal, a: RecallArgs) -> Result<Outcome> {
@@ -502,7 +495,7 @@ impl McpServer {
                     ..Default::default()
                 };
                 let r = self.engine.remember(p, input).await?;
-                Ok(Outcome::json(json!(crate::http::memories::Created::from(&r))))
+                Ok(Outcome::json(json!(crate::api::dto::Created::from(&r))))
             }
         }
     }
@@ -714,75 +707,6 @@ pub async fn serve_stdio(engine: Engine, principal: Principal) -> anyhow::Result
         .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
     running.waiting().await.map_err(|e| anyhow::anyhow!("MCP server stopped: {e}"))?;
     Ok(())
-}
-
-/// The principal each HTTP MCP session was opened with, by session id (issue 10: a session
-/// belongs to the key that sent its `initialize`, not to whoever calls a tool first).
-pub type SessionOwners = Arc<Mutex<HashMap<String, Principal>>>;
-
-const SESSION_HEADER: &str = "mcp-session-id";
-
-/// Authenticate a `/mcp` request like any REST request and hand its [`Principal`] to the
-/// tools (through the request's extensions); refuse it with the REST 401 body otherwise.
-/// A session is bound to the principal of the request that opened it (the one whose
-/// response carries the new `mcp-session-id`): every later request of that session (tool
-/// calls, listings, the event stream, its `DELETE`) with another key is refused with 403
-/// before it reaches the session, so a key that learns a session id can neither take the
-/// session over nor lock its owner out.
-pub async fn auth_layer(
-    State((st, owners)): State<(Arc<AppState>, SessionOwners)>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let (mut parts, body) = req.into_parts();
-    match Auth::from_request_parts(&mut parts, &st).await {
-        Ok(Auth(p)) => {
-            let session =
-                parts.headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
-            if let Some(id) = &session {
-                let owners = owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if owners.get(id).is_some_and(|owner| owner != &p) {
-                    return crate::http::error::ApiError::new(
-                        engram_core::ErrorCode::Forbidden,
-                        "this MCP session was opened with another key; open a new session",
-                    )
-                    .into_response();
-                }
-            }
-            let deleting = parts.method == axum::http::Method::DELETE;
-            parts.extensions.insert(p.clone());
-            let response = next.run(Request::from_parts(parts, body)).await;
-            let mut owners = owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            match &session {
-                None => {
-                    if let Some(id) =
-                        response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok())
-                    {
-                        owners.insert(id.to_string(), p);
-                    }
-                }
-                Some(id) => {
-                    // Closed, or unknown to the transport (expired): forget the binding.
-                    if (deleting && response.status().is_success())
-                        || response.status() == axum::http::StatusCode::NOT_FOUND
-                    {
-                        owners.remove(id);
-                    }
-                }
-            }
-            response
-        }
-        Err(e) => {
-            let mut r = e.into_response();
-            if r.status() == axum::http::StatusCode::UNAUTHORIZED {
-                r.headers_mut().insert(
-                    axum::http::header::WWW_AUTHENTICATE,
-                    axum::http::HeaderValue::from_static("Bearer"),
-                );
-            }
-            r
-        }
-    }
 }
 
 #[cfg(test)]

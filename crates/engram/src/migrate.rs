@@ -28,7 +28,7 @@ use engram_store::transfer::{self, CopyOptions, Progress, SqliteSource};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::http::dto::{AgentDto, EventDto, ExportLine, MessageDto};
+use crate::api::dto::{AgentDto, EventDto, ExportLine, MessageDto};
 
 /// Options of `engram migrate`.
 #[derive(Debug, Clone, clap::Args)]
@@ -242,7 +242,7 @@ async fn message_lines(
 }
 
 fn key_lines(keys: &[engram_core::store::ApiKey]) -> Vec<Value> {
-    let mut out: Vec<Value> = keys.iter().map(crate::cli::key_json).collect();
+    let mut out: Vec<Value> = keys.iter().map(crate::api::dto::key_json).collect();
     out.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
     out
 }

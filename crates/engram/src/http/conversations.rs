@@ -10,9 +10,9 @@ use engram_core::model::{AgentId, ConversationId, MessageId, MessageRole, UserId
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::dto::{self, MessageDto};
 use super::error::{ApiJson, ApiPath, ApiQuery, ApiResult, ErrorBody};
 use super::{AppState, Auth};
+use crate::api::dto::{self, MessageDto};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -12,9 +12,9 @@ use engram_core::model::{AgentId, Category, ConversationId, Importance, Kind, Me
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::dto::{self, EventDto, MemoryDto};
 use super::error::{ApiJson, ApiPath, ApiQuery, ApiResult, ErrorBody};
 use super::{AppState, Auth};
+use crate::api::dto::{self, Created, EventDto, MemoryDto};
 
 /// Body of `POST /v1/memories`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -61,30 +61,6 @@ impl CreateMemory {
             observed_at: dto::opt_ts("observed_at", self.observed_at.as_deref())?,
             expires_at: dto::opt_ts("expires_at", self.expires_at.as_deref())?,
         })
-    }
-}
-
-/// Result of a create.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Created {
-    /// `ADD` (stored), `UPDATE` (a profile value replaced) or `NONE` (a near-duplicate of an existing fact, which was confirmed).
-    pub decision: String,
-    pub memory: MemoryDto,
-    /// For `NONE`: cosine similarity to the existing fact.
-    pub similarity: Option<f32>,
-    /// What the PII filter replaced in the content as given (`email`, `phone`, `card`,
-    /// `iban`, `national_id`, `secret`), in order; empty when the content is stored as given.
-    pub redacted: Vec<String>,
-}
-
-impl From<&engram_core::engine::Remembered> for Created {
-    fn from(r: &engram_core::engine::Remembered) -> Self {
-        Created {
-            decision: dto::decision_str(r.decision).into(),
-            memory: (&r.memory).into(),
-            similarity: r.similarity,
-            redacted: r.redacted.iter().map(|k| k.as_str().to_string()).collect(),
-        }
     }
 }
 

@@ -10,9 +10,9 @@
 //! requests without a key act as admin of tenant `default`.
 
 pub mod conversations;
-pub mod dto;
 pub mod error;
 pub mod limits;
+pub mod mcp;
 pub mod memories;
 pub mod metrics;
 pub mod openapi;
@@ -30,6 +30,7 @@ use engram_core::engine::Engine;
 use engram_core::model::{KeyRole, Principal, TenantId};
 use utoipa::OpenApi;
 
+use crate::api::dto;
 use crate::keys;
 use error::ApiError;
 
@@ -193,36 +194,11 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
     ApiError::new(ErrorCode::MethodNotAllowed, format!("{method} is not allowed on {}", uri.path()))
 }
 
-/// `/mcp`: the MCP tools over streamable HTTP ([`crate::mcp`]), each request authenticated
-/// like the REST API. On a loopback listener only loopback `Host` names are accepted (DNS
-/// rebinding protection for local mode); elsewhere every request needs a key anyway.
-fn mcp_service(state: &Arc<AppState>, max_body_bytes: usize) -> Router {
-    use rmcp::transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
-    };
-    let engine = state.engine.clone();
-    let mut config = StreamableHttpServerConfig::default()
-        .with_cancellation_token(state.shutdown.child_token())
-        .with_max_request_body_bytes(max_body_bytes);
-    if !state.loopback {
-        config = config.disable_allowed_hosts();
-    }
-    let svc = StreamableHttpService::new(
-        move || Ok(crate::mcp::McpServer::http(engine.clone())),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
-    Router::new().route_service("/mcp", svc).layer(axum::middleware::from_fn_with_state(
-        (state.clone(), crate::mcp::SessionOwners::default()),
-        crate::mcp::auth_layer,
-    ))
-}
-
 /// The whole HTTP application: at most `max_concurrent` requests at once (more are shed
 /// with 503), each charged to its key's rate limit first.
 pub fn router(state: AppState, max_body_bytes: usize, max_concurrent: usize) -> Router {
     let state = Arc::new(state);
-    let mcp = mcp_service(&state, max_body_bytes);
+    let mcp = mcp::service(&state, max_body_bytes);
     Router::new()
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi_json))

@@ -4,15 +4,15 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use engram_core::engine::{AgentInput, Engine};
+use engram_core::engine::AgentInput;
 use engram_core::model::{AgentId, UserId};
 use engram_core::store::EraseCounts;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::dto::{AgentDto, EventDto, MemoryDto, MessageDto};
 use super::error::{ApiJson, ApiPath, ApiResult, ErrorBody};
 use super::{AppState, Auth};
+use crate::api::dto::{AgentDto, EventDto, MemoryDto, MessageDto, StatsDto, stats_dto};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -117,69 +117,9 @@ pub async fn export_user(
     }))
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-pub struct StatsDto {
-    #[schema(value_type = Object)]
-    #[serde(flatten)]
-    pub store: engram_core::store::StoreStats,
-    pub embedder: String,
-    pub embedder_dims: usize,
-    /// Share of active facts with a vector of the current model (1.0 = complete).
-    pub embedding_coverage: f64,
-    /// Share of transcript messages with a vector (embedded in the background; 1.0 when
-    /// the queue has caught up; tool calls not yet described have no text to embed).
-    pub message_embedding_coverage: f64,
-    pub extraction: ExtractionStats,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ExtractionStats {
-    /// Automatic extraction runs (an LLM is configured).
-    pub enabled: bool,
-    /// The LLM, or why extraction is off.
-    pub llm: String,
-    /// Extraction jobs done / (done + failed for good); null before the first one.
-    pub health: Option<f64>,
-    pub failed: u64,
-    pub pending: u64,
-}
-
 /// Queue depth, failed jobs, embedding coverage, extraction health, counts (admin).
 #[utoipa::path(get, path = "/v1/stats", responses((status = 200, body = StatsDto), (status = 403, body = ErrorBody)))]
 pub async fn stats(State(st): State<Arc<AppState>>, Auth(p): Auth) -> ApiResult<Json<StatsDto>> {
     let s = st.engine.stats(&p).await?;
     Ok(Json(stats_dto(&st.engine, s)))
-}
-
-/// The stats as `/v1/stats` (and the MCP tool `memory_stats`) show them.
-pub fn stats_dto(engine: &Engine, s: engram_core::store::StoreStats) -> StatsDto {
-    let llm = engine.llm();
-    let finished = s.extractions_done + s.extractions_failed;
-    let coverage = if s.memories_active == 0 {
-        1.0
-    } else {
-        s.memories_with_vector as f64 / s.memories_active as f64
-    };
-    let message_coverage =
-        if s.messages == 0 { 1.0 } else { s.messages_with_vector as f64 / s.messages as f64 };
-    StatsDto {
-        message_embedding_coverage: message_coverage,
-        embedder: engine.embedder().model_id().to_string(),
-        embedder_dims: engine.embedder().dims(),
-        embedding_coverage: coverage,
-        extraction: ExtractionStats {
-            enabled: llm.is_some(),
-            llm: llm.map_or_else(
-                || {
-                    "off: no LLM configured (set ENGRAM_LLM_PROVIDER and ENGRAM_LLM_MODEL)"
-                        .to_string()
-                },
-                |l| l.describe(),
-            ),
-            health: (finished > 0).then(|| s.extractions_done as f64 / finished as f64),
-            failed: s.extractions_failed,
-            pending: s.jobs_pending,
-        },
-        store: s,
-    }
 }

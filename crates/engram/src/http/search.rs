@@ -10,9 +10,9 @@ use engram_core::model::{AgentId, Category, Kind, UserId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::dto::{self, ContextDto, SearchResultDto};
 use super::error::{ApiJson, ApiResult, ErrorBody};
 use super::{AppState, Auth};
+use crate::api::dto::{self, ContextDto, SearchResultDto};
 
 /// Body of `POST /v1/search`.
 #[derive(Debug, Deserialize, ToSchema)]

@@ -485,3 +485,101 @@ pub struct ExportLine {
     #[serde(default)]
     pub events: Vec<EventDto>,
 }
+
+/// Result of a create.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Created {
+    /// `ADD` (stored), `UPDATE` (a profile value replaced) or `NONE` (a near-duplicate of an existing fact, which was confirmed).
+    pub decision: String,
+    pub memory: MemoryDto,
+    /// For `NONE`: cosine similarity to the existing fact.
+    pub similarity: Option<f32>,
+    /// What the PII filter replaced in the content as given (`email`, `phone`, `card`,
+    /// `iban`, `national_id`, `secret`), in order; empty when the content is stored as given.
+    pub redacted: Vec<String>,
+}
+
+impl From<&engram_core::engine::Remembered> for Created {
+    fn from(r: &engram_core::engine::Remembered) -> Self {
+        Created {
+            decision: decision_str(r.decision).into(),
+            memory: (&r.memory).into(),
+            similarity: r.similarity,
+            redacted: r.redacted.iter().map(|k| k.as_str().to_string()).collect(),
+        }
+    }
+}
+
+/// The stats as `/v1/stats` (and the MCP tool `memory_stats`) show them.
+pub fn stats_dto(
+    engine: &engram_core::engine::Engine,
+    s: engram_core::store::StoreStats,
+) -> StatsDto {
+    let llm = engine.llm();
+    let finished = s.extractions_done + s.extractions_failed;
+    let coverage = if s.memories_active == 0 {
+        1.0
+    } else {
+        s.memories_with_vector as f64 / s.memories_active as f64
+    };
+    let message_coverage =
+        if s.messages == 0 { 1.0 } else { s.messages_with_vector as f64 / s.messages as f64 };
+    StatsDto {
+        message_embedding_coverage: message_coverage,
+        embedder: engine.embedder().model_id().to_string(),
+        embedder_dims: engine.embedder().dims(),
+        embedding_coverage: coverage,
+        extraction: ExtractionStats {
+            enabled: llm.is_some(),
+            llm: llm.map_or_else(
+                || {
+                    "off: no LLM configured (set ENGRAM_LLM_PROVIDER and ENGRAM_LLM_MODEL)"
+                        .to_string()
+                },
+                |l| l.describe(),
+            ),
+            health: (finished > 0).then(|| s.extractions_done as f64 / finished as f64),
+            failed: s.extractions_failed,
+            pending: s.jobs_pending,
+        },
+        store: s,
+    }
+}
+
+/// An API key as `keys list --json` prints it (never the secret; the hash neither).
+pub fn key_json(k: &engram_core::store::ApiKey) -> serde_json::Value {
+    let (role, bound) = match &k.role {
+        engram_core::model::KeyRole::Admin => ("admin", None),
+        engram_core::model::KeyRole::Agent(a) => ("agent", Some(a.to_string())),
+        engram_core::model::KeyRole::User(u) => ("user", Some(u.to_string())),
+    };
+    serde_json::json!({ "id": k.id, "tenant": k.tenant.to_string(), "role": role, "bound_to": bound,
+        "prefix": k.prefix, "created_at": fmt_ts(k.created_at), "revoked_at": k.revoked_at.map(fmt_ts) })
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StatsDto {
+    #[schema(value_type = Object)]
+    #[serde(flatten)]
+    pub store: engram_core::store::StoreStats,
+    pub embedder: String,
+    pub embedder_dims: usize,
+    /// Share of active facts with a vector of the current model (1.0 = complete).
+    pub embedding_coverage: f64,
+    /// Share of transcript messages with a vector (embedded in the background; 1.0 when
+    /// the queue has caught up; tool calls not yet described have no text to embed).
+    pub message_embedding_coverage: f64,
+    pub extraction: ExtractionStats,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExtractionStats {
+    /// Automatic extraction runs (an LLM is configured).
+    pub enabled: bool,
+    /// The LLM, or why extraction is off.
+    pub llm: String,
+    /// Extraction jobs done / (done + failed for good); null before the first one.
+    pub health: Option<f64>,
+    pub failed: u64,
+    pub pending: u64,
+}

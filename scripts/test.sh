@@ -17,6 +17,7 @@ trap 'bash scripts/pg.sh stop "$ENGRAM_TEST_DATABASE_URL" >/dev/null 2>&1 || tru
 echo "test database: $ENGRAM_TEST_DATABASE_URL"
 
 cargo fmt --all --check
+python3 scripts/architecture.py
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
 

@@ -7,7 +7,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use engram_core::store::Store;
+use engram_core::store::prelude::*;
 use serde::Serialize;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection};

@@ -13,7 +13,8 @@ use engram_core::engine::{Decision, Engine, EngineConfig, RememberInput};
 use engram_core::model::{
     EventKind, KeyRole, Memory, MemoryEvent, MemoryId, Principal, TenantId, UserId,
 };
-use engram_core::store::{NewMemory, Store};
+use engram_core::store::NewMemory;
+use engram_core::store::prelude::*;
 use serde::Serialize;
 
 use crate::backend::{self, Backend, PgDatabase};

@@ -36,7 +36,8 @@ use std::time::{Duration, Instant};
 
 use engram_core::engine::{Engine, EngineConfig, RememberInput, SearchInput, SearchMode};
 use engram_core::model::{KeyRole, MemoryId, Principal, TenantId, UserId};
-use engram_core::store::{MemoryFilter, Store};
+use engram_core::store::MemoryFilter;
+use engram_core::store::prelude::*;
 use serde::Serialize;
 use time::OffsetDateTime;
 

@@ -190,50 +190,30 @@ pub struct RestoreState {
     pub skipped_memories: HashSet<(String, String)>,
 }
 
-/// Persistence for the engine. See the module docs for the contract.
+/// Persistence for the engine: the sum of the five parts below, each implemented by each
+/// backend in a file of its own. See the module docs for the contract.
+///
+/// **Tenant-global methods.** Every method takes the tenant but these, on purpose: the
+/// embedding space (`embedding_space`, `ensure_embedding_space`, `reset_embedding_space`,
+/// `rows_needing_vectors`/`set_vectors` run per tenant by the operator's re-embed, `list_tenants`),
+/// API-key lookup by secret hash (`find_api_key`: the key names its tenant), `revoke_api_key`
+/// and `count_active_api_keys` (operator), the job queue's worker side (`claim_job`,
+/// `heartbeat_job`, `complete_job`, `fail_job`: a worker serves every tenant; jobs carry their
+/// tenant), `list_jobs`/`retry_job` with no tenant (operator), and the operator backup
+/// (`backup` of the whole store, `restore`: every row names its tenant). None of them is
+/// reachable with a tenant's key over the API.
+pub trait Store: MemoryStore + MessageStore + JobStore + AccessStore + MaintenanceStore {}
+
+impl<T: MemoryStore + MessageStore + JobStore + AccessStore + MaintenanceStore> Store for T {}
+
+/// Every part of [`Store`], to import at once where a store is used.
+pub mod prelude {
+    pub use super::{AccessStore, JobStore, MaintenanceStore, MemoryStore, MessageStore, Store};
+}
+
+/// Facts: insert, read, list, supersede, confirm, rate, purge, history, vector and keyword search, access counts, profile lookup; and the read side around them (recalls, context sessions).
 #[async_trait]
-pub trait Store: Send + Sync {
-    // ---- embedding space ----
-    /// The `(model_id, dims)` recorded for this store's vectors, if any vector was stored.
-    async fn embedding_space(&self) -> Result<Option<(String, usize)>>;
-    /// Record the embedding space on first use; `Unprocessable` if vectors of another
-    /// dimension exist.
-    async fn ensure_embedding_space(&self, model_id: &str, dims: usize) -> Result<()>;
-
-    /// Operator maintenance: every tenant id that holds memories or messages.
-    async fn list_tenants(&self) -> Result<Vec<TenantId>>;
-    /// Up to `limit` rows of the tenant that need a vector of `model_id` (no vector, or one
-    /// made by another model); profile facts never need one.
-    async fn rows_needing_vectors(
-        &self,
-        tenant: &TenantId,
-        model_id: &str,
-        limit: usize,
-    ) -> Result<Vec<(MemoryId, String)>>;
-    /// Replace the vectors of these rows (one transaction), recording `model_id`.
-    async fn set_vectors(
-        &self,
-        tenant: &TenantId,
-        model_id: &str,
-        rows: Vec<(MemoryId, Vec<f32>)>,
-    ) -> Result<()>;
-    /// Record a new embedding space (after every row was re-embedded).
-    async fn reset_embedding_space(&self, model_id: &str, dims: usize) -> Result<()>;
-
-    // ---- keys ----
-    async fn create_api_key(&self, key: &ApiKey, secret_hash: &str) -> Result<()>;
-    async fn list_api_keys(&self, tenant: Option<&TenantId>) -> Result<Vec<ApiKey>>;
-    /// Revoke by id; `NotFound` if absent or already revoked.
-    async fn revoke_api_key(&self, id: &str) -> Result<()>;
-    /// The active key with this secret hash (not tenant-scoped: the hash is the lookup).
-    async fn find_api_key(&self, secret_hash: &str) -> Result<Option<ApiKey>>;
-    /// Number of active keys in the whole store (0 = local mode).
-    async fn count_active_api_keys(&self) -> Result<u64>;
-
-    // ---- agents ----
-    async fn get_agent(&self, tenant: &TenantId, id: &AgentId) -> Result<Option<Agent>>;
-    async fn put_agent(&self, agent: &Agent) -> Result<()>;
-
+pub trait MemoryStore: Send + Sync {
     // ---- memories ----
     /// Insert all rows in one transaction.
     async fn insert_memories(&self, tenant: &TenantId, rows: Vec<NewMemory>) -> Result<()>;
@@ -315,7 +295,23 @@ pub trait Store: Send + Sync {
         pool: Option<&str>,
         key: &str,
     ) -> Result<Option<Memory>>;
+    // ---- recalls (feedback cascade) and context sessions ----
+    async fn record_recall(&self, tenant: &TenantId, turn_id: &str, ids: &[MemoryId])
+    -> Result<()>;
+    async fn recalled(&self, tenant: &TenantId, turn_id: &str) -> Result<Vec<MemoryId>>;
+    async fn get_context_session(
+        &self,
+        tenant: &TenantId,
+        session_id: &str,
+        user: &UserId,
+        pool: Option<&str>,
+    ) -> Result<Option<ContextSession>>;
+    async fn put_context_session(&self, tenant: &TenantId, session: &ContextSession) -> Result<()>;
+}
 
+/// The transcript: appending and reading messages, their ratings, keyword and vector search, their vectors, and the conversation state extraction keeps (cursor, rolling summary, the extraction batch).
+#[async_trait]
+pub trait MessageStore: Send + Sync {
     // ---- conversations ----
     /// Append messages (assigning consecutive `seq` after the conversation's last); the
     /// conversation is created on first append and belongs to one user.
@@ -348,7 +344,6 @@ pub trait Store: Send + Sync {
         query: &str,
         k: usize,
     ) -> Result<Vec<(MessageId, f64)>>;
-
     // ---- message vectors (filled in the background, see `Engine::embed_conversation`) ----
     /// Up to `limit` messages of the conversation that need a vector of `model_id` (none
     /// yet, or one made by another model), as `(id, seq)` by `seq`. Messages with empty
@@ -386,65 +381,6 @@ pub trait Store: Send + Sync {
         query: &[f32],
         k: usize,
     ) -> Result<Vec<(MessageId, f32)>>;
-
-    // ---- recalls (feedback cascade) and context sessions ----
-    async fn record_recall(&self, tenant: &TenantId, turn_id: &str, ids: &[MemoryId])
-    -> Result<()>;
-    async fn recalled(&self, tenant: &TenantId, turn_id: &str) -> Result<Vec<MemoryId>>;
-    async fn get_context_session(
-        &self,
-        tenant: &TenantId,
-        session_id: &str,
-        user: &UserId,
-        pool: Option<&str>,
-    ) -> Result<Option<ContextSession>>;
-    async fn put_context_session(&self, tenant: &TenantId, session: &ContextSession) -> Result<()>;
-
-    // ---- users ----
-    /// Every user id with at least one memory or conversation in the tenant.
-    async fn list_users(&self, tenant: &TenantId) -> Result<Vec<UserId>>;
-    /// GDPR erasure: remove every row of the user in the tenant; counts per table.
-    async fn erase_user(&self, tenant: &TenantId, user: &UserId) -> Result<EraseCounts>;
-    /// Every message of every conversation of the user (for export).
-    async fn user_messages(&self, tenant: &TenantId, user: &UserId) -> Result<Vec<Message>>;
-    /// Every memory row (active and superseded) and every event of the user.
-    async fn user_memories(
-        &self,
-        tenant: &TenantId,
-        user: &UserId,
-    ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)>;
-
-    // ---- jobs ----
-    /// Enqueue a job; returns false when a pending job with the same dedup key exists (the
-    /// new one is dropped: the pending one will see the same data).
-    async fn enqueue_job(&self, job: &Job) -> Result<bool>;
-    /// Claim the oldest runnable job of any tenant: pending and due, or running with an
-    /// expired lease (its worker died), and whose lock key no other running job holds.
-    /// The claim sets `running`, bumps `attempts` and sets the lease. Only jobs of `kinds`
-    /// are claimed: a worker without an LLM leaves extraction and synthesis jobs to one
-    /// that has one.
-    async fn claim_job(
-        &self,
-        now: OffsetDateTime,
-        lease_until: OffsetDateTime,
-        kinds: &[JobKind],
-    ) -> Result<Option<Job>>;
-    /// Extend the lease of a running job.
-    async fn heartbeat_job(&self, id: &str, lease_until: OffsetDateTime) -> Result<()>;
-    async fn complete_job(&self, id: &str) -> Result<()>;
-    /// Record a failure: back to pending at `retry_at`, or `failed` for good when `None`.
-    async fn fail_job(&self, id: &str, error: &str, retry_at: Option<OffsetDateTime>)
-    -> Result<()>;
-    /// Jobs of a tenant (all tenants with `None`), newest first.
-    async fn list_jobs(
-        &self,
-        tenant: Option<&TenantId>,
-        status: Option<JobStatus>,
-        limit: usize,
-    ) -> Result<Vec<Job>>;
-    /// Put a failed job back in the queue with its attempts reset; `NotFound` unless failed.
-    async fn retry_job(&self, tenant: Option<&TenantId>, id: &str) -> Result<()>;
-
     // ---- conversation state used by extraction ----
     /// Every message of a conversation, in order.
     async fn conversation_messages(
@@ -488,10 +424,103 @@ pub trait Store: Send + Sync {
         id: MessageId,
         content: &str,
     ) -> Result<bool>;
+}
 
+/// Durable background jobs: enqueue (deduplicated), claim with a lease, heartbeat, finish, fail or retry, list.
+#[async_trait]
+pub trait JobStore: Send + Sync {
+    // ---- jobs ----
+    /// Enqueue a job; returns false when a pending job with the same dedup key exists (the
+    /// new one is dropped: the pending one will see the same data).
+    async fn enqueue_job(&self, job: &Job) -> Result<bool>;
+    /// Claim the oldest runnable job of any tenant: pending and due, or running with an
+    /// expired lease (its worker died), and whose lock key no other running job holds.
+    /// The claim sets `running`, bumps `attempts` and sets the lease. Only jobs of `kinds`
+    /// are claimed: a worker without an LLM leaves extraction and synthesis jobs to one
+    /// that has one.
+    async fn claim_job(
+        &self,
+        now: OffsetDateTime,
+        lease_until: OffsetDateTime,
+        kinds: &[JobKind],
+    ) -> Result<Option<Job>>;
+    /// Extend the lease of a running job.
+    async fn heartbeat_job(&self, id: &str, lease_until: OffsetDateTime) -> Result<()>;
+    async fn complete_job(&self, id: &str) -> Result<()>;
+    /// Record a failure: back to pending at `retry_at`, or `failed` for good when `None`.
+    async fn fail_job(&self, id: &str, error: &str, retry_at: Option<OffsetDateTime>)
+    -> Result<()>;
+    /// Jobs of a tenant (all tenants with `None`), newest first.
+    async fn list_jobs(
+        &self,
+        tenant: Option<&TenantId>,
+        status: Option<JobStatus>,
+        limit: usize,
+    ) -> Result<Vec<Job>>;
+    /// Put a failed job back in the queue with its attempts reset; `NotFound` unless failed.
+    async fn retry_job(&self, tenant: Option<&TenantId>, id: &str) -> Result<()>;
+}
+
+/// Who may call: API keys (stored hashed) and agent settings.
+#[async_trait]
+pub trait AccessStore: Send + Sync {
+    // ---- keys ----
+    async fn create_api_key(&self, key: &ApiKey, secret_hash: &str) -> Result<()>;
+    async fn list_api_keys(&self, tenant: Option<&TenantId>) -> Result<Vec<ApiKey>>;
+    /// Revoke by id; `NotFound` if absent or already revoked.
+    async fn revoke_api_key(&self, id: &str) -> Result<()>;
+    /// The active key with this secret hash (not tenant-scoped: the hash is the lookup).
+    async fn find_api_key(&self, secret_hash: &str) -> Result<Option<ApiKey>>;
+    /// Number of active keys in the whole store (0 = local mode).
+    async fn count_active_api_keys(&self) -> Result<u64>;
+    // ---- agents ----
+    async fn get_agent(&self, tenant: &TenantId, id: &AgentId) -> Result<Option<Agent>>;
+    async fn put_agent(&self, agent: &Agent) -> Result<()>;
+}
+
+/// Operator and tenant-wide work: the embedding space and re-embedding, tenants and users, GDPR erasure and export, statistics, backup and restore.
+#[async_trait]
+pub trait MaintenanceStore: Send + Sync {
+    // ---- embedding space ----
+    /// The `(model_id, dims)` recorded for this store's vectors, if any vector was stored.
+    async fn embedding_space(&self) -> Result<Option<(String, usize)>>;
+    /// Record the embedding space on first use; `Unprocessable` if vectors of another
+    /// dimension exist.
+    async fn ensure_embedding_space(&self, model_id: &str, dims: usize) -> Result<()>;
+    /// Operator maintenance: every tenant id that holds memories or messages.
+    async fn list_tenants(&self) -> Result<Vec<TenantId>>;
+    /// Up to `limit` rows of the tenant that need a vector of `model_id` (no vector, or one
+    /// made by another model); profile facts never need one.
+    async fn rows_needing_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<(MemoryId, String)>>;
+    /// Replace the vectors of these rows (one transaction), recording `model_id`.
+    async fn set_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        rows: Vec<(MemoryId, Vec<f32>)>,
+    ) -> Result<()>;
+    /// Record a new embedding space (after every row was re-embedded).
+    async fn reset_embedding_space(&self, model_id: &str, dims: usize) -> Result<()>;
+    // ---- users ----
+    /// Every user id with at least one memory or conversation in the tenant.
+    async fn list_users(&self, tenant: &TenantId) -> Result<Vec<UserId>>;
+    /// GDPR erasure: remove every row of the user in the tenant; counts per table.
+    async fn erase_user(&self, tenant: &TenantId, user: &UserId) -> Result<EraseCounts>;
+    /// Every message of every conversation of the user (for export).
+    async fn user_messages(&self, tenant: &TenantId, user: &UserId) -> Result<Vec<Message>>;
+    /// Every memory row (active and superseded) and every event of the user.
+    async fn user_memories(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+    ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)>;
     // ---- stats ----
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats>;
-
     // ---- backup ----
     /// Operator backup: every row in `scope`, table by table in an order that never names a
     /// row not yet given (keys, agents, memories, their events, conversations, messages,

@@ -50,7 +50,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use engram_core::error::{Error, Result};
-use engram_core::store::Store;
+use engram_core::store::MaintenanceStore;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions, SqliteRow};
 use sqlx::{PgPool, Postgres, QueryBuilder, Row, Sqlite, SqlitePool};
@@ -427,7 +427,7 @@ pub async fn copy(
     let existing = target_counts(pg).await?;
     let non_empty: Vec<String> =
         existing.iter().filter(|(_, n)| **n > 0).map(|(t, n)| format!("{n} {t}")).collect();
-    let target_space = Store::embedding_space(target).await?;
+    let target_space = MaintenanceStore::embedding_space(target).await?;
     let mark = target_mark(pg).await?;
     let resumed = match (&mark, opts.resume) {
         (Some((state, prev)), true) if state == "copying" => {

@@ -10,7 +10,7 @@ use engram_core::embed::Embedder;
 use engram_core::engine::{Engine, EngineConfig};
 use engram_core::jobs::{WorkerConfig, run_workers};
 use engram_core::llm::Llm;
-use engram_core::store::Store;
+use engram_core::store::prelude::*;
 use engram_providers::LlmConfig;
 use engram_providers::llm::HttpPolicy;
 use tokio::net::TcpListener;

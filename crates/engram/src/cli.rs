@@ -13,7 +13,7 @@ use engram_core::engine::{Engine, ListInput, RememberInput, SearchInput};
 use engram_core::model::{
     AgentId, Category, Importance, JobStatus, KeyRole, Kind, MemoryId, Principal, TenantId, UserId,
 };
-use engram_core::store::{BackupScope, Store};
+use engram_core::store::BackupScope;
 
 use crate::api::dto::{self, MemoryDto, SearchResultDto, key_json};
 use crate::api::error::cli_error as err;
@@ -415,9 +415,7 @@ async fn jobs(common: &CommonArgs, j: JobsCommand) -> anyhow::Result<()> {
         JobsCommand::List { status, tenant, limit, json } => {
             let status = status.as_deref().map(JobStatus::parse).transpose().map_err(err)?;
             let tenant = tenant.map(TenantId::parse).transpose().map_err(err)?;
-            let list = Store::list_jobs(store.as_ref(), tenant.as_ref(), status, limit)
-                .await
-                .map_err(err)?;
+            let list = store.list_jobs(tenant.as_ref(), status, limit).await.map_err(err)?;
             let rows: Vec<serde_json::Value> = list
                 .iter()
                 .map(|j| {
@@ -445,7 +443,7 @@ async fn jobs(common: &CommonArgs, j: JobsCommand) -> anyhow::Result<()> {
             Ok(())
         }
         JobsCommand::Retry { id } => {
-            Store::retry_job(store.as_ref(), None, &id).await.map_err(err)?;
+            store.retry_job(None, &id).await.map_err(err)?;
             println!("job {id} queued again");
             Ok(())
         }
@@ -486,7 +484,7 @@ async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
         }
         KeysCommand::List { tenant, json } => {
             let tenant = tenant.map(TenantId::parse).transpose().map_err(err)?;
-            let list = Store::list_api_keys(store.as_ref(), tenant.as_ref()).await.map_err(err)?;
+            let list = store.list_api_keys(tenant.as_ref()).await.map_err(err)?;
             let rows: Vec<serde_json::Value> = list.iter().map(key_json).collect();
             if json {
                 return print_json(&rows);
@@ -505,7 +503,7 @@ async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
             Ok(())
         }
         KeysCommand::Revoke { id } => {
-            Store::revoke_api_key(store.as_ref(), &id).await.map_err(err)?;
+            store.revoke_api_key(&id).await.map_err(err)?;
             println!("revoked {id}");
             Ok(())
         }

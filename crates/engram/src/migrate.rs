@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use engram_core::model::{AgentId, MemoryId, TenantId, UserId};
-use engram_core::store::Store;
+use engram_core::store::prelude::*;
 use engram_store::postgres::PgStore;
 use engram_store::transfer::{self, CopyOptions, Progress, SqliteSource};
 use serde::Serialize;

@@ -237,3 +237,56 @@ pub async fn retry(pool: &PgPool, tenant: Option<&TenantId>, id: &str) -> Result
     }
     Ok(())
 }
+
+// ---- the JobStore part of the store, over the functions above ----
+
+use async_trait::async_trait;
+use engram_core::store::JobStore;
+
+use super::PgStore;
+
+#[async_trait]
+impl JobStore for PgStore {
+    async fn enqueue_job(&self, job: &Job) -> Result<bool> {
+        enqueue(&self.pool, job).await
+    }
+
+    async fn claim_job(
+        &self,
+        now: OffsetDateTime,
+        lease_until: OffsetDateTime,
+        kinds: &[JobKind],
+    ) -> Result<Option<Job>> {
+        claim(&self.pool, now, lease_until, kinds).await
+    }
+
+    async fn heartbeat_job(&self, id: &str, lease_until: OffsetDateTime) -> Result<()> {
+        heartbeat(&self.pool, id, lease_until).await
+    }
+
+    async fn complete_job(&self, id: &str) -> Result<()> {
+        complete(&self.pool, id).await
+    }
+
+    async fn fail_job(
+        &self,
+        id: &str,
+        error: &str,
+        retry_at: Option<OffsetDateTime>,
+    ) -> Result<()> {
+        fail(&self.pool, id, error, retry_at).await
+    }
+
+    async fn list_jobs(
+        &self,
+        tenant: Option<&TenantId>,
+        status: Option<JobStatus>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        list(&self.pool, tenant, status, limit).await
+    }
+
+    async fn retry_job(&self, tenant: Option<&TenantId>, id: &str) -> Result<()> {
+        retry(&self.pool, tenant, id).await
+    }
+}

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use engram_core::error::Error;
 use engram_core::model::{Job, JobKind, JobStatus, TenantId};
-use engram_core::store::Store;
+use engram_core::store::prelude::*;
 use time::{Duration, OffsetDateTime};
 
 use crate::harness::{now, tenant, user};

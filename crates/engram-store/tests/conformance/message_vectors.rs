@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use engram_core::model::{ConversationId, Message, MessageId, MessageRole, TenantId, UserId};
-use engram_core::store::Store;
+use engram_core::store::prelude::*;
 
 use crate::harness::{MODEL, dot, memory, message, new_row, normalize, tenant, unit, user};
 

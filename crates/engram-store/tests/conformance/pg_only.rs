@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use engram_core::error::Error;
 use engram_core::model::{Category, MemoryId};
-use engram_core::store::{MemoryFilter, Store};
+use engram_core::store::MemoryFilter;
+use engram_core::store::prelude::*;
 use sqlx::Row;
 
 use crate::harness::{

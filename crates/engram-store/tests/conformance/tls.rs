@@ -13,7 +13,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use engram_core::store::Store;
+use engram_core::store::prelude::*;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sqlx::postgres::PgConnectOptions;

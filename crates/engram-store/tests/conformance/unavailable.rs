@@ -4,7 +4,7 @@
 //! gone, connection cut) is checked over HTTP in `crates/engram/tests/it/outage.rs`.
 
 use engram_core::error::Error;
-use engram_core::store::Store;
+use engram_core::store::prelude::*;
 use sqlx::Connection;
 
 use crate::harness::{memory, new_row, tenant, user};

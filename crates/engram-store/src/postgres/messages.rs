@@ -1,0 +1,403 @@
+//! PostgreSQL: the [`engram_core::store::MessageStore`] part of the store. The transcript: appending and reading messages, their ratings, keyword and vector search, their vectors, and the conversation state extraction keeps (cursor, rolling summary, the extraction batch).
+
+use super::*;
+
+#[async_trait]
+impl MessageStore for PgStore {
+    async fn append_messages(
+        &self,
+        tenant: &TenantId,
+        messages: Vec<Message>,
+    ) -> Result<Vec<Message>> {
+        let Some(first) = messages.first() else { return Ok(vec![]) };
+        let conv = first.conversation_id.clone();
+        let user = first.user_id.clone();
+        let agent = first.agent_id.clone();
+        let now = OffsetDateTime::now_utc();
+        let mut tx = self.begin().await?;
+        // Creates the conversation or locks its row until commit: one appender at a time.
+        let r = sqlx::query(
+            "INSERT INTO conversations (tenant_id, id, user_id, agent_id, last_seq, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, 0, $5, $5) \
+             ON CONFLICT (tenant_id, id) DO UPDATE SET updated_at = excluded.updated_at \
+             RETURNING user_id, agent_id, last_seq",
+        )
+        .bind(tenant.as_str())
+        .bind(conv.as_str())
+        .bind(user.as_str())
+        .bind(agent.as_ref().map(AgentId::as_str))
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db)?;
+        if col::<String>(&r, "user_id")? != user.as_str() {
+            return Err(Error::Conflict(format!("conversation '{conv}' belongs to another user")));
+        }
+        crate::check_conversation_agent(
+            &conv,
+            col::<Option<String>>(&r, "agent_id")?.as_deref(),
+            &messages,
+        )?;
+        let mut seq: i64 = col(&r, "last_seq")?;
+        let mut out = Vec::with_capacity(messages.len());
+        for mut m in messages {
+            seq += 1;
+            m.seq = seq;
+            sqlx::query(
+                "INSERT INTO messages (tenant_id, id, conversation_id, user_id, agent_id, seq, role, content, tool_name, \
+                 tool_args, tool_result, turn_id, metadata, created_at, fts_text) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+            )
+            .bind(tenant.as_str())
+            .bind(m.id.0)
+            .bind(conv.as_str())
+            .bind(user.as_str())
+            .bind(m.agent_id.as_ref().map(AgentId::as_str))
+            .bind(seq)
+            .bind(m.role.as_str())
+            .bind(&m.content)
+            .bind(m.tool_name.as_deref())
+            .bind(m.tool_args.as_ref())
+            .bind(m.tool_result.as_deref())
+            .bind(m.turn_id.as_deref())
+            .bind(&m.metadata)
+            .bind(m.created_at)
+            .bind(index_text(&[&m.content, m.tool_name.as_deref().unwrap_or("")]))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| {
+                if is_unique_violation(&e) {
+                    return Error::Conflict(format!("message {} already exists", m.id));
+                }
+                db(e)
+            })?;
+            out.push(m);
+        }
+        sqlx::query(
+            "UPDATE conversations SET last_seq = $1, updated_at = $2 WHERE tenant_id = $3 AND id = $4",
+        )
+        .bind(seq)
+        .bind(now)
+        .bind(tenant.as_str())
+        .bind(conv.as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(out)
+    }
+
+    async fn list_messages(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<Message>> {
+        let rows = sqlx::query(
+            "SELECT * FROM messages WHERE tenant_id = $1 AND conversation_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.as_str())
+        .bind(after_seq)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        rows.iter().map(rows::message).collect()
+    }
+
+    async fn conversation_owner(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Option<(UserId, Option<AgentId>)>> {
+        let row = sqlx::query(
+            "SELECT user_id, agent_id FROM conversations WHERE tenant_id = $1 AND id = $2",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db)?;
+        row.map(|r| {
+            Ok((
+                UserId::parse(col::<String>(&r, "user_id")?)?,
+                col::<Option<String>>(&r, "agent_id")?.map(AgentId::parse).transpose()?,
+            ))
+        })
+        .transpose()
+    }
+
+    async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>> {
+        let row = sqlx::query("SELECT * FROM messages WHERE tenant_id = $1 AND id = $2")
+            .bind(tenant.as_str())
+            .bind(id.0)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db)?;
+        row.as_ref().map(rows::message).transpose()
+    }
+
+    async fn rate_message(&self, tenant: &TenantId, id: MessageId, delta: i64) -> Result<i64> {
+        let r = sqlx::query(
+            "UPDATE messages SET rating = rating + $1 WHERE tenant_id = $2 AND id = $3 RETURNING rating",
+        )
+        .bind(delta)
+        .bind(tenant.as_str())
+        .bind(id.0)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| Error::not_found(format!("message {id}")))?;
+        col(&r, "rating")
+    }
+
+    async fn text_search_messages(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<(MessageId, f64)>> {
+        let hits =
+            self.text_search_impl(search::TextScope::Messages(tenant, user), query, k).await?;
+        Ok(hits.into_iter().map(|(id, s)| (MessageId(id), s)).collect())
+    }
+
+    async fn messages_needing_vectors(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<(MessageId, i64)>> {
+        let rows = sqlx::query(
+            "SELECT id, seq FROM messages WHERE tenant_id = $1 AND conversation_id = $2 \
+             AND content != '' AND (embedding IS NULL OR embedding_model IS DISTINCT FROM $3) \
+             ORDER BY seq LIMIT $4",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.as_str())
+        .bind(model_id)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        rows.iter().map(|r| Ok((MessageId(col(r, "id")?), col::<i64>(r, "seq")?))).collect()
+    }
+
+    async fn conversations_needing_message_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<ConversationId>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT conversation_id FROM messages WHERE tenant_id = $1 AND content != '' \
+             AND (embedding IS NULL OR embedding_model IS DISTINCT FROM $2) \
+             ORDER BY 1 LIMIT $3",
+        )
+        .bind(tenant.as_str())
+        .bind(model_id)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        rows.iter().map(|r| ConversationId::parse(col::<String>(r, "conversation_id")?)).collect()
+    }
+
+    async fn set_message_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        rows: Vec<(MessageId, Vec<f32>)>,
+    ) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.0.0).collect();
+        let vectors: Vec<pgvector::Vector> =
+            rows.into_iter().map(|r| pgvector::Vector::from(r.1)).collect();
+        sqlx::query(
+            "UPDATE messages m SET embedding = v.embedding, embedding_model = $2 \
+             FROM unnest($3::uuid[], $4::vector[]) AS v(id, embedding) \
+             WHERE m.tenant_id = $1 AND m.id = v.id",
+        )
+        .bind(tenant.as_str())
+        .bind(model_id)
+        .bind(&ids)
+        .bind(&vectors)
+        .execute(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(())
+    }
+
+    async fn vector_search_messages(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        model_id: &str,
+        query: &[f32],
+        k: usize,
+    ) -> Result<Vec<(MessageId, f32)>> {
+        // Exact: a user's messages are ranked in full (no index on this column), and only
+        // vectors of the query's model and dimension are compared.
+        let rows = sqlx::query(
+            "SELECT id, -(embedding <#> $4) AS sim FROM messages \
+             WHERE tenant_id = $1 AND user_id = $2 AND embedding_model = $3 \
+               AND vector_dims(embedding) = $5 \
+             ORDER BY embedding <#> $4, id LIMIT $6",
+        )
+        .bind(tenant.as_str())
+        .bind(user.as_str())
+        .bind(model_id)
+        .bind(pgvector::Vector::from(query.to_vec()))
+        .bind(query.len() as i32)
+        .bind(k as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        rows.iter().map(|r| Ok((MessageId(col(r, "id")?), col::<f64>(r, "sim")? as f32))).collect()
+    }
+
+    async fn conversation_messages(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Vec<Message>> {
+        let rows = sqlx::query(
+            "SELECT * FROM messages WHERE tenant_id = $1 AND conversation_id = $2 ORDER BY seq",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        rows.iter().map(rows::message).collect()
+    }
+
+    async fn extraction_cursor(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Option<String>> {
+        let r = sqlx::query(
+            "SELECT last_hash FROM extraction_cursors WHERE tenant_id = $1 AND conversation_id = $2",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db)?;
+        r.map(|r| col(&r, "last_hash")).transpose()
+    }
+
+    async fn rolling_summary(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<(Option<String>, i64)> {
+        let r = sqlx::query(
+            "SELECT rolling_summary, summary_user_turns FROM conversations WHERE tenant_id = $1 AND id = $2",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db)?;
+        match r {
+            Some(r) => Ok((col(&r, "rolling_summary")?, col(&r, "summary_user_turns")?)),
+            None => Ok((None, 0)),
+        }
+    }
+
+    async fn set_rolling_summary(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        summary: &str,
+        user_turns: i64,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE conversations SET rolling_summary = $1, summary_user_turns = $2 WHERE tenant_id = $3 AND id = $4",
+        )
+        .bind(summary)
+        .bind(user_turns)
+        .bind(tenant.as_str())
+        .bind(conversation.as_str())
+        .execute(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(())
+    }
+
+    async fn apply_extraction(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        user: &UserId,
+        batch: ExtractionBatch,
+    ) -> Result<()> {
+        if batch.adds.iter().any(|r| r.memory.tenant_id != *tenant || r.memory.user_id != *user) {
+            return Err(Error::internal("extracted memory of another tenant or user"));
+        }
+        let mut tx = self.begin().await?;
+        // The user's lock first, whatever the batch holds.
+        let v = crate::versions::bump_postgres(&mut tx, tenant.as_str(), user.as_str()).await?;
+        for row in &batch.adds {
+            Self::insert_row(&mut tx, row, v).await?;
+        }
+        for (old, new, event) in &batch.supersedes {
+            Self::supersede_tx(&mut tx, tenant, *old, new.as_ref(), event).await?;
+        }
+        for (id, event) in &batch.confirms {
+            Self::confirm_tx(&mut tx, tenant, *id, event).await?;
+        }
+        sqlx::query(
+            "INSERT INTO extraction_cursors (tenant_id, conversation_id, user_id, last_hash, updated_at) \
+             VALUES ($1, $2, $3, $4, now()) ON CONFLICT (tenant_id, conversation_id) DO UPDATE SET \
+             last_hash = excluded.last_hash, updated_at = excluded.updated_at",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.as_str())
+        .bind(user.as_str())
+        .bind(&batch.cursor)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)
+    }
+
+    async fn set_message_content(
+        &self,
+        tenant: &TenantId,
+        id: MessageId,
+        content: &str,
+    ) -> Result<bool> {
+        let mut tx = self.begin().await?;
+        let r = sqlx::query(
+            "SELECT tool_name FROM messages WHERE tenant_id = $1 AND id = $2 AND content = '' FOR UPDATE",
+        )
+        .bind(tenant.as_str())
+        .bind(id.0)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db)?;
+        let Some(r) = r else { return Ok(false) };
+        let tool: Option<String> = col(&r, "tool_name")?;
+        sqlx::query(
+            "UPDATE messages SET content = $1, fts_text = $2 WHERE tenant_id = $3 AND id = $4",
+        )
+        .bind(content)
+        .bind(index_text(&[content, tool.as_deref().unwrap_or("")]))
+        .bind(tenant.as_str())
+        .bind(id.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(true)
+    }
+}

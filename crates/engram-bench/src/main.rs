@@ -20,6 +20,7 @@ mod http;
 mod locomo;
 mod remember;
 mod report;
+mod requests;
 mod search;
 mod text_sql;
 
@@ -50,6 +51,9 @@ enum Cmd {
     /// The LLM write path: append latency with a fast, slow and dead LLM, and the cost
     /// per extracted turn (LLM calls, tokens, stage times).
     Extraction(extraction::Args),
+    /// Single-request latency on the request path: one `remember` at a time, and a search
+    /// of one user's messages.
+    Requests(requests::Args),
 }
 
 /// Common option: where scratch data dirs go (default: the system temp dir).
@@ -90,6 +94,7 @@ fn main() -> anyhow::Result<()> {
             Cmd::Search(a) => search::run(a, cli.json).await,
             Cmd::Locomo(a) => locomo::run(a, cli.json).await,
             Cmd::Extraction(a) => extraction::run(a, cli.json).await,
+            Cmd::Requests(a) => requests::run(a, cli.json).await,
         }
     })
 }

@@ -1,0 +1,175 @@
+//! `requests`: the latency of single requests on the engine's request path, as an agent
+//! key makes them: `remember` of one fact at a time (validation, the agent's settings, PII,
+//! embedding, dedup, the insert), and a search of the transcript (`"sources":
+//! ["messages"]`) over one user's messages. Fresh SQLite store in a temp dir, or a fresh
+//! PostgreSQL database with `--database-url`; the clock covers the engine call only.
+
+use std::time::{Duration, Instant};
+
+use engram_core::engine::{
+    AgentInput, Engine, EngineConfig, MessageInput, RememberInput, SearchInput, SearchSource,
+};
+use engram_core::model::{
+    AgentId, ConversationId, KeyRole, MessageRole, Principal, TenantId, UserId,
+};
+use serde::Serialize;
+
+use crate::backend::{self, Backend, PgDatabase};
+use crate::embedder::EmbedderChoice;
+use crate::report::{self, Latency};
+use crate::{ScratchArgs, corpus};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[arg(long, value_enum, default_value = "builtin")]
+    embedder: EmbedderChoice,
+    /// Single `remember` calls timed (0: skip).
+    #[arg(long, default_value_t = 500)]
+    remember: usize,
+    /// Messages of the searched user (in conversations of 50; 0: skip the message search).
+    #[arg(long, default_value_t = 10_000)]
+    messages: usize,
+    /// Timed message searches.
+    #[arg(long, default_value_t = 200)]
+    queries: usize,
+    /// `limit` of each search.
+    #[arg(long, default_value_t = 10)]
+    limit: usize,
+    /// PostgreSQL server (`postgres://…`) instead of SQLite (a fresh database, dropped after).
+    #[arg(long)]
+    database_url: Option<String>,
+    #[command(flatten)]
+    scratch: ScratchArgs,
+}
+
+#[derive(Debug, Serialize)]
+struct Output {
+    environment: String,
+    backend: Backend,
+    embedder: String,
+    remember: Option<Latency>,
+    messages: usize,
+    message_search: Option<Latency>,
+}
+
+pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
+    let embedder = a.embedder.build()?;
+    let dir = a.scratch.tempdir()?;
+    let db = match &a.database_url {
+        Some(url) => Some(PgDatabase::fresh(url, "requests", a.scratch.keep_data).await?),
+        None => None,
+    };
+    let store = backend::open(db.as_ref().map(|d| d.url.as_str()), dir.path()).await?;
+    let engine = Engine::new(store.clone(), embedder.clone(), EngineConfig::default()).await?;
+    let tenant = TenantId::default_tenant();
+    let admin = Principal { tenant: tenant.clone(), role: KeyRole::Admin };
+    let agent_id = AgentId::parse("bench-agent")?;
+    let agent = Principal { tenant: tenant.clone(), role: KeyRole::Agent(agent_id.clone()) };
+    engine
+        .put_agent(
+            &admin,
+            agent_id.clone(),
+            AgentInput {
+                memory_enabled: true,
+                cluster_id: None,
+                dedup_threshold: None,
+                settings: serde_json::json!({}),
+            },
+        )
+        .await?;
+    let user = UserId::parse("bench-user")?;
+
+    let mut remember = None;
+    if a.remember > 0 {
+        let facts = corpus::facts(a.remember, 7);
+        let mut samples = Vec::with_capacity(facts.len());
+        for f in facts {
+            let input =
+                RememberInput { user_id: Some(user.clone()), content: f, ..Default::default() };
+            let t = Instant::now();
+            engine.remember(&agent, input).await?;
+            samples.push(t.elapsed());
+        }
+        remember = Some(Latency::of(&samples));
+    }
+
+    let mut message_search = None;
+    if a.messages > 0 {
+        let texts = corpus::facts(a.messages, 11);
+        for (c, chunk) in texts.chunks(50).enumerate() {
+            let conv = ConversationId::parse(format!("conv-{c}"))?;
+            let msgs = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, t)| MessageInput {
+                    role: if i % 2 == 0 { MessageRole::User } else { MessageRole::Assistant },
+                    content: t.replace("The user", "I"),
+                    created_at: None,
+                    tool_name: None,
+                    tool_args: None,
+                    tool_result: None,
+                    turn_id: None,
+                    metadata: None,
+                })
+                .collect();
+            engine.append_messages(&agent, conv.clone(), Some(user.clone()), None, msgs).await?;
+            engine.services().embed_conversation(&tenant, &conv).await?;
+        }
+        let queries = corpus::queries(a.queries, 13);
+        let mut samples: Vec<Duration> = Vec::with_capacity(queries.len());
+        for q in queries {
+            let input = SearchInput {
+                query: q,
+                user_id: Some(user.clone()),
+                sources: vec![SearchSource::Messages],
+                limit: a.limit,
+                ..Default::default()
+            };
+            let t = Instant::now();
+            let hits = engine.search(&agent, input).await?;
+            samples.push(t.elapsed());
+            anyhow::ensure!(!hits.is_empty(), "a message search found nothing");
+        }
+        message_search = Some(Latency::of(&samples));
+    }
+    let out = Output {
+        environment: report::environment(),
+        backend: if db.is_some() { Backend::Postgres } else { Backend::Sqlite },
+        embedder: embedder.model_id().to_string(),
+        remember,
+        messages: a.messages,
+        message_search,
+    };
+    drop(engine);
+    drop(store);
+    if let Some(db) = db {
+        db.cleanup().await?;
+    }
+    if json {
+        return report::print_json(&out);
+    }
+    let row = |name: &str, l: &Option<Latency>| {
+        l.as_ref().map(|l| {
+            vec![
+                name.to_string(),
+                l.n.to_string(),
+                format!("{:.2}", l.p50_ms),
+                format!("{:.2}", l.p95_ms),
+                format!("{:.2}", l.p99_ms),
+            ]
+        })
+    };
+    let rows: Vec<Vec<String>> = [
+        row("remember (one fact, agent key)", &out.remember),
+        row(
+            &format!("message search ({} messages, limit {})", a.messages, a.limit),
+            &out.message_search,
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    println!("{} · {:?} · {}", out.environment, out.backend, out.embedder);
+    print!("{}", report::table(&["request", "n", "p50 ms", "p95 ms", "p99 ms"], &rows));
+    Ok(())
+}

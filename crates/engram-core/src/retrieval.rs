@@ -84,6 +84,49 @@ pub fn finish(e: &mut Explain) -> f64 {
     e.score
 }
 
+/// The one place ranked lists are merged: every candidate of a vector list and a keyword list
+/// (best first), with its rank and raw score in each, in first-seen order (the vector list,
+/// then what only the keyword list found), so equal scores rank the same way on every call.
+/// Any source with ids — memories, messages, and later summaries and entities — is fused
+/// here; the caller then loads the rows and calls [`finish`].
+pub fn fuse<K: Copy + Eq + std::hash::Hash>(
+    vector: &[(K, f32)],
+    text: &[(K, f64)],
+) -> Vec<(K, Explain)> {
+    let mut at: std::collections::HashMap<K, usize> =
+        std::collections::HashMap::with_capacity(vector.len() + text.len());
+    let mut out: Vec<(K, Explain)> = Vec::with_capacity(vector.len() + text.len());
+    let mut slot = |id: K| -> usize {
+        *at.entry(id).or_insert_with(|| {
+            out.push((id, Explain::default()));
+            out.len() - 1
+        })
+    };
+    let mut vector_slots = Vec::with_capacity(vector.len());
+    for (id, _) in vector {
+        vector_slots.push(slot(*id));
+    }
+    let mut text_slots = Vec::with_capacity(text.len());
+    for (id, _) in text {
+        text_slots.push(slot(*id));
+    }
+    for (rank, (i, (_, sim))) in vector_slots.iter().zip(vector).enumerate() {
+        let e = &mut out[*i].1;
+        if e.vector_rank.is_none() {
+            e.vector_rank = Some(rank + 1);
+            e.vector_similarity = Some(*sim);
+        }
+    }
+    for (rank, (i, (_, score))) in text_slots.iter().zip(text).enumerate() {
+        let e = &mut out[*i].1;
+        if e.text_rank.is_none() {
+            e.text_rank = Some(rank + 1);
+            e.text_score = Some(*score);
+        }
+    }
+    out
+}
+
 /// Rough token count of a text for budgeting: about four characters per token, the usual
 /// figure for BPE tokenizers on English; never under one token per word.
 pub fn estimate_tokens(text: &str) -> usize {
@@ -95,6 +138,41 @@ pub fn estimate_tokens(text: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fusion_keeps_both_ranks_in_first_seen_order() {
+        let vector = [(1, 0.9f32), (2, 0.8), (3, 0.7)];
+        let text = [(3, 12.0f64), (4, 11.0), (1, 10.0)];
+        let fused = fuse(&vector, &text);
+        let ids: Vec<i32> = fused.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [1, 2, 3, 4], "vector list first, then what only text found");
+        let e = |id: i32| &fused.iter().find(|(k, _)| *k == id).unwrap().1;
+        assert_eq!((e(1).vector_rank, e(1).text_rank), (Some(1), Some(3)));
+        assert_eq!((e(3).vector_rank, e(3).text_rank), (Some(3), Some(1)));
+        assert_eq!((e(4).vector_rank, e(4).text_rank), (None, Some(2)));
+        assert_eq!(e(2).text_score, None);
+        assert_eq!(e(3).text_score, Some(12.0));
+        // Scored, the two found by both lists lead; 3 (ranks 3 + 1) beats 1 (ranks 1 + 3)?
+        // No: RRF is symmetric, they tie, and first-seen order keeps 1 first.
+        let mut scored: Vec<(i32, f64)> = fused
+            .into_iter()
+            .map(|(id, mut e)| {
+                e.importance = 5;
+                (id, finish(&mut e))
+            })
+            .collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+        assert_eq!(scored.iter().map(|s| s.0).collect::<Vec<_>>(), [1, 3, 2, 4]);
+    }
+
+    #[test]
+    fn fusion_of_empty_and_repeated_ids() {
+        assert!(fuse::<i32>(&[], &[]).is_empty());
+        // A list naming an id twice keeps its best (first) rank.
+        let fused = fuse(&[(7, 0.5f32), (7, 0.4)], &[]);
+        assert_eq!(fused.len(), 1);
+        assert_eq!(fused[0].1.vector_rank, Some(1));
+    }
 
     #[test]
     fn rrf_rewards_agreement_between_lists() {

@@ -51,6 +51,9 @@ pub struct Services {
     pub(crate) llm: Option<Arc<dyn Llm>>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) cfg: EngineConfig,
+    /// Set once this process has recorded (or found) the embedder's space in the store:
+    /// later writes skip the meta read.
+    pub(crate) space_ready: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Services {
@@ -68,5 +71,17 @@ impl Services {
     }
     pub fn config(&self) -> &EngineConfig {
         &self.cfg
+    }
+
+    /// Record the embedder's space in the store before the first vector is written; once
+    /// per process (the space of a store changes only offline, with `engram reembed`).
+    pub async fn ensure_space(&self) -> crate::error::Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.space_ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.store.ensure_embedding_space(self.embedder.model_id(), self.embedder.dims()).await?;
+        self.space_ready.store(true, Ordering::Release);
+        Ok(())
     }
 }

@@ -335,6 +335,8 @@ pub trait MessageStore: Send + Sync {
         conversation: &ConversationId,
     ) -> Result<Option<(UserId, Option<AgentId>)>>;
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>>;
+    /// Several messages by id in one call (any order; unknown ids left out).
+    async fn get_messages(&self, tenant: &TenantId, ids: &[MessageId]) -> Result<Vec<Message>>;
     async fn rate_message(&self, tenant: &TenantId, id: MessageId, delta: i64) -> Result<i64>;
     /// Full-text search over a user's messages.
     async fn text_search_messages(
@@ -475,6 +477,8 @@ pub trait AccessStore: Send + Sync {
     async fn count_active_api_keys(&self) -> Result<u64>;
     // ---- agents ----
     async fn get_agent(&self, tenant: &TenantId, id: &AgentId) -> Result<Option<Agent>>;
+    /// Several agents' settings in one call (agents without settings left out).
+    async fn get_agents(&self, tenant: &TenantId, ids: &[AgentId]) -> Result<Vec<Agent>>;
     async fn put_agent(&self, agent: &Agent) -> Result<()>;
 }
 

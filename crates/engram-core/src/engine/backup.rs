@@ -105,10 +105,7 @@ impl Engine {
                 if texts.is_empty() { vec![] } else { self.svc.embedder.embed(&texts).await? }
                     .into_iter();
             if !texts.is_empty() {
-                self.svc
-                    .store
-                    .ensure_embedding_space(self.svc.embedder.model_id(), self.svc.embedder.dims())
-                    .await?;
+                self.svc.ensure_space().await?;
             }
             let mut rows = Vec::with_capacity(fresh.len());
             for (m, events) in fresh {

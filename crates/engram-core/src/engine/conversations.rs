@@ -3,8 +3,8 @@
 
 use crate::error::{Error, Result};
 use crate::model::{
-    AgentId, ConversationId, EventKind, Job, JobKind, MemoryId, Message, MessageId, MessageRole,
-    Principal, TenantId, UserId,
+    Agent, AgentId, ConversationId, EventKind, Job, JobKind, MemoryId, Message, MessageId,
+    MessageRole, Principal, TenantId, UserId, default_pool,
 };
 use crate::pipeline::extract::{ExtractionMode, MemoryPolicy, resume_index};
 
@@ -46,7 +46,8 @@ impl Engine {
                     )));
                 }
                 (Some(c), None) => {
-                    v.pool = Some(self.pool_of(&v.tenant, c).await?);
+                    v.settings = self.svc.store.get_agent(&v.tenant, c).await?;
+                    v.pool = Some(v.settings.as_ref().map_or_else(|| default_pool(c), Agent::pool));
                     v.agent = conv_agent.clone();
                 }
                 (Some(_) | None, Some(_)) | (None, None) => {}
@@ -103,7 +104,7 @@ impl Engine {
             });
         }
         let stored = self.svc.store.append_messages(&v.tenant, rows).await?;
-        self.after_append(&v.tenant, &user, v.agent.as_ref(), &conversation, &stored).await?;
+        self.after_append(&v.tenant, &user, v.settings.as_ref(), &conversation, &stored).await?;
         Ok(stored)
     }
 
@@ -112,7 +113,7 @@ impl Engine {
         &self,
         tenant: &TenantId,
         user: &UserId,
-        agent: Option<&AgentId>,
+        writer: Option<&Agent>,
         conversation: &ConversationId,
         stored: &[Message],
     ) -> Result<()> {
@@ -132,11 +133,7 @@ impl Engine {
             job.dedup_key = Some(format!("tool:{}", m.id));
             self.svc.store.enqueue_job(&job).await?;
         }
-        let agent_row = match agent {
-            Some(a) => self.svc.store.get_agent(tenant, a).await?,
-            None => None,
-        };
-        let policy = MemoryPolicy::of(agent_row.as_ref(), self.svc.cfg.dedup_threshold);
+        let policy = MemoryPolicy::of(writer, self.svc.cfg.dedup_threshold);
         if !policy.memory_enabled {
             return Ok(());
         }

@@ -92,16 +92,16 @@ impl Engine {
         };
         let mut redacted = vec![];
         if input.content.is_some() {
-            let agent = new.agent_id.clone();
-            (new, redacted) = self.apply_pii(&p.tenant, agent.as_ref(), new).await?;
+            let writer = match &new.agent_id {
+                Some(a) => self.svc.store.get_agent(&p.tenant, a).await?,
+                None => None,
+            };
+            (new, redacted) = self.apply_pii(writer.as_ref(), new)?;
         }
         let vector = if new.kind == Kind::Profile {
             None
         } else {
-            self.svc
-                .store
-                .ensure_embedding_space(self.svc.embedder.model_id(), self.svc.embedder.dims())
-                .await?;
+            self.svc.ensure_space().await?;
             new.embedding_model = Some(self.svc.embedder.model_id().to_string());
             Some(self.embed_one(&new.content).await?)
         };

@@ -73,6 +73,7 @@ impl Engine {
                 llm: None,
                 metrics: Arc::new(Metrics::default()),
                 cfg,
+                space_ready: Arc::default(),
             },
         })
     }

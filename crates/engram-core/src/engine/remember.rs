@@ -7,8 +7,7 @@ use time::OffsetDateTime;
 
 use crate::error::{Error, Result};
 use crate::model::{
-    AgentId, Content, EventKind, Kind, Memory, MemoryEvent, MemoryId, Principal, Source,
-    SourceKind, TenantId,
+    Agent, Content, EventKind, Kind, Memory, MemoryEvent, MemoryId, Principal, Source, SourceKind,
 };
 use crate::pipeline::extract::MemoryPolicy;
 use crate::pipeline::pii::{self, Filtered, PiiKind};
@@ -20,17 +19,9 @@ use super::{
 };
 
 impl Engine {
-    pub(super) async fn dedup_threshold(
-        &self,
-        tenant: &TenantId,
-        agent: Option<&AgentId>,
-    ) -> Result<f32> {
-        if let Some(a) = agent
-            && let Some(agent) = self.svc.store.get_agent(tenant, a).await?
-        {
-            return Ok(agent.dedup_threshold);
-        }
-        Ok(self.svc.cfg.dedup_threshold)
+    /// The writer agent's dedup threshold (the default without settings).
+    pub(super) fn dedup_threshold(&self, v: &View) -> f32 {
+        v.settings.as_ref().map_or(self.svc.cfg.dedup_threshold, |a| a.dedup_threshold)
     }
 
     /// The stored active fact in `v`'s scope that `content` (embedded as `vector`) repeats:
@@ -68,17 +59,12 @@ impl Engine {
     /// Explicit writes go through the writer agent's PII policy (default: redact); returns
     /// the row to store and what was redacted. A redaction is recorded in the row's first
     /// event (`detail.redacted`), so the audit trail says the text is not as given.
-    pub(super) async fn apply_pii(
+    pub(super) fn apply_pii(
         &self,
-        tenant: &TenantId,
-        agent: Option<&AgentId>,
+        writer: Option<&Agent>,
         mut m: Memory,
     ) -> Result<(Memory, Vec<PiiKind>)> {
-        let agent_row = match agent {
-            Some(a) => self.svc.store.get_agent(tenant, a).await?,
-            None => None,
-        };
-        let policy = MemoryPolicy::of(agent_row.as_ref(), self.svc.cfg.dedup_threshold).pii;
+        let policy = MemoryPolicy::of(writer, self.svc.cfg.dedup_threshold).pii;
         match pii::filter(&m.content, policy) {
             Filtered::Keep { text, redacted } => {
                 m.content = text;
@@ -211,8 +197,7 @@ impl Engine {
                 .build_memory(v, input, now)
                 .map_err(|e| prefix_batch_error(e, i, inputs.len()))?;
             let (m, redacted) = self
-                .apply_pii(&v.tenant, v.agent.as_ref(), m)
-                .await
+                .apply_pii(v.settings.as_ref(), m)
                 .map_err(|e| prefix_batch_error(e, i, inputs.len()))?;
             prepared.push((key, m, redacted));
         }
@@ -226,17 +211,13 @@ impl Engine {
             if texts.is_empty() { vec![] } else { self.svc.embedder.embed(&texts).await? }
                 .into_iter();
         if !texts.is_empty() {
-            self.svc
-                .store
-                .ensure_embedding_space(self.svc.embedder.model_id(), self.svc.embedder.dims())
-                .await?;
+            self.svc.ensure_space().await?;
         }
 
         let mut results = Vec::with_capacity(prepared.len());
         let mut rows: Vec<NewMemory> = Vec::new();
         // Items of this batch already accepted, per view, for in-batch dedup.
         let mut batch_vecs: HashMap<ViewKey, Vec<(usize, Vec<f32>)>> = HashMap::new();
-        let mut thresholds: HashMap<ViewKey, f32> = HashMap::new();
         for (key, mut m, redacted) in prepared {
             let v = &views[&key];
             if m.kind == Kind::Profile {
@@ -250,15 +231,7 @@ impl Engine {
                 .ok_or_else(|| Error::internal("embedder returned too few vectors"))?;
             m.embedding_model = Some(self.svc.embedder.model_id().to_string());
             if dedup {
-                // One agent lookup per view, not per item.
-                let threshold = match thresholds.get(&key) {
-                    Some(t) => *t,
-                    None => {
-                        let t = self.dedup_threshold(&v.tenant, v.agent.as_ref()).await?;
-                        thresholds.insert(key.clone(), t);
-                        t
-                    }
-                };
+                let threshold = self.dedup_threshold(v);
                 // Against earlier items of this batch: similar enough and the same words.
                 let earlier = batch_vecs.get(&key).and_then(|list| {
                     list.iter()

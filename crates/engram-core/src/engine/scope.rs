@@ -7,8 +7,8 @@ use std::collections::HashSet;
 
 use crate::error::{Error, Result};
 use crate::model::{
-    AgentId, ConversationId, KeyRole, Kind, Memory, MemoryId, MessageId, Principal, TenantId,
-    UserId, default_pool,
+    Agent, AgentId, ConversationId, KeyRole, Kind, Memory, MemoryId, MessageId, Principal,
+    TenantId, UserId, default_pool,
 };
 use crate::store::MemoryFilter;
 
@@ -24,6 +24,9 @@ pub(super) struct View {
     pub(super) agent: Option<AgentId>,
     /// The pool of `agent`, if any.
     pub(super) pool: Option<String>,
+    /// `agent`'s settings, read once for the whole request (pool, PII policy, dedup
+    /// threshold); None when the agent has none or there is no agent.
+    pub(super) settings: Option<Agent>,
 }
 
 impl Engine {
@@ -61,11 +64,33 @@ impl Engine {
         if user_required && user.is_none() {
             return Err(Error::invalid("user_id", "user_id is required"));
         }
-        let pool = match &agent {
-            Some(a) => Some(self.pool_of(&p.tenant, a).await?),
+        let settings = match &agent {
+            Some(a) => self.svc.store.get_agent(&p.tenant, a).await?,
             None => None,
         };
-        Ok(View { tenant: p.tenant.clone(), user, agent, pool })
+        let pool =
+            agent.as_ref().map(|a| settings.as_ref().map_or_else(|| default_pool(a), Agent::pool));
+        Ok(View { tenant: p.tenant.clone(), user, agent, pool, settings })
+    }
+
+    /// The memory pools of several agents with one store call (agents without settings
+    /// have their default pool).
+    pub(super) async fn pools_of(
+        &self,
+        tenant: &TenantId,
+        agents: &[AgentId],
+    ) -> Result<std::collections::HashMap<AgentId, String>> {
+        let mut distinct: Vec<AgentId> = agents.to_vec();
+        distinct.sort();
+        distinct.dedup();
+        let mut out: std::collections::HashMap<AgentId, String> =
+            distinct.iter().map(|a| (a.clone(), default_pool(a))).collect();
+        if !distinct.is_empty() {
+            for a in self.svc.store.get_agents(tenant, &distinct).await? {
+                out.insert(a.id.clone(), a.pool());
+            }
+        }
+        Ok(out)
     }
 
     pub(super) async fn pool_of(&self, tenant: &TenantId, agent: &AgentId) -> Result<String> {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
-use crate::model::{MemoryId, MessageId, Principal};
+use crate::model::{AgentId, MemoryId, Message, MessageId, Principal};
 use crate::retrieval::{self, Explain};
 
 use super::{Engine, Hit, SearchInput, SearchMode, SearchSource, clamp_limit};
@@ -61,17 +61,8 @@ impl Engine {
                 }
             };
             let (vec_list, text_list) = tokio::try_join!(vector, text)?;
-            let mut parts: HashMap<MemoryId, Explain> = HashMap::new();
-            for (rank, (id, sim)) in vec_list.iter().enumerate() {
-                let e = parts.entry(*id).or_default();
-                e.vector_rank = Some(rank + 1);
-                e.vector_similarity = Some(*sim);
-            }
-            for (rank, (id, s)) in text_list.iter().enumerate() {
-                let e = parts.entry(*id).or_default();
-                e.text_rank = Some(rank + 1);
-                e.text_score = Some(*s);
-            }
+            let mut parts: HashMap<MemoryId, Explain> =
+                retrieval::fuse(&vec_list, &text_list).into_iter().collect();
             let ids: Vec<MemoryId> = parts.keys().copied().collect();
             for m in self.svc.store.get_memories(&v.tenant, &ids).await? {
                 let Some(mut e) = parts.remove(&m.id) else { continue };
@@ -106,30 +97,30 @@ impl Engine {
                 }
             };
             let (vec_list, text_list) = tokio::try_join!(vector, text)?;
-            // In first-seen order (vector list, then text list), so ties rank the same way
-            // on every call.
-            let mut parts: Vec<(MessageId, Explain)> = Vec::new();
-            fn slot(parts: &mut Vec<(MessageId, Explain)>, id: MessageId) -> &mut Explain {
-                let i = parts.iter().position(|(p, _)| *p == id).unwrap_or_else(|| {
-                    parts.push((id, Explain::default()));
-                    parts.len() - 1
-                });
-                &mut parts[i].1
-            }
-            for (rank, (id, sim)) in vec_list.iter().enumerate() {
-                let e = slot(&mut parts, *id);
-                e.vector_rank = Some(rank + 1);
-                e.vector_similarity = Some(*sim);
-            }
-            for (rank, (id, s)) in text_list.iter().enumerate() {
-                let e = slot(&mut parts, *id);
-                e.text_rank = Some(rank + 1);
-                e.text_score = Some(*s);
-            }
-            for (id, mut e) in parts {
-                let Some(msg) = self.svc.store.get_message(&v.tenant, id).await? else { continue };
+            // One fusion, one load of the candidates, one read of their agents' settings:
+            // a fixed number of store calls whatever the number of candidates.
+            let fused = retrieval::fuse(&vec_list, &text_list);
+            let ids: Vec<MessageId> = fused.iter().map(|(id, _)| *id).collect();
+            let mut rows: HashMap<MessageId, Message> = self
+                .svc
+                .store
+                .get_messages(&v.tenant, &ids)
+                .await?
+                .into_iter()
+                .map(|m| (m.id, m))
+                .collect();
+            let pools = match &v.pool {
+                Some(_) => {
+                    let agents: Vec<AgentId> =
+                        rows.values().filter_map(|m| m.agent_id.clone()).collect();
+                    self.pools_of(&v.tenant, &agents).await?
+                }
+                None => HashMap::new(),
+            };
+            for (id, mut e) in fused {
+                let Some(msg) = rows.remove(&id) else { continue };
                 if let (Some(pool), Some(agent)) = (&v.pool, &msg.agent_id)
-                    && &self.pool_of(&v.tenant, agent).await? != pool
+                    && pools.get(agent) != Some(pool)
                 {
                     continue;
                 }

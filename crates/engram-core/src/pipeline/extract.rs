@@ -429,9 +429,7 @@ impl Services {
             })
         })
         .await?;
-        self.store()
-            .ensure_embedding_space(self.embedder().model_id(), self.embedder().dims())
-            .await?;
+        self.ensure_space().await?;
         self.metrics().observe_stage("embed", t.elapsed(), true);
         // ---- pass 2: consolidate
         let t = Instant::now();

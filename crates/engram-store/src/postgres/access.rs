@@ -82,6 +82,20 @@ impl AccessStore for PgStore {
         row.as_ref().map(rows::agent).transpose()
     }
 
+    async fn get_agents(&self, tenant: &TenantId, ids: &[AgentId]) -> Result<Vec<Agent>> {
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        let ids: Vec<&str> = ids.iter().map(AgentId::as_str).collect();
+        let rows = sqlx::query("SELECT * FROM agents WHERE tenant_id = $1 AND id = ANY($2)")
+            .bind(tenant.as_str())
+            .bind(&ids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db)?;
+        rows.iter().map(rows::agent).collect()
+    }
+
     async fn put_agent(&self, a: &Agent) -> Result<()> {
         sqlx::query(
             "INSERT INTO agents (tenant_id, id, memory_enabled, cluster_id, dedup_threshold, settings, created_at, updated_at) \

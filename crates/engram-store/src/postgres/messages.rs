@@ -139,6 +139,20 @@ impl MessageStore for PgStore {
         row.as_ref().map(rows::message).transpose()
     }
 
+    async fn get_messages(&self, tenant: &TenantId, ids: &[MessageId]) -> Result<Vec<Message>> {
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        let ids: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
+        let rows = sqlx::query("SELECT * FROM messages WHERE tenant_id = $1 AND id = ANY($2)")
+            .bind(tenant.as_str())
+            .bind(&ids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db)?;
+        rows.iter().map(rows::message).collect()
+    }
+
     async fn rate_message(&self, tenant: &TenantId, id: MessageId, delta: i64) -> Result<i64> {
         let r = sqlx::query(
             "UPDATE messages SET rating = rating + $1 WHERE tenant_id = $2 AND id = $3 RETURNING rating",

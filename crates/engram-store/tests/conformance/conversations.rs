@@ -223,3 +223,48 @@ pub async fn api_keys(s: Arc<dyn Store>) {
     let listed = s.list_api_keys(Some(&t1)).await.unwrap();
     assert!(listed[0].revoked_at.is_some() && listed[1].revoked_at.is_none());
 }
+
+/// `get_messages` and `get_agents`: several rows in one call, unknown ids and other tenants'
+/// rows left out (issue 11: a message search loads its candidates at once).
+pub async fn batched_reads(s: Arc<dyn Store>) {
+    let (t, other) = (tenant("t"), tenant("other"));
+    let u = user("u");
+    let msgs = vec![
+        message(&t, &u, "c1", MessageRole::User, "first"),
+        message(&t, &u, "c1", MessageRole::Assistant, "second"),
+        message(&t, &u, "c1", MessageRole::User, "third"),
+    ];
+    let stored = s.append_messages(&t, msgs).await.unwrap();
+    let foreign = s
+        .append_messages(&other, vec![message(&other, &u, "c1", MessageRole::User, "x")])
+        .await
+        .unwrap();
+    let mut ids: Vec<MessageId> = stored.iter().map(|m| m.id).collect();
+    ids.push(MessageId::new());
+    ids.push(foreign[0].id);
+    let mut got = s.get_messages(&t, &ids).await.unwrap();
+    got.sort_by_key(|m| m.seq);
+    assert_eq!(got, stored);
+    assert!(s.get_messages(&t, &[]).await.unwrap().is_empty());
+
+    let agent = |tn: &engram_core::model::TenantId, id: &str| Agent {
+        tenant_id: tn.clone(),
+        id: AgentId::parse(id).unwrap(),
+        memory_enabled: true,
+        cluster_id: Some("desk".into()),
+        dedup_threshold: 0.9,
+        settings: serde_json::json!({}),
+        created_at: now(),
+        updated_at: now(),
+    };
+    for a in [agent(&t, "a1"), agent(&t, "a2"), agent(&other, "a3")] {
+        s.put_agent(&a).await.unwrap();
+    }
+    let ids: Vec<AgentId> =
+        ["a1", "a2", "a3", "nobody"].iter().map(|a| AgentId::parse(*a).unwrap()).collect();
+    let mut got: Vec<String> =
+        s.get_agents(&t, &ids).await.unwrap().into_iter().map(|a| a.id.to_string()).collect();
+    got.sort();
+    assert_eq!(got, ["a1", "a2"]);
+    assert!(s.get_agents(&t, &[]).await.unwrap().is_empty());
+}

@@ -75,6 +75,7 @@ conformance! {
         conversations::recalls,
         conversations::context_sessions,
         conversations::agents,
+        conversations::batched_reads,
         conversations::api_keys,
         message_vectors::message_vectors_needed_by_seq_and_model,
         message_vectors::message_vectors_set_per_tenant,

@@ -1,0 +1,666 @@
+//! Store calls made by one request (issue 11): the engine reads the caller's agent once per
+//! write and search, and a message search makes a fixed number of store calls whatever the
+//! number of candidates. A counting wrapper around the real SQLite store records every call.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use engram_core::embed::{EmbedError, Embedder};
+use engram_core::engine::{
+    AgentInput, Engine, EngineConfig, MessageInput, RememberInput, SearchInput, SearchSource,
+};
+use engram_core::error::Result;
+use engram_core::model::*;
+use engram_core::store::prelude::*;
+use engram_core::store::{
+    ApiKey, BackupRow, BackupScope, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter,
+    MemoryPage, NewMemory, RestoreState, StoreStats,
+};
+use time::OffsetDateTime;
+
+/// Every store call, by method name.
+struct Counting {
+    inner: Arc<dyn Store>,
+    calls: Mutex<BTreeMap<&'static str, usize>>,
+}
+
+impl Counting {
+    fn hit(&self, name: &'static str) {
+        *self.calls.lock().unwrap().entry(name).or_default() += 1;
+    }
+    fn take(&self) -> BTreeMap<&'static str, usize> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+}
+
+/// A deterministic bag-of-words embedder (8 dims): enough for vector search to find the
+/// messages that share words with the query.
+struct Words;
+
+#[async_trait]
+impl Embedder for Words {
+    fn model_id(&self) -> &str {
+        "test:words"
+    }
+    fn dims(&self) -> usize {
+        8
+    }
+    async fn embed(&self, texts: &[String]) -> std::result::Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0.01f32; 8];
+                for w in t.split_whitespace() {
+                    let h =
+                        w.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+                    v[(h % 8) as usize] += 1.0;
+                }
+                engram_core::embed::normalize(&mut v);
+                v
+            })
+            .collect())
+    }
+}
+
+async fn setup() -> (tempfile::TempDir, Arc<Counting>, Engine) {
+    let dir = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn Store> = engram_store::open_sqlite(dir.path()).await.unwrap();
+    let counting = Arc::new(Counting { inner, calls: Mutex::default() });
+    let store: Arc<dyn Store> = counting.clone();
+    let engine = Engine::new(store, Arc::new(Words), EngineConfig::default()).await.unwrap();
+    let admin = Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin };
+    for a in ["a1", "a2", "a3"] {
+        engine
+            .put_agent(
+                &admin,
+                AgentId::parse(a).unwrap(),
+                AgentInput {
+                    memory_enabled: true,
+                    cluster_id: (a != "a3").then(|| "desk".to_string()),
+                    dedup_threshold: None,
+                    settings: serde_json::json!({}),
+                },
+            )
+            .await
+            .unwrap();
+    }
+    (dir, counting, engine)
+}
+
+fn agent(a: &str) -> Principal {
+    Principal {
+        tenant: TenantId::default_tenant(),
+        role: KeyRole::Agent(AgentId::parse(a).unwrap()),
+    }
+}
+
+fn agent_reads(calls: &BTreeMap<&'static str, usize>) -> usize {
+    calls.get("get_agent").copied().unwrap_or(0) + calls.get("get_agents").copied().unwrap_or(0)
+}
+
+/// The calls of one message search over `n` messages written by three agents.
+async fn message_search_calls(n: usize) -> (usize, BTreeMap<&'static str, usize>) {
+    let (_dir, counting, engine) = setup().await;
+    let user = UserId::parse("u").unwrap();
+    for (i, a) in ["a1", "a2", "a3"].iter().enumerate() {
+        let conv = ConversationId::parse(format!("c-{a}")).unwrap();
+        let msgs = (0..n / 3)
+            .map(|k| MessageInput {
+                role: MessageRole::User,
+                content: format!("I drink green tea number {k} with friend {i}"),
+                created_at: None,
+                tool_name: None,
+                tool_args: None,
+                tool_result: None,
+                turn_id: None,
+                metadata: None,
+            })
+            .collect();
+        engine
+            .append_messages(&agent(a), conv.clone(), Some(user.clone()), None, msgs)
+            .await
+            .unwrap();
+        engine.services().embed_conversation(&TenantId::default_tenant(), &conv).await.unwrap();
+    }
+    counting.take();
+    let hits = engine
+        .search(
+            &agent("a1"),
+            SearchInput {
+                query: "green tea".into(),
+                user_id: Some(user),
+                sources: vec![SearchSource::Messages],
+                limit: 200,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    (hits.len(), counting.take())
+}
+
+#[tokio::test]
+async fn a_message_search_makes_a_fixed_number_of_store_calls() {
+    let (few_hits, few) = message_search_calls(9).await;
+    let (many_hits, many) = message_search_calls(90).await;
+    assert!(
+        many_hits > few_hits,
+        "the larger store should give more candidates: {few_hits} vs {many_hits}"
+    );
+    assert_eq!(few, many, "store calls depend on the number of candidates");
+    assert_eq!(
+        agent_reads(&many),
+        2,
+        "the caller's agent once, the candidates' agents once: {many:?}"
+    );
+    assert!(!many.contains_key("get_message"), "messages loaded one by one: {many:?}");
+    // a3 is outside a1's cluster: its messages are not shown to a1.
+    assert!(many_hits <= 60, "{many_hits}");
+}
+
+#[tokio::test]
+async fn writes_and_searches_read_the_agent_once() {
+    let (_dir, counting, engine) = setup().await;
+    let user = UserId::parse("u").unwrap();
+    counting.take();
+    engine
+        .remember(
+            &agent("a1"),
+            RememberInput {
+                user_id: Some(user.clone()),
+                content: "The user drinks green tea.".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let calls = counting.take();
+    assert_eq!(agent_reads(&calls), 1, "remember: {calls:?}");
+    engine
+        .remember(
+            &agent("a1"),
+            RememberInput {
+                user_id: Some(user.clone()),
+                content: "The user walks the dog at seven.".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let calls = counting.take();
+    assert_eq!(agent_reads(&calls), 1, "second remember: {calls:?}");
+    assert!(
+        !calls.contains_key("ensure_embedding_space"),
+        "the space is read on every write: {calls:?}"
+    );
+    engine
+        .search(
+            &agent("a1"),
+            SearchInput {
+                query: "tea".into(),
+                user_id: Some(user.clone()),
+                sources: vec![SearchSource::Memories],
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let calls = counting.take();
+    assert_eq!(agent_reads(&calls), 1, "search: {calls:?}");
+    let conv = ConversationId::parse("c1").unwrap();
+    let msg = MessageInput {
+        role: MessageRole::User,
+        content: "hello".into(),
+        created_at: None,
+        tool_name: None,
+        tool_args: None,
+        tool_result: None,
+        turn_id: None,
+        metadata: None,
+    };
+    engine.append_messages(&agent("a1"), conv, Some(user), None, vec![msg]).await.unwrap();
+    let calls = counting.take();
+    assert_eq!(agent_reads(&calls), 1, "append: {calls:?}");
+}
+
+// ---- the wrapper: every method counted, then passed to the real store ----
+
+#[async_trait]
+impl MemoryStore for Counting {
+    async fn insert_memories(&self, tenant: &TenantId, rows: Vec<NewMemory>) -> Result<()> {
+        self.hit("insert_memories");
+        self.inner.insert_memories(tenant, rows).await
+    }
+    async fn get_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<Option<Memory>> {
+        self.hit("get_memory");
+        self.inner.get_memory(tenant, id).await
+    }
+    async fn get_memories(&self, tenant: &TenantId, ids: &[MemoryId]) -> Result<Vec<Memory>> {
+        self.hit("get_memories");
+        self.inner.get_memories(tenant, ids).await
+    }
+    async fn list_memories(
+        &self,
+        tenant: &TenantId,
+        filter: &MemoryFilter,
+        cursor: Option<MemoryId>,
+        limit: usize,
+    ) -> Result<MemoryPage> {
+        self.hit("list_memories");
+        self.inner.list_memories(tenant, filter, cursor, limit).await
+    }
+    async fn all_active(&self, tenant: &TenantId, filter: &MemoryFilter) -> Result<Vec<Memory>> {
+        self.hit("all_active");
+        self.inner.all_active(tenant, filter).await
+    }
+    async fn supersede(
+        &self,
+        tenant: &TenantId,
+        old: MemoryId,
+        new: Option<NewMemory>,
+        event: MemoryEvent,
+    ) -> Result<()> {
+        self.hit("supersede");
+        self.inner.supersede(tenant, old, new, event).await
+    }
+    async fn confirm_memory(
+        &self,
+        tenant: &TenantId,
+        id: MemoryId,
+        event: MemoryEvent,
+    ) -> Result<()> {
+        self.hit("confirm_memory");
+        self.inner.confirm_memory(tenant, id, event).await
+    }
+    async fn rate_memory(
+        &self,
+        tenant: &TenantId,
+        id: MemoryId,
+        delta: i64,
+        event: MemoryEvent,
+    ) -> Result<i64> {
+        self.hit("rate_memory");
+        self.inner.rate_memory(tenant, id, delta, event).await
+    }
+    async fn purge_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<()> {
+        self.hit("purge_memory");
+        self.inner.purge_memory(tenant, id).await
+    }
+    async fn history(
+        &self,
+        tenant: &TenantId,
+        id: MemoryId,
+    ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)> {
+        self.hit("history");
+        self.inner.history(tenant, id).await
+    }
+    async fn vector_search(
+        &self,
+        tenant: &TenantId,
+        filter: &MemoryFilter,
+        vector: &[f32],
+        k: usize,
+    ) -> Result<Vec<(MemoryId, f32)>> {
+        self.hit("vector_search");
+        self.inner.vector_search(tenant, filter, vector, k).await
+    }
+    async fn text_search(
+        &self,
+        tenant: &TenantId,
+        filter: &MemoryFilter,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<(MemoryId, f64)>> {
+        self.hit("text_search");
+        self.inner.text_search(tenant, filter, query, k).await
+    }
+    async fn touch_memories(
+        &self,
+        tenant: &TenantId,
+        ids: &[MemoryId],
+        at: OffsetDateTime,
+    ) -> Result<()> {
+        self.hit("touch_memories");
+        self.inner.touch_memories(tenant, ids, at).await
+    }
+    async fn find_profile(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        pool: Option<&str>,
+        key: &str,
+    ) -> Result<Option<Memory>> {
+        self.hit("find_profile");
+        self.inner.find_profile(tenant, user, pool, key).await
+    }
+    async fn record_recall(
+        &self,
+        tenant: &TenantId,
+        turn_id: &str,
+        ids: &[MemoryId],
+    ) -> Result<()> {
+        self.hit("record_recall");
+        self.inner.record_recall(tenant, turn_id, ids).await
+    }
+    async fn recalled(&self, tenant: &TenantId, turn_id: &str) -> Result<Vec<MemoryId>> {
+        self.hit("recalled");
+        self.inner.recalled(tenant, turn_id).await
+    }
+    async fn get_context_session(
+        &self,
+        tenant: &TenantId,
+        session_id: &str,
+        user: &UserId,
+        pool: Option<&str>,
+    ) -> Result<Option<ContextSession>> {
+        self.hit("get_context_session");
+        self.inner.get_context_session(tenant, session_id, user, pool).await
+    }
+    async fn put_context_session(&self, tenant: &TenantId, session: &ContextSession) -> Result<()> {
+        self.hit("put_context_session");
+        self.inner.put_context_session(tenant, session).await
+    }
+}
+
+#[async_trait]
+impl MessageStore for Counting {
+    async fn append_messages(
+        &self,
+        tenant: &TenantId,
+        messages: Vec<Message>,
+    ) -> Result<Vec<Message>> {
+        self.hit("append_messages");
+        self.inner.append_messages(tenant, messages).await
+    }
+    async fn list_messages(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<Message>> {
+        self.hit("list_messages");
+        self.inner.list_messages(tenant, conversation, after_seq, limit).await
+    }
+    async fn conversation_owner(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Option<(UserId, Option<AgentId>)>> {
+        self.hit("conversation_owner");
+        self.inner.conversation_owner(tenant, conversation).await
+    }
+    async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>> {
+        self.hit("get_message");
+        self.inner.get_message(tenant, id).await
+    }
+    async fn get_messages(&self, tenant: &TenantId, ids: &[MessageId]) -> Result<Vec<Message>> {
+        self.hit("get_messages");
+        self.inner.get_messages(tenant, ids).await
+    }
+    async fn rate_message(&self, tenant: &TenantId, id: MessageId, delta: i64) -> Result<i64> {
+        self.hit("rate_message");
+        self.inner.rate_message(tenant, id, delta).await
+    }
+    async fn text_search_messages(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<(MessageId, f64)>> {
+        self.hit("text_search_messages");
+        self.inner.text_search_messages(tenant, user, query, k).await
+    }
+    async fn messages_needing_vectors(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<(MessageId, i64)>> {
+        self.hit("messages_needing_vectors");
+        self.inner.messages_needing_vectors(tenant, conversation, model_id, limit).await
+    }
+    async fn conversations_needing_message_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<ConversationId>> {
+        self.hit("conversations_needing_message_vectors");
+        self.inner.conversations_needing_message_vectors(tenant, model_id, limit).await
+    }
+    async fn set_message_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        rows: Vec<(MessageId, Vec<f32>)>,
+    ) -> Result<()> {
+        self.hit("set_message_vectors");
+        self.inner.set_message_vectors(tenant, model_id, rows).await
+    }
+    async fn vector_search_messages(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        model_id: &str,
+        query: &[f32],
+        k: usize,
+    ) -> Result<Vec<(MessageId, f32)>> {
+        self.hit("vector_search_messages");
+        self.inner.vector_search_messages(tenant, user, model_id, query, k).await
+    }
+    async fn conversation_messages(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Vec<Message>> {
+        self.hit("conversation_messages");
+        self.inner.conversation_messages(tenant, conversation).await
+    }
+    async fn extraction_cursor(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Option<String>> {
+        self.hit("extraction_cursor");
+        self.inner.extraction_cursor(tenant, conversation).await
+    }
+    async fn rolling_summary(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<(Option<String>, i64)> {
+        self.hit("rolling_summary");
+        self.inner.rolling_summary(tenant, conversation).await
+    }
+    async fn set_rolling_summary(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        summary: &str,
+        user_turns: i64,
+    ) -> Result<()> {
+        self.hit("set_rolling_summary");
+        self.inner.set_rolling_summary(tenant, conversation, summary, user_turns).await
+    }
+    async fn apply_extraction(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        user: &UserId,
+        batch: ExtractionBatch,
+    ) -> Result<()> {
+        self.hit("apply_extraction");
+        self.inner.apply_extraction(tenant, conversation, user, batch).await
+    }
+    async fn set_message_content(
+        &self,
+        tenant: &TenantId,
+        id: MessageId,
+        content: &str,
+    ) -> Result<bool> {
+        self.hit("set_message_content");
+        self.inner.set_message_content(tenant, id, content).await
+    }
+}
+
+#[async_trait]
+impl JobStore for Counting {
+    async fn enqueue_job(&self, job: &Job) -> Result<bool> {
+        self.hit("enqueue_job");
+        self.inner.enqueue_job(job).await
+    }
+    async fn claim_job(
+        &self,
+        now: OffsetDateTime,
+        lease_until: OffsetDateTime,
+        kinds: &[JobKind],
+    ) -> Result<Option<Job>> {
+        self.hit("claim_job");
+        self.inner.claim_job(now, lease_until, kinds).await
+    }
+    async fn heartbeat_job(&self, id: &str, lease_until: OffsetDateTime) -> Result<()> {
+        self.hit("heartbeat_job");
+        self.inner.heartbeat_job(id, lease_until).await
+    }
+    async fn complete_job(&self, id: &str) -> Result<()> {
+        self.hit("complete_job");
+        self.inner.complete_job(id).await
+    }
+    async fn fail_job(
+        &self,
+        id: &str,
+        error: &str,
+        retry_at: Option<OffsetDateTime>,
+    ) -> Result<()> {
+        self.hit("fail_job");
+        self.inner.fail_job(id, error, retry_at).await
+    }
+    async fn list_jobs(
+        &self,
+        tenant: Option<&TenantId>,
+        status: Option<JobStatus>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        self.hit("list_jobs");
+        self.inner.list_jobs(tenant, status, limit).await
+    }
+    async fn retry_job(&self, tenant: Option<&TenantId>, id: &str) -> Result<()> {
+        self.hit("retry_job");
+        self.inner.retry_job(tenant, id).await
+    }
+}
+
+#[async_trait]
+impl AccessStore for Counting {
+    async fn create_api_key(&self, key: &ApiKey, secret_hash: &str) -> Result<()> {
+        self.hit("create_api_key");
+        self.inner.create_api_key(key, secret_hash).await
+    }
+    async fn list_api_keys(&self, tenant: Option<&TenantId>) -> Result<Vec<ApiKey>> {
+        self.hit("list_api_keys");
+        self.inner.list_api_keys(tenant).await
+    }
+    async fn revoke_api_key(&self, id: &str) -> Result<()> {
+        self.hit("revoke_api_key");
+        self.inner.revoke_api_key(id).await
+    }
+    async fn find_api_key(&self, secret_hash: &str) -> Result<Option<ApiKey>> {
+        self.hit("find_api_key");
+        self.inner.find_api_key(secret_hash).await
+    }
+    async fn count_active_api_keys(&self) -> Result<u64> {
+        self.hit("count_active_api_keys");
+        self.inner.count_active_api_keys().await
+    }
+    async fn get_agent(&self, tenant: &TenantId, id: &AgentId) -> Result<Option<Agent>> {
+        self.hit("get_agent");
+        self.inner.get_agent(tenant, id).await
+    }
+    async fn get_agents(&self, tenant: &TenantId, ids: &[AgentId]) -> Result<Vec<Agent>> {
+        self.hit("get_agents");
+        self.inner.get_agents(tenant, ids).await
+    }
+    async fn put_agent(&self, agent: &Agent) -> Result<()> {
+        self.hit("put_agent");
+        self.inner.put_agent(agent).await
+    }
+}
+
+#[async_trait]
+impl MaintenanceStore for Counting {
+    async fn embedding_space(&self) -> Result<Option<(String, usize)>> {
+        self.hit("embedding_space");
+        self.inner.embedding_space().await
+    }
+    async fn ensure_embedding_space(&self, model_id: &str, dims: usize) -> Result<()> {
+        self.hit("ensure_embedding_space");
+        self.inner.ensure_embedding_space(model_id, dims).await
+    }
+    async fn list_tenants(&self) -> Result<Vec<TenantId>> {
+        self.hit("list_tenants");
+        self.inner.list_tenants().await
+    }
+    async fn rows_needing_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<(MemoryId, String)>> {
+        self.hit("rows_needing_vectors");
+        self.inner.rows_needing_vectors(tenant, model_id, limit).await
+    }
+    async fn set_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        rows: Vec<(MemoryId, Vec<f32>)>,
+    ) -> Result<()> {
+        self.hit("set_vectors");
+        self.inner.set_vectors(tenant, model_id, rows).await
+    }
+    async fn reset_embedding_space(&self, model_id: &str, dims: usize) -> Result<()> {
+        self.hit("reset_embedding_space");
+        self.inner.reset_embedding_space(model_id, dims).await
+    }
+    async fn list_users(&self, tenant: &TenantId) -> Result<Vec<UserId>> {
+        self.hit("list_users");
+        self.inner.list_users(tenant).await
+    }
+    async fn erase_user(&self, tenant: &TenantId, user: &UserId) -> Result<EraseCounts> {
+        self.hit("erase_user");
+        self.inner.erase_user(tenant, user).await
+    }
+    async fn user_messages(&self, tenant: &TenantId, user: &UserId) -> Result<Vec<Message>> {
+        self.hit("user_messages");
+        self.inner.user_messages(tenant, user).await
+    }
+    async fn user_memories(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+    ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)> {
+        self.hit("user_memories");
+        self.inner.user_memories(tenant, user).await
+    }
+    async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {
+        self.hit("stats");
+        self.inner.stats(tenant).await
+    }
+    async fn backup(
+        &self,
+        scope: &BackupScope,
+        sink: &mut (dyn FnMut(BackupRow) -> Result<()> + Send),
+    ) -> Result<u64> {
+        self.hit("backup");
+        self.inner.backup(scope, sink).await
+    }
+    async fn restore(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()> {
+        self.hit("restore");
+        self.inner.restore(rows, state).await
+    }
+}

@@ -1,9 +1,10 @@
 //! The persistence contract.
 //!
-//! [`Store`] is implemented by `engram-store` (SQLite today, PostgreSQL next) and chosen once
-//! at start-up. Contract rules, which every implementation and the conformance suite share:
+//! [`Store`] is implemented by `engram-store` (SQLite, and PostgreSQL + pgvector) and chosen
+//! once at start-up. Contract rules, which every implementation and the conformance suite share:
 //!
-//! - **Tenant scoping.** Every method takes the tenant; nothing reads or writes across it.
+//! - **Tenant scoping.** Every method of a tenant's data takes the tenant; nothing reads or
+//!   writes across it. The tenant-global methods are named in the doc of [`Store`].
 //!   An id that exists in another tenant behaves exactly like an id that does not exist.
 //! - **Active rows by default.** Reads return rows with `superseded_at IS NULL` (and not
 //!   expired) unless a filter asks for superseded ones.

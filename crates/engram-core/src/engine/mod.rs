@@ -1,8 +1,8 @@
 //! The engine: one function per operation, the only entry point of every adapter.
 //!
-//! REST handlers, CLI commands and (later) MCP tools parse their input into the `*Input`
-//! types here, call an [`Engine`] method with the caller's [`Principal`], and render the
-//! result. Authorization by role (admin / agent / user key) happens here, once, so every
+//! REST handlers, MCP tools and CLI commands (through the binary's API layer) parse their
+//! input into the `*Input` types here, call an [`Engine`] method with the caller's
+//! [`Principal`], and render the result. Authorization by role (admin / agent / user key) happens here, once, so every
 //! adapter enforces the same rules:
 //!
 //! - `admin` sees the whole tenant;

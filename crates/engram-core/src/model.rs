@@ -501,6 +501,60 @@ impl Job {
             updated_at: now,
         }
     }
+
+    /// Extraction of a conversation: one pending per conversation (a running one does not
+    /// swallow the turn that arrives meanwhile), one running per conversation.
+    pub fn extract(tenant: &TenantId, user: &UserId, conversation: &ConversationId) -> Self {
+        let mut j = Self::conversation_job(tenant, user, JobKind::Extract, conversation);
+        j.dedup_key = Some(format!("extract:{conversation}"));
+        j.lock_key = Some(format!("conversation:{conversation}"));
+        j
+    }
+
+    /// The rolling summary of a conversation: one pending per conversation, and it holds the
+    /// conversation's lock like extraction, so it never runs beside an extraction (or another
+    /// summary) of the same conversation: extraction reads the summary it replaces.
+    pub fn summarize(tenant: &TenantId, user: &UserId, conversation: &ConversationId) -> Self {
+        let mut j = Self::conversation_job(tenant, user, JobKind::Summarize, conversation);
+        j.dedup_key = Some(format!("summarize:{conversation}"));
+        j.lock_key = Some(format!("conversation:{conversation}"));
+        j
+    }
+
+    /// Embedding a conversation's new messages: one pending and one running per
+    /// conversation, on a lock of its own (it may run beside extraction).
+    pub fn embed_messages(tenant: &TenantId, user: &UserId, conversation: &ConversationId) -> Self {
+        let mut j = Self::conversation_job(tenant, user, JobKind::EmbedMessages, conversation);
+        j.dedup_key = Some(format!("embed:{conversation}"));
+        j.lock_key = Some(format!("embed:{conversation}"));
+        j
+    }
+
+    /// Describing one tool-call message in a sentence: one pending per message.
+    pub fn synthesize_tool_call(tenant: &TenantId, user: &UserId, message: MessageId) -> Self {
+        let mut j = Self::new(
+            tenant.clone(),
+            Some(user.clone()),
+            JobKind::SynthesizeToolCall,
+            serde_json::json!({ "message_id": message.to_string() }),
+        );
+        j.dedup_key = Some(format!("tool:{message}"));
+        j
+    }
+
+    fn conversation_job(
+        tenant: &TenantId,
+        user: &UserId,
+        kind: JobKind,
+        conversation: &ConversationId,
+    ) -> Self {
+        Self::new(
+            tenant.clone(),
+            Some(user.clone()),
+            kind,
+            serde_json::json!({ "conversation_id": conversation.as_str() }),
+        )
+    }
 }
 
 /// How the automatic extractor is named in the audit trail.
@@ -514,5 +568,46 @@ pub fn actor_name(p: &Principal) -> String {
         KeyRole::Admin => "admin".to_string(),
         KeyRole::Agent(a) => format!("agent:{a}"),
         KeyRole::User(u) => format!("user:{u}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_keys_serialize_what_must_not_run_together() {
+        let t = TenantId::default_tenant();
+        let u = UserId::parse("u").unwrap();
+        let c = ConversationId::parse("c1").unwrap();
+        let extract = Job::extract(&t, &u, &c);
+        let summarize = Job::summarize(&t, &u, &c);
+        let embed = Job::embed_messages(&t, &u, &c);
+        let m = MessageId::new();
+        let tool = Job::synthesize_tool_call(&t, &u, m);
+        // Extraction and the summary it reads share the conversation's lock; embedding has
+        // its own and may run beside them.
+        assert_eq!(extract.lock_key.as_deref(), Some("conversation:c1"));
+        assert_eq!(summarize.lock_key, extract.lock_key);
+        assert_eq!(embed.lock_key.as_deref(), Some("embed:c1"));
+        assert_eq!(tool.lock_key, None);
+        // One pending job per conversation and kind, per message for tool calls.
+        let keys: Vec<Option<String>> =
+            [&extract, &summarize, &embed, &tool].iter().map(|j| j.dedup_key.clone()).collect();
+        assert_eq!(
+            keys,
+            [
+                Some("extract:c1".to_string()),
+                Some("summarize:c1".to_string()),
+                Some("embed:c1".to_string()),
+                Some(format!("tool:{m}")),
+            ]
+        );
+        assert_eq!(extract.payload, serde_json::json!({ "conversation_id": "c1" }));
+        assert_eq!(tool.payload, serde_json::json!({ "message_id": m.to_string() }));
+        for j in [&extract, &summarize, &embed, &tool] {
+            assert_eq!((j.status, j.attempts, j.max_attempts), (JobStatus::Pending, 0, 3));
+            assert_eq!(j.user_id.as_ref(), Some(&u));
+        }
     }
 }

@@ -3,8 +3,8 @@
 
 use crate::error::{Error, Result};
 use crate::model::{
-    Agent, AgentId, ConversationId, EventKind, Job, JobKind, MemoryId, Message, MessageId,
-    MessageRole, Principal, TenantId, UserId, default_pool,
+    Agent, AgentId, ConversationId, EventKind, Job, MemoryId, Message, MessageId, MessageRole,
+    Principal, TenantId, UserId, default_pool,
 };
 use crate::pipeline::extract::{ExtractionMode, MemoryPolicy, resume_index};
 
@@ -124,14 +124,7 @@ impl Engine {
             return Ok(());
         }
         for m in stored.iter().filter(|m| m.tool_name.is_some() && m.content.is_empty()) {
-            let mut job = Job::new(
-                tenant.clone(),
-                Some(user.clone()),
-                JobKind::SynthesizeToolCall,
-                serde_json::json!({ "message_id": m.id.to_string() }),
-            );
-            job.dedup_key = Some(format!("tool:{}", m.id));
-            self.svc.store.enqueue_job(&job).await?;
+            self.svc.store.enqueue_job(&Job::synthesize_tool_call(tenant, user, m.id)).await?;
         }
         let policy = MemoryPolicy::of(writer, self.svc.cfg.dedup_threshold);
         if !policy.memory_enabled {
@@ -185,15 +178,7 @@ impl Engine {
         user: &UserId,
         conversation: &ConversationId,
     ) -> Result<bool> {
-        let mut job = Job::new(
-            tenant.clone(),
-            Some(user.clone()),
-            JobKind::Extract,
-            serde_json::json!({ "conversation_id": conversation.as_str() }),
-        );
-        job.dedup_key = Some(format!("extract:{conversation}"));
-        job.lock_key = Some(format!("conversation:{conversation}"));
-        self.svc.store.enqueue_job(&job).await
+        self.svc.store.enqueue_job(&Job::extract(tenant, user, conversation)).await
     }
 
     /// Enqueue tool-call synthesis for every old tool-call message with empty content
@@ -209,13 +194,7 @@ impl Engine {
         for user in self.svc.store.list_users(&p.tenant).await? {
             for m in self.svc.store.user_messages(&p.tenant, &user).await? {
                 if m.tool_name.is_some() && m.content.is_empty() {
-                    let mut job = Job::new(
-                        p.tenant.clone(),
-                        Some(user.clone()),
-                        JobKind::SynthesizeToolCall,
-                        serde_json::json!({ "message_id": m.id.to_string() }),
-                    );
-                    job.dedup_key = Some(format!("tool:{}", m.id));
+                    let job = Job::synthesize_tool_call(&p.tenant, &user, m.id);
                     if self.svc.store.enqueue_job(&job).await? {
                         n += 1;
                     }

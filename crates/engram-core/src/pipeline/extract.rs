@@ -627,14 +627,7 @@ impl Services {
         user: &UserId,
         conv: &ConversationId,
     ) -> Result<(), Error> {
-        let mut job = Job::new(
-            tenant.clone(),
-            Some(user.clone()),
-            JobKind::Summarize,
-            serde_json::json!({ "conversation_id": conv.as_str() }),
-        );
-        job.dedup_key = Some(format!("summarize:{conv}"));
-        self.store().enqueue_job(&job).await.map(|_| ())
+        self.store().enqueue_job(&Job::summarize(tenant, user, conv)).await.map(|_| ())
     }
 
     /// Regenerate a conversation's rolling summary from its recent messages.

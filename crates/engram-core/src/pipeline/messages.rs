@@ -24,7 +24,7 @@ use std::sync::Arc;
 use crate::embed::Embedder;
 use crate::error::JobError;
 use crate::error::{Error, Result};
-use crate::model::{ConversationId, Job, JobKind, Message, TenantId, UserId};
+use crate::model::{ConversationId, Job, Message, TenantId, UserId};
 use crate::services::Services;
 use crate::store::Store;
 
@@ -115,15 +115,7 @@ impl Services {
         user: &UserId,
         conversation: &ConversationId,
     ) -> Result<()> {
-        let mut job = Job::new(
-            tenant.clone(),
-            Some(user.clone()),
-            JobKind::EmbedMessages,
-            serde_json::json!({ "conversation_id": conversation.as_str() }),
-        );
-        job.dedup_key = Some(format!("embed:{conversation}"));
-        job.lock_key = Some(format!("embed:{conversation}"));
-        self.store.enqueue_job(&job).await?;
+        self.store.enqueue_job(&Job::embed_messages(tenant, user, conversation)).await?;
         Ok(())
     }
 

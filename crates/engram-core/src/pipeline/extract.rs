@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
+use super::consolidate;
 use super::parse::{self, Candidate, Judgement};
 use super::pii::{self, Filtered, PiiPolicy};
 use super::prompts;
@@ -523,25 +524,9 @@ impl Services {
         let mut judgements: HashMap<usize, Judgement> = HashMap::new();
         let mut short_ids: Vec<MemoryId> = Vec::new();
         if !to_judge.is_empty() {
-            let mut prompt = String::new();
-            for (n, (i, neighbours)) in to_judge.iter().enumerate() {
-                prompt.push_str(&format!(
-                    "NEW FACT {}: {}\nEXISTING FACTS:\n",
-                    n + 1,
-                    kept[*i].content
-                ));
-                for (id, content) in neighbours {
-                    let short = match short_ids.iter().position(|s| s == id) {
-                        Some(p) => p + 1,
-                        None => {
-                            short_ids.push(*id);
-                            short_ids.len()
-                        }
-                    };
-                    prompt.push_str(&format!("[{short}] {content}\n"));
-                }
-                prompt.push('\n');
-            }
+            let contents: Vec<String> = kept.iter().map(|c| c.content.clone()).collect();
+            let (prompt, ids) = consolidate::prompt(&to_judge, &contents);
+            short_ids = ids;
             let req = ChatRequest {
                 tier: Tier::Main,
                 model: policy.model.clone(),
@@ -561,56 +546,40 @@ impl Services {
                 judgements.insert(to_judge[n].0, j);
             }
         }
-        let mut touched: Vec<MemoryId> = Vec::new();
-        for i in accepted {
-            let c = &kept[i];
-            let vector = vectors[i].clone();
-            match judgements.get(&i).copied().unwrap_or(Judgement::Add) {
-                Judgement::Add => {
-                    let m = new_memory(c);
-                    let ev = event(m.id, EventKind::Created, None);
-                    batch.adds.push(NewMemory {
-                        memory: m,
-                        vector: Some(vector),
-                        events: vec![ev],
-                    });
-                    report.added += 1;
-                }
-                Judgement::Update(short) => {
-                    let old = short_ids[short - 1];
-                    if touched.contains(&old) {
-                        continue;
-                    }
-                    touched.push(old);
-                    let m = new_memory(c);
-                    let new_ev = event(m.id, EventKind::Created, Some(old));
-                    let old_ev = event(old, EventKind::Superseded, Some(m.id));
-                    batch.supersedes.push((
-                        old,
-                        Some(NewMemory { memory: m, vector: Some(vector), events: vec![new_ev] }),
-                        old_ev,
-                    ));
-                    report.updated += 1;
-                }
-                Judgement::Delete(short) => {
-                    let old = short_ids[short - 1];
-                    if touched.contains(&old) {
-                        continue;
-                    }
-                    touched.push(old);
-                    batch.supersedes.push((old, None, event(old, EventKind::Forgotten, None)));
-                    report.deleted += 1;
-                }
-                Judgement::None(short) => {
-                    if let Some(s) = short {
-                        let id = short_ids[s - 1];
-                        if !batch.confirms.iter().any(|(c, _)| *c == id) && !touched.contains(&id) {
-                            batch.confirms.push((id, event(id, EventKind::Confirmed, None)));
-                            report.confirmed += 1;
-                        }
-                    }
-                }
-            }
+        let confirmed: Vec<MemoryId> = batch.confirms.iter().map(|(id, _)| *id).collect();
+        let plan = consolidate::plan(&accepted, &judgements, &short_ids, &confirmed);
+        for i in plan.adds {
+            let m = new_memory(&kept[i]);
+            let ev = event(m.id, EventKind::Created, None);
+            batch.adds.push(NewMemory {
+                memory: m,
+                vector: Some(vectors[i].clone()),
+                events: vec![ev],
+            });
+            report.added += 1;
+        }
+        for (i, old) in plan.updates {
+            let m = new_memory(&kept[i]);
+            let new_ev = event(m.id, EventKind::Created, Some(old));
+            let old_ev = event(old, EventKind::Superseded, Some(m.id));
+            batch.supersedes.push((
+                old,
+                Some(NewMemory {
+                    memory: m,
+                    vector: Some(vectors[i].clone()),
+                    events: vec![new_ev],
+                }),
+                old_ev,
+            ));
+            report.updated += 1;
+        }
+        for old in plan.deletes {
+            batch.supersedes.push((old, None, event(old, EventKind::Forgotten, None)));
+            report.deleted += 1;
+        }
+        for id in plan.confirms {
+            batch.confirms.push((id, event(id, EventKind::Confirmed, None)));
+            report.confirmed += 1;
         }
         self.metrics().observe_stage("consolidate", t.elapsed(), true);
         // ---- persist (one transaction, cursor included)

@@ -410,7 +410,7 @@ async fn breakdown(
     let tenant = TenantId::default_tenant();
     let filter = MemoryFilter { user_id: Some(user.clone()), ..Default::default() };
     let n = engine.config().candidates.max(limit);
-    let (store, embedder) = (engine.store(), engine.embedder());
+    let (store, embedder) = (engine.services().store(), engine.embedder());
     let names = ["embed query", "vector search", "text search", "load candidates", "touch hits"];
     let mut times: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
     for q in queries {
@@ -471,7 +471,7 @@ async fn recall(
     if let Some(ef) = ef_search {
         hnsw.set_hnsw_ef_search(ef);
     }
-    let served = engine.store();
+    let served = engine.services().store();
     let tenant = TenantId::default_tenant();
     let filter = MemoryFilter { user_id: Some(user.clone()), ..Default::default() };
     let (mut rs, mut rh) = (0.0, 0.0);
@@ -714,8 +714,7 @@ async fn fill_table(
         return Ok((fill_engine(engine, facts, users, row_users, a.fill_batch).await?, None));
     };
     let pool = sqlx::PgPool::connect(url).await?;
-    let embedder = engine.embedder();
-    engine.store().ensure_embedding_space(embedder.model_id(), embedder.dims()).await?;
+    engine.services().ensure_space().await?;
     let t = Instant::now();
     if !a.keep_index {
         for ix in hnsw_indexes(&pool).await? {

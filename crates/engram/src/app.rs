@@ -136,8 +136,8 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     let listen = settings.listen_addr()?;
     let engine = engine(&settings).await?;
     let loopback = listen.ip().is_loopback();
-    let keys = engine.store().count_active_api_keys().await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    if !loopback && keys == 0 {
+    let keys_exist = engine.keys_exist().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !loopback && !keys_exist {
         bail!(
             "refusing to listen on {listen} without API keys: local mode (no keys) is for loopback only. \
              Create a key with `engram keys create --tenant <t> --role admin`, or listen on 127.0.0.1"
@@ -151,7 +151,7 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         store = %settings.database_url.as_ref().map_or_else(|| settings.data_dir.display().to_string(), |_| "postgres".to_string()),
         embedder = engine.embedder().model_id(),
         llm = engine.llm().map_or_else(|| "none (extraction off)".to_string(), |l| l.describe()),
-        mode = if keys == 0 { "local (no API keys: tenant 'default', loopback only)" } else { "API keys" },
+        mode = if !keys_exist { "local (no API keys: tenant 'default', loopback only)" } else { "API keys" },
         "engram listening"
     );
     let shutdown = CancellationToken::new();

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::{Parser, Subcommand, ValueEnum};
-use engram_core::engine::{Engine, ListInput, RememberInput, SearchInput};
+use engram_core::engine::{Engine, ListInput, Operator, RememberInput, SearchInput};
 use engram_core::model::{
     AgentId, Category, Importance, JobStatus, KeyRole, Kind, MemoryId, Principal, TenantId, UserId,
 };
@@ -253,15 +253,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let engine = open(&cli.common).await?;
             let principal = match key {
                 None => admin(&tenant)?,
-                Some(secret) => {
-                    let k = engine
-                        .store()
-                        .find_api_key(&crate::keys::hash(secret.trim()))
-                        .await
-                        .map_err(err)?
-                        .ok_or_else(|| anyhow::anyhow!("unknown or revoked API key (--key)"))?;
-                    Principal { tenant: k.tenant, role: k.role }
-                }
+                Some(secret) => engine
+                    .principal_for_key(&crate::keys::hash(secret.trim()))
+                    .await
+                    .map_err(err)?
+                    .ok_or_else(|| anyhow::anyhow!("unknown or revoked API key (--key)"))?,
             };
             crate::mcp::serve_stdio(engine, principal).await
         }
@@ -410,12 +406,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 async fn jobs(common: &CommonArgs, j: JobsCommand) -> anyhow::Result<()> {
     let settings = Settings::resolve(common, &ServeArgs::default())?;
     crate::app::require_existing_store(&settings)?;
-    let store = crate::app::store(&settings).await?;
+    let ops = Operator::new(crate::app::store(&settings).await?);
     match j {
         JobsCommand::List { status, tenant, limit, json } => {
             let status = status.as_deref().map(JobStatus::parse).transpose().map_err(err)?;
             let tenant = tenant.map(TenantId::parse).transpose().map_err(err)?;
-            let list = store.list_jobs(tenant.as_ref(), status, limit).await.map_err(err)?;
+            let list = ops.list_jobs(tenant.as_ref(), status, limit).await.map_err(err)?;
             let rows: Vec<serde_json::Value> = list
                 .iter()
                 .map(|j| {
@@ -443,7 +439,7 @@ async fn jobs(common: &CommonArgs, j: JobsCommand) -> anyhow::Result<()> {
             Ok(())
         }
         JobsCommand::Retry { id } => {
-            store.retry_job(None, &id).await.map_err(err)?;
+            ops.retry_job(&id).await.map_err(err)?;
             println!("job {id} queued again");
             Ok(())
         }
@@ -455,7 +451,7 @@ async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
     if !matches!(k, KeysCommand::Create { .. }) {
         crate::app::require_existing_store(&settings)?;
     }
-    let store = crate::app::store(&settings).await?;
+    let ops = Operator::new(crate::app::store(&settings).await?);
     match k {
         KeysCommand::Create { tenant, role, agent, user, json } => {
             let tenant = TenantId::parse(tenant).map_err(err)?;
@@ -467,8 +463,7 @@ async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
                 (RoleArg::Agent, _, _) => bail!("an agent key needs --agent (and no --user)"),
                 (RoleArg::User, _, _) => bail!("a user key needs --user (and no --agent)"),
             };
-            let (key, secret) =
-                crate::keys::create(store.as_ref(), tenant, role).await.map_err(err)?;
+            let (key, secret) = crate::keys::create(&ops, tenant, role).await.map_err(err)?;
             if json {
                 print_json(
                     &serde_json::json!({ "id": key.id, "tenant": key.tenant.to_string(), "key": secret }),
@@ -484,7 +479,7 @@ async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
         }
         KeysCommand::List { tenant, json } => {
             let tenant = tenant.map(TenantId::parse).transpose().map_err(err)?;
-            let list = store.list_api_keys(tenant.as_ref()).await.map_err(err)?;
+            let list = ops.list_keys(tenant.as_ref()).await.map_err(err)?;
             let rows: Vec<serde_json::Value> = list.iter().map(key_json).collect();
             if json {
                 return print_json(&rows);
@@ -503,7 +498,7 @@ async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
             Ok(())
         }
         KeysCommand::Revoke { id } => {
-            store.revoke_api_key(&id).await.map_err(err)?;
+            ops.revoke_key(&id).await.map_err(err)?;
             println!("revoked {id}");
             Ok(())
         }

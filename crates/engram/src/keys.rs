@@ -1,8 +1,9 @@
 //! API keys: generation (printed once), hashing (SHA-256: keys are 238-bit random strings, so
 //! a slow password hash buys nothing), and the `engram keys` operations.
 
+use engram_core::engine::Operator;
 use engram_core::model::{KeyRole, TenantId};
-use engram_core::store::{ApiKey, Store};
+use engram_core::store::ApiKey;
 use rand::Rng;
 use sha2::{Digest, Sha256};
 
@@ -15,7 +16,7 @@ pub fn hash(secret: &str) -> String {
 
 /// Create a key; returns its record and the secret (shown once, never stored).
 pub async fn create(
-    store: &dyn Store,
+    operator: &Operator,
     tenant: TenantId,
     role: KeyRole,
 ) -> engram_core::Result<(ApiKey, String)> {
@@ -32,6 +33,6 @@ pub async fn create(
         created_at: engram_core::model::now(),
         revoked_at: None,
     };
-    store.create_api_key(&key, &hash(&secret)).await?;
+    operator.create_key(&key, &hash(&secret)).await?;
     Ok((key, secret))
 }

@@ -25,6 +25,7 @@ use crate::model::MemoryEvent;
 use crate::pipeline::pii::PiiKind;
 use crate::store::Store;
 
+mod access;
 mod admin;
 mod backup;
 mod context;
@@ -39,6 +40,7 @@ mod types;
 pub use crate::model::{actor_name, actor_name_system};
 pub use crate::services::EngineConfig;
 pub use crate::services::Services;
+pub use access::Operator;
 use scope::{View, ViewKey};
 pub use types::*;
 
@@ -88,17 +90,14 @@ impl Engine {
         self.svc.llm.as_ref()
     }
 
-    /// The services, for the worker loop ([`crate::jobs::run_workers`]).
+    /// The services, for the worker loop ([`crate::jobs::run_workers`]) and benchmarks that
+    /// time a store call alone. Adapters go through the engine's operations instead.
     pub fn services(&self) -> &Services {
         &self.svc
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.svc.metrics
-    }
-
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.svc.store
     }
 
     pub fn embedder(&self) -> &Arc<dyn Embedder> {

@@ -95,14 +95,7 @@ pub fn bearer_secret<B>(req: &axum::http::Request<B>) -> Option<&str> {
     parse_bearer(h)
 }
 
-/// `Bearer <secret>` → the secret; the scheme is case-insensitive (RFC 9110 §11.1).
-pub fn parse_bearer(h: &str) -> Option<&str> {
-    h.trim_start()
-        .split_once(' ')
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, k)| k.trim())
-        .filter(|s| !s.is_empty())
-}
+pub use crate::api::auth::parse_bearer;
 
 /// The answer to a request shed because the server is at `max_concurrent_requests`.
 pub async fn overloaded(_: tower::BoxError) -> Response {

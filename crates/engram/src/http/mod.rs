@@ -30,8 +30,8 @@ use engram_core::engine::Engine;
 use engram_core::model::{KeyRole, Principal, TenantId};
 use utoipa::OpenApi;
 
+use crate::api::auth::Caller;
 use crate::api::dto;
-use crate::keys;
 use error::ApiError;
 
 /// State shared by every handler.
@@ -56,31 +56,16 @@ impl FromRequestParts<Arc<AppState>> for Auth {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
-        let header = parts.headers.get(axum::http::header::AUTHORIZATION);
-        let store = state.engine.store();
-        match header {
-            Some(h) => {
-                let h = h.to_str().map_err(|_| {
-                    ApiError::new(ErrorCode::Unauthorized, "malformed Authorization header")
-                })?;
-                let Some(secret) = limits::parse_bearer(h) else {
-                    return Err(ApiError::new(
-                        ErrorCode::Unauthorized,
-                        "expected 'Authorization: Bearer <key>'",
-                    ));
-                };
-                let Some(key) = store.find_api_key(&keys::hash(secret)).await? else {
-                    // Made-up keys each have a fresh budget: charge the client address too.
-                    state.limits.charge_address(parts)?;
-                    return Err(ApiError::new(
-                        ErrorCode::Unauthorized,
-                        "unknown or revoked API key",
-                    ));
-                };
-                Ok(Auth(Principal { tenant: key.tenant, role: key.role }))
+        let header = parts.headers.get(axum::http::header::AUTHORIZATION).map(|h| h.as_bytes());
+        match crate::api::auth::identify(&state.engine, header).await? {
+            Caller::Key(p) => Ok(Auth(p)),
+            Caller::UnknownKey => {
+                // Made-up keys each have a fresh budget: charge the client address too.
+                state.limits.charge_address(parts)?;
+                Err(ApiError::new(ErrorCode::Unauthorized, "unknown or revoked API key"))
             }
-            None => {
-                if state.loopback && store.count_active_api_keys().await? == 0 {
+            Caller::NoKey => {
+                if state.loopback && !state.engine.keys_exist().await? {
                     check_local_request(parts)?;
                     Ok(Auth(Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin }))
                 } else {
@@ -178,7 +163,7 @@ impl utoipa::Modify for SecurityAddon {
 /// Liveness: 200 when the server can reach its store.
 #[utoipa::path(get, path = "/healthz", responses((status = 200, description = "ok")))]
 pub async fn healthz(State(st): State<Arc<AppState>>) -> Result<Json<serde_json::Value>, ApiError> {
-    st.engine.store().count_active_api_keys().await?;
+    st.engine.health().await?;
     Ok(Json(serde_json::json!({ "status": "ok" })))
 }
 

@@ -36,7 +36,7 @@
 //! session with another key is refused before it reaches the session.
 
 use engram_core::engine::{
-    ContextInput, Engine, ListInput, RememberInput, SearchInput, SearchMode,
+    ContextInput, Engine, ListInput, RelateInput, RememberInput, SearchInput, SearchMode,
 };
 use engram_core::model::{
     AgentId, Category, ConversationId, Importance, Kind, MemoryId, Principal, UserId,
@@ -119,7 +119,7 @@ impl McpServer {
             "memory_stats" => {
                 let _: StatsArgs = parse(args)?;
                 let s = self.engine.stats(p).await?;
-                Ok(Outcome::json(to_value(crate::api::dto::stats_dto(&self.engine, s))?))
+                Ok(Outcome::json(to_value(crate::api::dto::StatsDto::from(s))?))
             }
             other => Err(Error::not_found(format!("tool '{other}'"))),
         }
@@ -388,28 +388,6 @@ impl McpServer {
         let agent_id = a.agent_id.map(AgentId::parse).transpose()?;
         let kinds = a.kind.as_deref().map(Kind::parse).transpose()?.map(|k| vec![k]);
         let categories = a.category.as_deref().map(Category::parse).transpose()?.map(|c| vec![c]);
-        let limit = a.limit.unwrap_or(20);
-        if let Some(query) = a.query.filter(|q| !q.trim().is_empty()) {
-            if a.cursor.is_some() || a.include_superseded == Some(true) {
-                return Err(Error::invalid(
-                    "query",
-                    "query gives one page of the best active matches: it takes neither cursor nor include_superseded",
-                ));
-            }
-            let input = SearchInput {
-                query,
-                user_id,
-                agent_id,
-                kinds,
-                categories,
-                limit,
-                ..Default::default()
-            };
-            let hits = self.engine.search(p, input).await?;
-            let memories: Vec<MemoryDto> =
-                hits.iter().filter_map(|h| SearchResultDto::from_hit(h, false).memory).collect();
-            return Ok(Outcome::json(json!({ "memories": memories, "next_cursor": null })));
-        }
         let input = ListInput {
             user_id,
             agent_id,
@@ -417,9 +395,9 @@ impl McpServer {
             categories,
             include_superseded: a.include_superseded.unwrap_or(false),
             cursor: a.cursor.as_deref().map(MemoryId::parse).transpose()?,
-            limit,
+            limit: a.limit.unwrap_or(20),
         };
-        let page = self.engine.list(p, input).await?;
+        let page = self.engine.find(p, input, a.query).await?;
         let memories: Vec<MemoryDto> = page.memories.iter().map(Into::into).collect();
         Ok(Outcome::json(json!({
             "memories": memories,
@@ -439,62 +417,22 @@ impl McpServer {
                 "give from, label, to and user_id to record a relation, or memory_id to find related facts",
             )),
             (Some(id), false) => {
-                let id = MemoryId::parse(id)?;
-                let m = self.engine.get(p, id).await?;
-                let input = SearchInput {
-                    query: m.content.clone(),
-                    user_id: Some(m.user_id.clone()),
-                    limit: a.limit.unwrap_or(5).saturating_add(1),
-                    ..Default::default()
-                };
-                let mut related: Vec<SearchResultDto> = self
-                    .engine
-                    .search(p, input)
-                    .await?
-                    .iter()
-                    .map(|h| SearchResultDto::from_hit(h, false))
-                    .filter(|r| r.memory.as_ref().is_none_or(|x| x.id != m.id.to_string()))
-                    .collect();
-                related.truncate(a.limit.unwrap_or(5));
+                let (m, hits) =
+                    self.engine.related(p, MemoryId::parse(id)?, a.limit.unwrap_or(5)).await?;
+                let related: Vec<SearchResultDto> =
+                    hits.iter().map(|h| SearchResultDto::from_hit(h, false)).collect();
                 Ok(Outcome::json(json!({ "memory": MemoryDto::from(&m), "related": related })))
             }
             (None, true) => {
-                let part = |v: Option<String>, field: &str| -> Result<String> {
-                    let v = v.map(|s| s.trim().to_string()).unwrap_or_default();
-                    if v.is_empty() {
-                        return Err(Error::invalid(
-                            field,
-                            format!("{field} is required to record a relation"),
-                        ));
-                    }
-                    Ok(v)
-                };
-                let from = part(a.from, "from")?;
-                let label = part(a.label, "label")?;
-                let to = part(a.to, "to")?;
-                let user = a.user_id.ok_or_else(|| {
-                    Error::invalid("user_id", "user_id is required to record a relation")
-                })?;
-                let mut content = format!("{from} {label} {to}");
-                if !content.ends_with(['.', '!', '?']) {
-                    content.push('.');
-                }
-                let input = RememberInput {
-                    user_id: Some(UserId::parse(user)?),
+                let input = RelateInput {
+                    from: a.from.unwrap_or_default(),
+                    label: a.label.unwrap_or_default(),
+                    to: a.to.unwrap_or_default(),
+                    user_id: a.user_id.map(UserId::parse).transpose()?,
                     agent_id: a.agent_id.map(AgentId::parse).transpose()?,
-                    category: Category::Relationship,
-                    importance: a
-                        .importance
-                        .map(Importance::parse)
-                        .transpose()?
-                        .unwrap_or_default(),
-                    content,
-                    metadata: Some(
-                        json!({ "relation": { "from": from, "label": label, "to": to } }),
-                    ),
-                    ..Default::default()
+                    importance: a.importance.map(Importance::parse).transpose()?,
                 };
-                let r = self.engine.remember(p, input).await?;
+                let r = self.engine.relate(p, input).await?;
                 Ok(Outcome::json(json!(crate::api::dto::Created::from(&r))))
             }
         }

@@ -3,9 +3,9 @@
 use crate::error::{Error, Result};
 use crate::model::{Agent, AgentId, KeyRole, Principal, UserId};
 use crate::pipeline::extract::MemoryPolicy;
-use crate::store::{EraseCounts, StoreStats};
+use crate::store::EraseCounts;
 
-use super::{AgentInput, Engine, UserExport};
+use super::{AgentInput, Engine, Stats, UserExport};
 
 impl Engine {
     /// An agent's settings: for admin keys and for the agent's own key. A user key (an
@@ -83,8 +83,27 @@ impl Engine {
         })
     }
 
-    pub async fn stats(&self, p: &Principal) -> Result<StoreStats> {
+    pub async fn stats(&self, p: &Principal) -> Result<Stats> {
         Self::require_admin(p, "stats")?;
-        self.svc.store.stats(&p.tenant).await
+        let s = self.svc.store.stats(&p.tenant).await?;
+        let share = |part: u64, all: u64| if all == 0 { 1.0 } else { part as f64 / all as f64 };
+        let finished = s.extractions_done + s.extractions_failed;
+        let llm = self.svc.llm.as_ref();
+        Ok(Stats {
+            embedder: self.svc.embedder.model_id().to_string(),
+            embedder_dims: self.svc.embedder.dims(),
+            embedding_coverage: share(s.memories_with_vector, s.memories_active),
+            message_embedding_coverage: share(s.messages_with_vector, s.messages),
+            extraction_enabled: llm.is_some(),
+            llm: llm.map_or_else(
+                || {
+                    "off: no LLM configured (set ENGRAM_LLM_PROVIDER and ENGRAM_LLM_MODEL)"
+                        .to_string()
+                },
+                |l| l.describe(),
+            ),
+            extraction_health: (finished > 0).then(|| s.extractions_done as f64 / finished as f64),
+            store: s,
+        })
     }
 }

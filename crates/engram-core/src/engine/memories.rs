@@ -200,5 +200,43 @@ impl Engine {
         Ok(page)
     }
 
+    /// A list, or with a query, one page of the best active matches (the MCP
+    /// `list_memories` tool): a query takes neither a cursor nor superseded rows.
+    pub async fn find(
+        &self,
+        p: &Principal,
+        input: ListInput,
+        query: Option<String>,
+    ) -> Result<MemoryPage> {
+        let Some(query) = query.filter(|q| !q.trim().is_empty()) else {
+            return self.list(p, input).await;
+        };
+        if input.cursor.is_some() || input.include_superseded {
+            return Err(Error::invalid(
+                "query",
+                "query gives one page of the best active matches: it takes neither cursor nor include_superseded",
+            ));
+        }
+        let search = super::SearchInput {
+            query,
+            user_id: input.user_id,
+            agent_id: input.agent_id,
+            kinds: input.kinds,
+            categories: input.categories,
+            limit: input.limit,
+            ..Default::default()
+        };
+        let memories = self
+            .search(p, search)
+            .await?
+            .into_iter()
+            .filter_map(|h| match h {
+                super::Hit::Memory { memory, .. } => Some(memory),
+                super::Hit::Message { .. } => None,
+            })
+            .collect();
+        Ok(MemoryPage { memories, next_cursor: None })
+    }
+
     // ------------------------------------------------------------------ reads
 }

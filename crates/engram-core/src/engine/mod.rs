@@ -32,6 +32,7 @@ mod context;
 mod conversations;
 mod memories;
 mod reembed;
+mod relations;
 mod remember;
 mod scope;
 mod search;

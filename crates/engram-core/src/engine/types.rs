@@ -227,6 +227,36 @@ pub struct ListInput {
     pub limit: usize,
 }
 
+/// A tenant's statistics with the figures derived from them.
+#[derive(Debug, Clone)]
+pub struct Stats {
+    pub store: crate::store::StoreStats,
+    /// The embedder's model id and dimensions.
+    pub embedder: String,
+    pub embedder_dims: usize,
+    /// Share of active facts with a vector (1.0 when there are none).
+    pub embedding_coverage: f64,
+    /// Share of transcript messages with a vector (1.0 when there are none).
+    pub message_embedding_coverage: f64,
+    /// An LLM is configured: automatic extraction runs.
+    pub extraction_enabled: bool,
+    /// The LLM, or why extraction is off.
+    pub llm: String,
+    /// Extraction jobs done / (done + failed for good); None before the first one.
+    pub extraction_health: Option<f64>,
+}
+
+/// A relation to record: `from label to` ("Maya" "is the sister of" "the user").
+#[derive(Debug, Clone)]
+pub struct RelateInput {
+    pub from: String,
+    pub label: String,
+    pub to: String,
+    pub user_id: Option<UserId>,
+    pub agent_id: Option<AgentId>,
+    pub importance: Option<Importance>,
+}
+
 /// Agent settings as given by a client.
 #[derive(Debug, Clone)]
 pub struct AgentInput {

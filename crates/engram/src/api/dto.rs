@@ -510,39 +510,22 @@ impl From<&engram_core::engine::Remembered> for Created {
     }
 }
 
-/// The stats as `/v1/stats` (and the MCP tool `memory_stats`) show them.
-pub fn stats_dto(
-    engine: &engram_core::engine::Engine,
-    s: engram_core::store::StoreStats,
-) -> StatsDto {
-    let llm = engine.llm();
-    let finished = s.extractions_done + s.extractions_failed;
-    let coverage = if s.memories_active == 0 {
-        1.0
-    } else {
-        s.memories_with_vector as f64 / s.memories_active as f64
-    };
-    let message_coverage =
-        if s.messages == 0 { 1.0 } else { s.messages_with_vector as f64 / s.messages as f64 };
-    StatsDto {
-        message_embedding_coverage: message_coverage,
-        embedder: engine.embedder().model_id().to_string(),
-        embedder_dims: engine.embedder().dims(),
-        embedding_coverage: coverage,
-        extraction: ExtractionStats {
-            enabled: llm.is_some(),
-            llm: llm.map_or_else(
-                || {
-                    "off: no LLM configured (set ENGRAM_LLM_PROVIDER and ENGRAM_LLM_MODEL)"
-                        .to_string()
-                },
-                |l| l.describe(),
-            ),
-            health: (finished > 0).then(|| s.extractions_done as f64 / finished as f64),
-            failed: s.extractions_failed,
-            pending: s.jobs_pending,
-        },
-        store: s,
+impl From<engram_core::engine::Stats> for StatsDto {
+    fn from(s: engram_core::engine::Stats) -> Self {
+        StatsDto {
+            embedder: s.embedder,
+            embedder_dims: s.embedder_dims,
+            embedding_coverage: s.embedding_coverage,
+            message_embedding_coverage: s.message_embedding_coverage,
+            extraction: ExtractionStats {
+                enabled: s.extraction_enabled,
+                llm: s.llm,
+                health: s.extraction_health,
+                failed: s.store.extractions_failed,
+                pending: s.store.jobs_pending,
+            },
+            store: s.store,
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiJson, ApiPath, ApiResult, ErrorBody};
 use super::{AppState, Auth};
-use crate::api::dto::{AgentDto, EventDto, MemoryDto, MessageDto, StatsDto, stats_dto};
+use crate::api::dto::{AgentDto, EventDto, MemoryDto, MessageDto, StatsDto};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -121,5 +121,5 @@ pub async fn export_user(
 #[utoipa::path(get, path = "/v1/stats", responses((status = 200, body = StatsDto), (status = 403, body = ErrorBody)))]
 pub async fn stats(State(st): State<Arc<AppState>>, Auth(p): Auth) -> ApiResult<Json<StatsDto>> {
     let s = st.engine.stats(&p).await?;
-    Ok(Json(stats_dto(&st.engine, s)))
+    Ok(Json(StatsDto::from(s)))
 }

@@ -260,3 +260,78 @@ pub(crate) const TABLES: &[Table] = &[
         overriding: false,
     },
 ];
+
+/// The statements that erase one user (GDPR): every table that holds the user's rows
+/// (derived from [`TABLES`], children before parents; summary sources through their
+/// summaries), then the per-user cache rows (tombstones, the change counter). API keys bound
+/// to the user are kept (an operator revokes them). `p(i)` is the backend's i-th
+/// placeholder; the binds are the tenant and the user, in this order. Each statement comes
+/// with the table it deletes from.
+pub(crate) fn erase_statements(p: fn(usize) -> String) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    for t in TABLES.iter().rev() {
+        let by_user = t.cols.iter().any(|c| c.0 == "user_id");
+        match t.name {
+            "api_keys" | "user_versions" => {}
+            "summary_sources" => out.push((
+                t.name,
+                format!(
+                    "DELETE FROM summary_sources WHERE tenant_id = {0} AND summary_id IN \
+                     (SELECT id FROM summaries WHERE tenant_id = {0} AND user_id = {1})",
+                    p(1),
+                    p(2)
+                ),
+            )),
+            name if by_user => out.push((
+                name,
+                format!("DELETE FROM {name} WHERE tenant_id = {} AND user_id = {}", p(1), p(2)),
+            )),
+            _ => {}
+        }
+    }
+    for name in ["memory_tombstones", "user_versions"] {
+        out.push((
+            name,
+            format!("DELETE FROM {name} WHERE tenant_id = {} AND user_id = {}", p(1), p(2)),
+        ));
+    }
+    out
+}
+
+/// Add `n` erased rows of `table` to the counts a GDPR erasure reports.
+pub(crate) fn count_erased(counts: &mut engram_core::store::EraseCounts, table: &str, n: u64) {
+    match table {
+        "memories" => counts.memories += n,
+        "memory_events" => counts.memory_events += n,
+        "messages" => counts.messages += n,
+        "conversations" => counts.conversations += n,
+        "summaries" => counts.summaries += n,
+        "jobs" => counts.jobs += n,
+        "extraction_cursors" => counts.cursors += n,
+        "recalls" => counts.recalls += n,
+        "context_sessions" => counts.context_sessions += n,
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erasure_covers_every_table_with_user_rows() {
+        let stmts = erase_statements(|_| "?".to_string());
+        let tables: Vec<&str> = stmts.iter().map(|s| s.0).collect();
+        for t in TABLES {
+            let holds_user_rows =
+                t.cols.iter().any(|c| c.0 == "user_id") || t.name == "summary_sources";
+            if holds_user_rows && t.name != "api_keys" {
+                assert!(tables.contains(&t.name), "erasure forgets {}", t.name);
+            }
+        }
+        // Sources before their summaries; the counter last.
+        let at = |n: &str| tables.iter().position(|t| *t == n).unwrap();
+        assert!(at("summary_sources") < at("summaries"));
+        assert_eq!(tables.last(), Some(&"user_versions"));
+    }
+}

@@ -104,43 +104,15 @@ impl MaintenanceStore for PgStore {
         // Take the user's lock first (as every writer of the user's memories does).
         crate::versions::bump_postgres(&mut tx, t, u).await?;
         let mut counts = EraseCounts::default();
-        macro_rules! del {
-            ($field:ident, $sql:literal) => {
-                counts.$field = sqlx::query($sql)
-                    .bind(t)
-                    .bind(u)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db)?
-                    .rows_affected();
-            };
-        }
-        del!(memory_events, "DELETE FROM memory_events WHERE tenant_id = $1 AND user_id = $2");
-        del!(memories, "DELETE FROM memories WHERE tenant_id = $1 AND user_id = $2");
-        del!(messages, "DELETE FROM messages WHERE tenant_id = $1 AND user_id = $2");
-        del!(conversations, "DELETE FROM conversations WHERE tenant_id = $1 AND user_id = $2");
-        sqlx::query(
-            "DELETE FROM summary_sources WHERE tenant_id = $1 AND summary_id IN \
-             (SELECT id FROM summaries WHERE tenant_id = $1 AND user_id = $2)",
-        )
-        .bind(t)
-        .bind(u)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-        del!(summaries, "DELETE FROM summaries WHERE tenant_id = $1 AND user_id = $2");
-        del!(jobs, "DELETE FROM jobs WHERE tenant_id = $1 AND user_id = $2");
-        del!(cursors, "DELETE FROM extraction_cursors WHERE tenant_id = $1 AND user_id = $2");
-        del!(recalls, "DELETE FROM recalls WHERE tenant_id = $1 AND user_id = $2");
-        del!(
-            context_sessions,
-            "DELETE FROM context_sessions WHERE tenant_id = $1 AND user_id = $2"
-        );
-        for sql in [
-            "DELETE FROM memory_tombstones WHERE tenant_id = $1 AND user_id = $2",
-            "DELETE FROM user_versions WHERE tenant_id = $1 AND user_id = $2",
-        ] {
-            sqlx::query(sql).bind(t).bind(u).execute(&mut *tx).await.map_err(db)?;
+        for (table, sql) in crate::tables::erase_statements(|i| format!("${i}")) {
+            let n = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(t)
+                .bind(u)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?
+                .rows_affected();
+            crate::tables::count_erased(&mut counts, table, n);
         }
         tx.commit().await.map_err(db)?;
         Ok(counts)

@@ -134,6 +134,8 @@ impl MemoryStore for PgStore {
         let user = Self::memory_user(&mut tx, tenant, id)
             .await?
             .ok_or_else(|| Error::not_found(format!("memory {id}")))?;
+        // Bump the user's counter first: it is the per-user write lock (the SQLite store
+        // keeps the same order).
         let v = crate::versions::bump_postgres(&mut tx, tenant.as_str(), &user).await?;
         let n = sqlx::query("DELETE FROM memories WHERE tenant_id = $1 AND id = $2")
             .bind(tenant.as_str())

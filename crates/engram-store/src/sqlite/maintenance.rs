@@ -139,45 +139,16 @@ impl MaintenanceStore for SqliteStore {
         let t = tenant.as_str();
         let u = user.as_str();
         let mut counts = EraseCounts::default();
-        macro_rules! del {
-            ($field:ident, $sql:literal) => {
-                counts.$field = sqlx::query($sql)
-                    .bind(t)
-                    .bind(u)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db)?
-                    .rows_affected();
-            };
+        for (table, sql) in crate::tables::erase_statements(|_| "?".to_string()) {
+            let n = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(t)
+                .bind(u)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?
+                .rows_affected();
+            crate::tables::count_erased(&mut counts, table, n);
         }
-        del!(memory_events, "DELETE FROM memory_events WHERE tenant_id = ? AND user_id = ?");
-        del!(memories, "DELETE FROM memories WHERE tenant_id = ? AND user_id = ?");
-        del!(messages, "DELETE FROM messages WHERE tenant_id = ? AND user_id = ?");
-        del!(conversations, "DELETE FROM conversations WHERE tenant_id = ? AND user_id = ?");
-        sqlx::query("DELETE FROM summary_sources WHERE tenant_id = ? AND summary_id IN (SELECT id FROM summaries WHERE tenant_id = ? AND user_id = ?)")
-            .bind(t)
-            .bind(t)
-            .bind(u)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        del!(summaries, "DELETE FROM summaries WHERE tenant_id = ? AND user_id = ?");
-        del!(jobs, "DELETE FROM jobs WHERE tenant_id = ? AND user_id = ?");
-        del!(cursors, "DELETE FROM extraction_cursors WHERE tenant_id = ? AND user_id = ?");
-        del!(recalls, "DELETE FROM recalls WHERE tenant_id = ? AND user_id = ?");
-        del!(context_sessions, "DELETE FROM context_sessions WHERE tenant_id = ? AND user_id = ?");
-        sqlx::query("DELETE FROM memory_tombstones WHERE tenant_id = ? AND user_id = ?")
-            .bind(t)
-            .bind(u)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        sqlx::query("DELETE FROM user_versions WHERE tenant_id = ? AND user_id = ?")
-            .bind(t)
-            .bind(u)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
         tx.commit().await.map_err(db)?;
         self.vectors.drop_user(t, u);
         Ok(counts)

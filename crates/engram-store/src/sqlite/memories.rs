@@ -157,9 +157,11 @@ impl MemoryStore for SqliteStore {
     }
 
     async fn purge_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<()> {
+        // The same order as the PostgreSQL store: find the row's user, bump the user's
+        // counter, then delete (the counter is the per-user write lock there).
         let mut tx = self.begin().await?;
         let user: String =
-            sqlx::query("DELETE FROM memories WHERE tenant_id = ? AND id = ? RETURNING user_id")
+            sqlx::query("SELECT user_id FROM memories WHERE tenant_id = ? AND id = ?")
                 .bind(tenant.as_str())
                 .bind(id.to_string())
                 .fetch_optional(&mut *tx)
@@ -167,6 +169,13 @@ impl MemoryStore for SqliteStore {
                 .map_err(db)?
                 .ok_or_else(|| Error::not_found(format!("memory {id}")))?
                 .get(0);
+        let v = crate::versions::bump_sqlite(&mut tx, tenant.as_str(), &user).await?;
+        sqlx::query("DELETE FROM memories WHERE tenant_id = ? AND id = ?")
+            .bind(tenant.as_str())
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
         sqlx::query("DELETE FROM memory_events WHERE tenant_id = ? AND memory_id = ?")
             .bind(tenant.as_str())
             .bind(id.to_string())
@@ -188,7 +197,6 @@ impl MemoryStore for SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(db)?;
-        let v = crate::versions::bump_sqlite(&mut tx, tenant.as_str(), &user).await?;
         sqlx::query("INSERT INTO memory_tombstones (tenant_id, user_id, memory_id, version) VALUES (?, ?, ?, ?)")
             .bind(tenant.as_str())
             .bind(&user)

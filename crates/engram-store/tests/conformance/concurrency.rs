@@ -182,3 +182,48 @@ pub async fn writes_of_one_process_are_seen_by_the_other(a: Arc<dyn Store>, b: A
     assert_eq!(ids(b.vector_search(&t, &f, &q, 10).await.unwrap()), vec![m4.memory.id]);
     assert_eq!(b.get_memory(&t, m4.memory.id).await.unwrap(), Some(m4.memory));
 }
+
+/// Purge on both backends (issue 11 made the order the same): the row, its events and
+/// recalls go and links to it are cleared, in one transaction, and the other process's
+/// search drops it at once; a purge of an unknown id, or of another tenant's, is NotFound
+/// and changes nothing either process can see.
+pub async fn purge_is_one_step_for_every_process(a: Arc<dyn Store>, b: Arc<dyn Store>) {
+    let (t, other) = (tenant("t"), tenant("other"));
+    let u = user("u");
+    a.ensure_embedding_space(MODEL, 4).await.unwrap();
+    let f =
+        MemoryFilter { user_id: Some(u.clone()), include_superseded: true, ..Default::default() };
+    let q = unit(4, 1);
+    let old = new_row(memory(&t, &u, "old"), Some(unit(4, 1)));
+    let mid = new_row(memory(&t, &u, "mid"), Some(unit(4, 1)));
+    let foreign = new_row(memory(&other, &u, "foreign"), Some(unit(4, 1)));
+    a.insert_memories(&t, vec![old.clone()]).await.unwrap();
+    a.insert_memories(&other, vec![foreign.clone()]).await.unwrap();
+    a.supersede(
+        &t,
+        old.memory.id,
+        Some(mid.clone()),
+        event(old.memory.id, EventKind::Superseded, Some(mid.memory.id)),
+    )
+    .await
+    .unwrap();
+    a.record_recall(&t, "turn-1", &[mid.memory.id]).await.unwrap();
+    // b has both rows in view before the purges.
+    assert_eq!(b.vector_search(&t, &f, &q, 10).await.unwrap().len(), 1, "active only");
+    let before = b.user_memories(&t, &u).await.unwrap();
+    for (tenant, id) in [(&t, engram_core::model::MemoryId::new()), (&t, foreign.memory.id)] {
+        let e = a.purge_memory(tenant, id).await.unwrap_err();
+        assert_eq!(e.code(), engram_core::ErrorCode::NotFound, "{e:?}");
+    }
+    assert_eq!(b.user_memories(&t, &u).await.unwrap(), before, "a failed purge changed rows");
+    assert!(b.get_memory(&other, foreign.memory.id).await.unwrap().is_some());
+
+    a.purge_memory(&t, mid.memory.id).await.unwrap();
+    assert!(b.vector_search(&t, &f, &q, 10).await.unwrap().is_empty(), "b still finds it");
+    assert!(b.get_memory(&t, mid.memory.id).await.unwrap().is_none());
+    let (rows, events) = b.user_memories(&t, &u).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].superseded_by, None, "the link to the purged row is cleared");
+    assert!(events.iter().all(|e| e.memory_id != mid.memory.id), "its events are gone");
+    assert!(b.recalled(&t, "turn-1").await.unwrap().is_empty(), "its recall is gone");
+}

@@ -30,6 +30,9 @@ impl Progress {
             ),
         };
         bar.set_draw_target(ProgressDrawTarget::stderr());
+        // Drawn at once, not at the first tick: work shorter than a tick (a restore of a
+        // few rows) still shows what it did.
+        bar.tick();
         bar.enable_steady_tick(Duration::from_millis(200));
         Progress(Some(bar))
     }

@@ -484,13 +484,15 @@ pub(crate) async fn sqlite_restore(
 ) -> Result<()> {
     let decoded: Vec<Decoded> =
         rows.iter().map(|r| decode(r, state.target.as_ref())).collect::<Result<_>>()?;
-    let mut next = state.clone();
+    // What this batch adds, merged into `state` only once it is committed (a batch that
+    // fails leaves the state as it was; nothing large is copied per batch).
+    let mut next = RestoreState::default();
     let mut versions: HashMap<(String, String), i64> = HashMap::new();
     let mut tx = write.begin_with("BEGIN IMMEDIATE").await.map_err(crate::fault::sqlite)?;
     for mut d in decoded {
         let name = d.table.name;
         let tenant = d.text("tenant_id");
-        if !prepare(&mut d, &mut next) {
+        if !prepare(&mut d, state, &mut next) {
             continue;
         }
         let mut extra: Vec<(&str, Val)> = Vec::new();
@@ -540,22 +542,23 @@ pub(crate) async fn sqlite_restore(
         count(&d, &tenant, written > 0, &mut next);
     }
     tx.commit().await.map_err(|e| store_err("store", e))?;
-    *state = next;
+    merge(state, next);
     Ok(())
 }
 
-/// Decide what to do with a row before writing it; false: not written (counted here).
-fn prepare(d: &mut Decoded, state: &mut RestoreState) -> bool {
+/// Decide what to do with a row before writing it; false: not written (counted in `batch`).
+/// `done`: what earlier batches of the restore did; `batch`: what this one does so far.
+fn prepare(d: &mut Decoded, done: &RestoreState, batch: &mut RestoreState) -> bool {
     let name = d.table.name;
     match name {
         "api_keys" if d.retargeted => {
-            state.report.keys_not_copied += 1;
+            batch.report.keys_not_copied += 1;
             false
         }
         "memory_events" => {
             let key = (d.text("tenant_id"), d.text("memory_id"));
-            if state.skipped_memories.contains(&key) {
-                *state.report.skipped.entry(name.to_string()).or_default() += 1;
+            if done.skipped_memories.contains(&key) || batch.skipped_memories.contains(&key) {
+                *batch.report.skipped.entry(name.to_string()).or_default() += 1;
                 return false;
             }
             true
@@ -567,6 +570,18 @@ fn prepare(d: &mut Decoded, state: &mut RestoreState) -> bool {
         }
         _ => true,
     }
+}
+
+/// Add a committed batch's counts and skipped memories to the restore's state.
+fn merge(state: &mut RestoreState, batch: RestoreState) {
+    for (t, n) in batch.report.restored {
+        *state.report.restored.entry(t).or_default() += n;
+    }
+    for (t, n) in batch.report.skipped {
+        *state.report.skipped.entry(t).or_default() += n;
+    }
+    state.report.keys_not_copied += batch.report.keys_not_copied;
+    state.skipped_memories.extend(batch.skipped_memories);
 }
 
 fn count(d: &Decoded, tenant: &str, written: bool, state: &mut RestoreState) {
@@ -675,14 +690,16 @@ pub(crate) async fn pg_restore(
 ) -> Result<()> {
     let decoded: Vec<Decoded> =
         rows.iter().map(|r| decode(r, state.target.as_ref())).collect::<Result<_>>()?;
-    let mut next = state.clone();
+    // What this batch adds, merged into `state` only once it is committed (a batch that
+    // fails leaves the state as it was; nothing large is copied per batch).
+    let mut next = RestoreState::default();
     let mut versions: HashMap<(String, String), i64> = HashMap::new();
     let mut tx = pool.begin().await.map_err(|e| store_err("store", e))?;
     let mut events_with_ids = false;
     for mut d in decoded {
         let name = d.table.name;
         let tenant = d.text("tenant_id");
-        if !prepare(&mut d, &mut next) {
+        if !prepare(&mut d, state, &mut next) {
             continue;
         }
         let mut extra: Vec<(&str, Val)> = Vec::new();
@@ -770,7 +787,7 @@ pub(crate) async fn pg_restore(
         .map_err(|e| store_err("memory_events", e))?;
     }
     tx.commit().await.map_err(|e| store_err("store", e))?;
-    *state = next;
+    merge(state, next);
     Ok(())
 }
 

@@ -68,15 +68,6 @@ impl Operator {
         self.store.revoke_api_key(id).await
     }
 
-    /// The principal of a key (for `engram mcp --key`), by the hash of its secret.
-    pub async fn principal_for_key(&self, secret_hash: &str) -> Result<Option<Principal>> {
-        Ok(self
-            .store
-            .find_api_key(secret_hash)
-            .await?
-            .map(|k| Principal { tenant: k.tenant, role: k.role }))
-    }
-
     /// Jobs, newest first.
     pub async fn list_jobs(
         &self,

@@ -86,21 +86,8 @@ impl AccessStore for SqliteStore {
     }
 
     async fn get_agents(&self, tenant: &TenantId, ids: &[AgentId]) -> Result<Vec<Agent>> {
-        let mut out = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(10_000) {
-            let mut q = QueryBuilder::<Sqlite>::new("SELECT * FROM agents WHERE tenant_id = ");
-            q.push_bind(tenant.as_str().to_string()).push(" AND id IN (");
-            let mut sep = q.separated(", ");
-            for id in chunk {
-                sep.push_bind(id.as_str().to_string());
-            }
-            q.push(")");
-            let rows = q.build().fetch_all(&self.read).await.map_err(db)?;
-            for r in &rows {
-                out.push(agent_from_row(r)?);
-            }
-        }
-        Ok(out)
+        let ids: Vec<String> = ids.iter().map(|a| a.as_str().to_string()).collect();
+        self.select_by_ids("SELECT * FROM agents", tenant, &ids, agent_from_row).await
     }
 
     async fn put_agent(&self, a: &Agent) -> Result<()> {

@@ -48,25 +48,9 @@ impl MemoryStore for SqliteStore {
     }
 
     async fn get_memories(&self, tenant: &TenantId, ids: &[MemoryId]) -> Result<Vec<Memory>> {
-        if ids.is_empty() {
-            return Ok(vec![]);
-        }
-        let mut out = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(500) {
-            let mut q = QueryBuilder::<Sqlite>::new(format!(
-                "SELECT {MEMORY_COLS} FROM memories WHERE tenant_id = "
-            ));
-            q.push_bind(tenant.as_str().to_string()).push(" AND id IN (");
-            let mut s = q.separated(", ");
-            for id in chunk {
-                s.push_bind(id.to_string());
-            }
-            s.push_unseparated(")");
-            for r in q.build().fetch_all(&self.read).await.map_err(db)? {
-                out.push(memory_from_row(&r)?);
-            }
-        }
-        Ok(out)
+        let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
+        let select = format!("SELECT {MEMORY_COLS} FROM memories");
+        self.select_by_ids(&select, tenant, &ids, memory_from_row).await
     }
 
     async fn list_memories(

@@ -145,22 +145,8 @@ impl MessageStore for SqliteStore {
     }
 
     async fn get_messages(&self, tenant: &TenantId, ids: &[MessageId]) -> Result<Vec<Message>> {
-        let mut out = Vec::with_capacity(ids.len());
-        // SQLite allows 32766 bound values per statement.
-        for chunk in ids.chunks(10_000) {
-            let mut q = QueryBuilder::<Sqlite>::new("SELECT * FROM messages WHERE tenant_id = ");
-            q.push_bind(tenant.as_str().to_string()).push(" AND id IN (");
-            let mut sep = q.separated(", ");
-            for id in chunk {
-                sep.push_bind(id.to_string());
-            }
-            q.push(")");
-            let rows = q.build().fetch_all(&self.read).await.map_err(db)?;
-            for r in &rows {
-                out.push(message_from_row(r)?);
-            }
-        }
-        Ok(out)
+        let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
+        self.select_by_ids("SELECT * FROM messages", tenant, &ids, message_from_row).await
     }
 
     async fn rate_message(&self, tenant: &TenantId, id: MessageId, delta: i64) -> Result<i64> {

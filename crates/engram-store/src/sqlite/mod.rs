@@ -141,6 +141,31 @@ impl SqliteStore {
         Ok(Self { read, write, vectors: VectorCache::default() })
     }
 
+    /// The rows of one tenant whose `id` is one of `ids`, read with `select` ("SELECT … FROM
+    /// table") in chunks of 500 bound ids, each decoded by `decode`; any order.
+    async fn select_by_ids<T>(
+        &self,
+        select: &str,
+        tenant: &TenantId,
+        ids: &[String],
+        decode: fn(&SqliteRow) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            let mut q = QueryBuilder::<Sqlite>::new(format!("{select} WHERE tenant_id = "));
+            q.push_bind(tenant.as_str().to_string()).push(" AND id IN (");
+            let mut s = q.separated(", ");
+            for id in chunk {
+                s.push_bind(id.clone());
+            }
+            s.push_unseparated(")");
+            for r in q.build().fetch_all(&self.read).await.map_err(db)? {
+                out.push(decode(&r)?);
+            }
+        }
+        Ok(out)
+    }
+
     async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
         self.write.begin_with("BEGIN IMMEDIATE").await.map_err(db)
     }

@@ -337,6 +337,44 @@ pub struct Memory {
 }
 
 impl Memory {
+    /// The one constructor of a new fact: a fresh id, created, updated and observed `now`,
+    /// seen once, never accessed, rated, expired or superseded; general knowledge of
+    /// importance 5, in no pool, without metadata or vector. Callers set what they know
+    /// with struct-update syntax (`Memory { kind, pool, ..Memory::new(…) }`).
+    pub fn new(
+        tenant: TenantId,
+        user: UserId,
+        content: String,
+        source: Source,
+        now: OffsetDateTime,
+    ) -> Memory {
+        Memory {
+            id: MemoryId::new(),
+            tenant_id: tenant,
+            user_id: user,
+            agent_id: None,
+            pool: None,
+            kind: Kind::Knowledge,
+            key: None,
+            category: Category::default(),
+            importance: Importance::DEFAULT,
+            rating: 0,
+            content,
+            source,
+            observed_at: now,
+            created_at: now,
+            updated_at: now,
+            last_accessed_at: None,
+            access_count: 0,
+            mention_count: 1,
+            expires_at: None,
+            superseded_at: None,
+            superseded_by: None,
+            metadata: serde_json::json!({}),
+            embedding_model: None,
+        }
+    }
+
     pub fn is_active(&self, now: OffsetDateTime) -> bool {
         self.superseded_at.is_none() && self.expires_at.is_none_or(|e| e > now)
     }

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{Agent, AgentId, KeyRole, Principal, UserId};
-use crate::pipeline::extract::MemoryPolicy;
+use crate::pipeline::policy::MemoryPolicy;
 use crate::store::EraseCounts;
 
 use super::{AgentInput, Engine, Stats, UserExport};

@@ -6,7 +6,8 @@ use crate::model::{
     Agent, AgentId, ConversationId, EventKind, Job, MemoryId, Message, MessageId, MessageRole,
     Principal, TenantId, UserId, default_pool,
 };
-use crate::pipeline::extract::{ExtractionMode, MemoryPolicy, resume_index};
+use crate::pipeline::cursor::resume_index;
+use crate::pipeline::policy::{ExtractionMode, MemoryPolicy};
 
 use super::{Engine, MessageInput, clamp_limit};
 

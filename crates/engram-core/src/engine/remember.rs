@@ -9,8 +9,8 @@ use crate::error::{Error, Result};
 use crate::model::{
     Agent, Content, EventKind, Kind, Memory, MemoryEvent, MemoryId, Principal, Source, SourceKind,
 };
-use crate::pipeline::extract::MemoryPolicy;
 use crate::pipeline::pii::{self, Filtered, PiiKind};
+use crate::pipeline::policy::MemoryPolicy;
 use crate::store::NewMemory;
 
 use super::{
@@ -117,33 +117,26 @@ impl Engine {
             SourceKind::Manual
         });
         Ok(Memory {
-            id: MemoryId::new(),
-            tenant_id: v.tenant.clone(),
-            user_id: user,
             agent_id: v.agent.clone(),
             pool: v.pool.clone(),
             kind: input.kind,
             key,
             category: input.category,
             importance: input.importance,
-            rating: 0,
-            content: content.into_string(),
-            source: Source {
-                kind: source_kind,
-                conversation_id: input.source_conversation_id.clone(),
-                message_ids: vec![],
-            },
             observed_at: input.observed_at.map_or(now, crate::model::micros),
-            created_at: now,
-            updated_at: now,
-            last_accessed_at: None,
-            access_count: 0,
-            mention_count: 1,
             expires_at: input.expires_at,
-            superseded_at: None,
-            superseded_by: None,
             metadata,
-            embedding_model: None,
+            ..Memory::new(
+                v.tenant.clone(),
+                user,
+                content.into_string(),
+                Source {
+                    kind: source_kind,
+                    conversation_id: input.source_conversation_id.clone(),
+                    message_ids: vec![],
+                },
+                now,
+            )
         })
     }
 

@@ -1,4 +1,7 @@
-//! The prompts, kept as text files next to this module so they read as prose and diff well.
+//! The prompts, kept as text files next to this module so they read as prose and diff well,
+//! and the transcript form in which messages are shown to the LLM.
+
+use crate::model::{Message, MessageRole};
 
 /// Pass 1 (fast tier). `{date}` and `{weekday}` are the observation date.
 pub const EXTRACT: &str = include_str!("prompts/extract.txt");
@@ -16,4 +19,72 @@ pub fn extraction(custom: Option<&str>, date: time::Date) -> String {
         .unwrap_or(EXTRACT)
         .replace("{date}", &d)
         .replace("{weekday}", &date.weekday().to_string())
+}
+
+/// `User:` / `Assistant:` lines for the extractor.
+pub fn transcript(messages: &[Message]) -> String {
+    let mut out = String::new();
+    for m in messages {
+        let who = match m.role {
+            MessageRole::User => "User",
+            MessageRole::Assistant => "Assistant",
+            MessageRole::System => "System",
+            MessageRole::Tool => "Tool",
+        };
+        let mut text = m.content.trim().to_string();
+        if let Some(tool) = &m.tool_name {
+            let args = m.tool_args.as_ref().map(ToString::to_string).unwrap_or_default();
+            text = format!("[called {tool} {args}] {text}").trim().to_string();
+            if let Some(r) = &m.tool_result {
+                text.push_str(&format!(" → {r}"));
+            }
+        }
+        if text.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("{who}: {text}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ConversationId, MessageId, TenantId, UserId};
+
+    fn msg(role: MessageRole, content: &str) -> Message {
+        Message {
+            id: MessageId::new(),
+            tenant_id: TenantId::default_tenant(),
+            conversation_id: ConversationId::parse("c").unwrap(),
+            user_id: UserId::parse("u").unwrap(),
+            agent_id: None,
+            seq: 0,
+            role,
+            content: content.into(),
+            tool_name: None,
+            tool_args: None,
+            tool_result: None,
+            turn_id: None,
+            metadata: serde_json::json!({}),
+            created_at: time::OffsetDateTime::UNIX_EPOCH,
+            rating: 0,
+        }
+    }
+
+    #[test]
+    fn transcript_prefixes_roles_and_describes_tool_calls() {
+        let mut tool = msg(MessageRole::Assistant, "");
+        tool.tool_name = Some("weather".into());
+        tool.tool_args = Some(serde_json::json!({ "city": "Porto" }));
+        let t = transcript(&[
+            msg(MessageRole::User, "Hi, I live in Porto."),
+            tool,
+            msg(MessageRole::Assistant, "  "),
+        ]);
+        assert_eq!(
+            t,
+            "User: Hi, I live in Porto.\nAssistant: [called weather {\"city\":\"Porto\"}]\n"
+        );
+    }
 }

@@ -1,5 +1,5 @@
-//! Ranking: Reciprocal Rank Fusion, temporal decay, importance and rating weights, and the
-//! token estimate used to fit context blocks into a budget.
+//! Ranking: Reciprocal Rank Fusion (the one place ranked lists are merged), temporal decay,
+//! importance and rating weights, and the context block's packing into a token budget.
 //!
 //! Pure functions, so the scoring can be tested and explained without a store.
 //!
@@ -18,14 +18,17 @@
 //! outrank the relevant one, or a fact that merely filled out many earlier result lists
 //! (and so collected access counts) outrank a better match.
 
-use serde::Serialize;
+use std::collections::HashMap;
+
 use time::OffsetDateTime;
+
+use crate::model::{Kind, Memory, MemoryId};
 
 /// The RRF constant of SPEC §3.
 pub const RRF_K: f64 = 60.0;
 
 /// Every component of a memory's score, for `explain: true`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Explain {
     /// 1-based rank in the vector list, if present there.
     pub vector_rank: Option<usize>,
@@ -135,6 +138,85 @@ pub fn estimate_tokens(text: &str) -> usize {
     chars.div_ceil(4).max(words)
 }
 
+/// The first line of every context block.
+pub const CONTEXT_HEADER: &str = "Known facts about the user:";
+
+/// A context block's facts: which of the candidates fit the budget, in the order they are
+/// written, and whether any was left out.
+#[derive(Debug, PartialEq)]
+pub struct Packed<'a> {
+    pub chosen: Vec<&'a Memory>,
+    pub truncated: bool,
+}
+
+impl Packed<'_> {
+    /// The block's text: the header, then one `- fact` line per chosen fact.
+    pub fn text(&self) -> String {
+        let mut text = String::from(CONTEXT_HEADER);
+        for m in &self.chosen {
+            text.push('\n');
+            text.push_str(&line(m));
+        }
+        text
+    }
+}
+
+fn line(m: &Memory) -> String {
+    format!("- {}", m.content)
+}
+
+/// What a fact's line costs in the block (its newline included).
+fn cost(m: &Memory) -> usize {
+    estimate_tokens(&line(m)) + 1
+}
+
+/// Does the whole of `all` fit in `budget` tokens?
+pub fn fits(all: &[Memory], budget: usize) -> bool {
+    estimate_tokens(CONTEXT_HEADER) + 1 + all.iter().map(cost).sum::<usize>() <= budget
+}
+
+/// Fit active facts into `budget` tokens. When all fit: profile facts first, then the rest
+/// in the given order. Otherwise profile facts first while they fit, then the other facts
+/// ranked by `relevance` (a position per id, lower first; unranked facts after) and then by
+/// importance and recency, taken greedily while they fit, and written oldest first.
+pub fn pack<'a>(
+    all: &'a [Memory],
+    budget: usize,
+    relevance: Option<&HashMap<MemoryId, usize>>,
+) -> Packed<'a> {
+    let (profiles, facts): (Vec<&Memory>, Vec<&Memory>) =
+        all.iter().partition(|m| m.kind == Kind::Profile);
+    if fits(all, budget) {
+        return Packed { chosen: profiles.into_iter().chain(facts).collect(), truncated: false };
+    }
+    let mut total = estimate_tokens(CONTEXT_HEADER) + 1;
+    let mut chosen: Vec<&Memory> = Vec::new();
+    for m in profiles {
+        if total + cost(m) <= budget {
+            total += cost(m);
+            chosen.push(m);
+        }
+    }
+    let mut ranked = facts;
+    ranked.sort_by_key(|m| {
+        (
+            relevance.map_or(usize::MAX, |r| r.get(&m.id).copied().unwrap_or(usize::MAX)),
+            std::cmp::Reverse(m.importance),
+            std::cmp::Reverse(m.observed_at),
+        )
+    });
+    let mut picked: Vec<&Memory> = Vec::new();
+    for m in ranked {
+        if total + cost(m) <= budget {
+            total += cost(m);
+            picked.push(m);
+        }
+    }
+    picked.sort_by_key(|m| (m.observed_at, m.id));
+    chosen.extend(picked);
+    Packed { chosen, truncated: true }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,5 +314,96 @@ mod tests {
         assert_eq!(estimate_tokens(""), 0);
         assert_eq!(estimate_tokens("abcd"), 1);
         assert_eq!(estimate_tokens("- The user lives in Bengaluru."), 8);
+    }
+
+    fn fact(content: &str, kind: Kind, importance: i64, day: i64) -> Memory {
+        use crate::model::{Importance, Source, SourceKind, TenantId, UserId};
+        let at = OffsetDateTime::UNIX_EPOCH + time::Duration::days(day);
+        Memory {
+            kind,
+            importance: Importance::clamped(importance),
+            observed_at: at,
+            ..Memory::new(
+                TenantId::default_tenant(),
+                UserId::parse("u").unwrap(),
+                content.into(),
+                Source { kind: SourceKind::Manual, conversation_id: None, message_ids: vec![] },
+                at,
+            )
+        }
+    }
+
+    fn contents(p: &Packed<'_>) -> Vec<String> {
+        p.chosen.iter().map(|m| m.content.clone()).collect()
+    }
+
+    #[test]
+    fn everything_that_fits_is_written_profile_first() {
+        let all = vec![
+            fact("The user plays the cello.", Kind::Knowledge, 5, 2),
+            fact("name: Asha", Kind::Profile, 5, 3),
+            fact("The user lives in Porto.", Kind::Knowledge, 5, 1),
+        ];
+        let p = pack(&all, 1000, None);
+        assert!(!p.truncated);
+        assert_eq!(
+            contents(&p),
+            ["name: Asha", "The user plays the cello.", "The user lives in Porto."]
+        );
+        assert_eq!(
+            p.text(),
+            "Known facts about the user:\n- name: Asha\n- The user plays the cello.\n- The user lives in Porto."
+        );
+        assert!(estimate_tokens(&p.text()) <= 1000);
+    }
+
+    #[test]
+    fn over_budget_the_relevant_then_important_facts_win_and_read_oldest_first() {
+        let all = vec![
+            fact("name: Asha", Kind::Profile, 5, 0),
+            fact(
+                "The user is allergic to shellfish and carries an epinephrine pen.",
+                Kind::Knowledge,
+                10,
+                1,
+            ),
+            fact(
+                "The user's favourite colour is a deep shade of teal green.",
+                Kind::Knowledge,
+                2,
+                2,
+            ),
+            fact(
+                "The user adopted a grey rescue cat called Miso last spring.",
+                Kind::Knowledge,
+                5,
+                3,
+            ),
+        ];
+        let header = estimate_tokens(CONTEXT_HEADER) + 1;
+        // Room for the profile fact and two of the three others.
+        let budget = header + cost(&all[0]) + cost(&all[1]) + cost(&all[3]);
+        assert!(!fits(&all, budget));
+        // No query: by importance (10, 5), written oldest first.
+        let p = pack(&all, budget, None);
+        assert!(p.truncated);
+        assert_eq!(contents(&p)[0], "name: Asha");
+        assert_eq!(&contents(&p)[1..], [all[1].content.clone(), all[3].content.clone()]);
+        // The query ranks the low-importance colour fact first: it gets in.
+        let relevance: HashMap<MemoryId, usize> = [(all[2].id, 0)].into_iter().collect();
+        let p = pack(&all, budget, Some(&relevance));
+        assert!(p.chosen.iter().any(|m| m.id == all[2].id));
+        assert!(estimate_tokens(&p.text()) <= budget + p.chosen.len());
+        // Chosen facts (after the profile) are in observation order.
+        let days: Vec<_> = p.chosen[1..].iter().map(|m| m.observed_at).collect();
+        assert!(days.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn a_budget_too_small_for_anything_gives_the_header_alone() {
+        let all = vec![fact("The user lives in Porto.", Kind::Knowledge, 5, 1)];
+        let p = pack(&all, 3, None);
+        assert!(p.truncated && p.chosen.is_empty());
+        assert_eq!(p.text(), CONTEXT_HEADER);
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
-use crate::model::{Kind, Memory, MemoryId, Principal};
+use crate::model::{MemoryId, Principal};
 use crate::retrieval::{self};
 use crate::store::ContextSession;
 
@@ -57,76 +57,37 @@ impl Engine {
         }
         let now = crate::model::now();
         let all = self.svc.store.all_active(&v.tenant, &self.filter(&v)).await?;
-        let header = "Known facts about the user:";
-        let line = |m: &Memory| format!("- {}", m.content);
-        let cost = |m: &Memory| retrieval::estimate_tokens(&line(m)) + 1;
-        let mut total = retrieval::estimate_tokens(header) + 1;
-        let (profiles, facts): (Vec<&Memory>, Vec<&Memory>) =
-            all.iter().partition(|m| m.kind == Kind::Profile);
-        let all_cost: usize = total + all.iter().map(cost).sum::<usize>();
-        let mut chosen: Vec<&Memory> = Vec::new();
-        let mut truncated = false;
-        if all_cost <= budget {
-            chosen.extend(profiles.iter().copied());
-            chosen.extend(facts.iter().copied());
-        } else {
-            truncated = true;
-            for m in &profiles {
-                if total + cost(m) <= budget {
-                    total += cost(m);
-                    chosen.push(m);
-                }
-            }
-            // Rank the rest: by relevance to the query, else by importance and recency.
-            let mut ranked: Vec<&Memory> = facts.clone();
-            if let Some(q) = input.query.as_deref().filter(|q| !q.trim().is_empty()) {
-                let hits = self
-                    .search(
-                        p,
-                        SearchInput {
-                            query: q.to_string(),
-                            user_id: Some(user.clone()),
-                            agent_id: v.agent.clone(),
-                            limit: self.svc.cfg.max_limit,
-                            ..Default::default()
-                        },
-                    )
-                    .await?;
-                let order: HashMap<MemoryId, usize> = hits
-                    .iter()
+        // Over budget with a query: rank the facts by relevance to it.
+        let mut relevance: Option<HashMap<MemoryId, usize>> = None;
+        if !retrieval::fits(&all, budget)
+            && let Some(q) = input.query.as_deref().filter(|q| !q.trim().is_empty())
+        {
+            let hits = self
+                .search(
+                    p,
+                    SearchInput {
+                        query: q.to_string(),
+                        user_id: Some(user.clone()),
+                        agent_id: v.agent.clone(),
+                        limit: self.svc.cfg.max_limit,
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            relevance = Some(
+                hits.iter()
                     .enumerate()
                     .filter_map(|(i, h)| match h {
                         Hit::Memory { memory, .. } => Some((memory.id, i)),
                         Hit::Message { .. } => None,
                     })
-                    .collect();
-                ranked.sort_by_key(|m| {
-                    (
-                        order.get(&m.id).copied().unwrap_or(usize::MAX),
-                        std::cmp::Reverse(m.importance),
-                        std::cmp::Reverse(m.observed_at),
-                    )
-                });
-            } else {
-                ranked.sort_by_key(|m| {
-                    (std::cmp::Reverse(m.importance), std::cmp::Reverse(m.observed_at))
-                });
-            }
-            let mut picked: Vec<&Memory> = Vec::new();
-            for m in ranked {
-                if total + cost(m) <= budget {
-                    total += cost(m);
-                    picked.push(m);
-                }
-            }
-            picked.sort_by_key(|m| (m.observed_at, m.id));
-            chosen.extend(picked);
+                    .collect(),
+            );
         }
-        let mut text = String::from(header);
-        for m in &chosen {
-            text.push('\n');
-            text.push_str(&line(m));
-        }
+        let packed = retrieval::pack(&all, budget, relevance.as_ref());
+        let text = packed.text();
+        let truncated = packed.truncated;
+        let chosen = packed.chosen;
         let memory_ids: Vec<MemoryId> = chosen.iter().map(|m| m.id).collect();
         if let Some(sid) = &input.session_id {
             self.svc

@@ -29,6 +29,39 @@ pub(super) struct View {
     pub(super) settings: Option<Agent>,
 }
 
+/// Whom a request acts for: an admin key for what it names; an agent key for its agent
+/// (naming another agent is forbidden) and any user; a user key for its user (naming another
+/// user is forbidden) and any agent.
+pub(super) fn acting_for(
+    p: &Principal,
+    user: Option<&UserId>,
+    agent: Option<&AgentId>,
+) -> Result<(Option<UserId>, Option<AgentId>)> {
+    Ok(match &p.role {
+        KeyRole::Admin => (user.cloned(), agent.cloned()),
+        KeyRole::Agent(bound) => {
+            if let Some(a) = agent
+                && a != bound
+            {
+                return Err(Error::Forbidden(format!(
+                    "this key is bound to agent '{bound}' and cannot act for agent '{a}'"
+                )));
+            }
+            (user.cloned(), Some(bound.clone()))
+        }
+        KeyRole::User(bound) => {
+            if let Some(u) = user
+                && u != bound
+            {
+                return Err(Error::Forbidden(format!(
+                    "this key is bound to user '{bound}' and cannot act for user '{u}'"
+                )));
+            }
+            (Some(bound.clone()), agent.cloned())
+        }
+    })
+}
+
 impl Engine {
     /// Resolve who may see what for a request naming `user` and `agent`.
     pub(super) async fn view(
@@ -38,29 +71,7 @@ impl Engine {
         agent: Option<&AgentId>,
         user_required: bool,
     ) -> Result<View> {
-        let (user, agent) = match &p.role {
-            KeyRole::Admin => (user.cloned(), agent.cloned()),
-            KeyRole::Agent(bound) => {
-                if let Some(a) = agent
-                    && a != bound
-                {
-                    return Err(Error::Forbidden(format!(
-                        "this key is bound to agent '{bound}' and cannot act for agent '{a}'"
-                    )));
-                }
-                (user.cloned(), Some(bound.clone()))
-            }
-            KeyRole::User(bound) => {
-                if let Some(u) = user
-                    && u != bound
-                {
-                    return Err(Error::Forbidden(format!(
-                        "this key is bound to user '{bound}' and cannot act for user '{u}'"
-                    )));
-                }
-                (Some(bound.clone()), agent.cloned())
-            }
-        };
+        let (user, agent) = acting_for(p, user, agent)?;
         if user_required && user.is_none() {
             return Err(Error::invalid("user_id", "user_id is required"));
         }
@@ -229,6 +240,94 @@ impl Engine {
         match self.svc.store.get_message(&p.tenant, id).await? {
             Some(m) => self.conversation_visible(p, &m.conversation_id).await,
             None => Ok(false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Source, SourceKind};
+
+    fn principal(role: KeyRole) -> Principal {
+        Principal { tenant: TenantId::default_tenant(), role }
+    }
+    fn user(s: &str) -> UserId {
+        UserId::parse(s).unwrap()
+    }
+    fn agent(s: &str) -> AgentId {
+        AgentId::parse(s).unwrap()
+    }
+    fn row(owner: &str, kind: Kind, pool: Option<&str>) -> Memory {
+        Memory {
+            kind,
+            pool: pool.map(str::to_string),
+            ..Memory::new(
+                TenantId::default_tenant(),
+                user(owner),
+                "The user lives in Porto.".into(),
+                Source { kind: SourceKind::Manual, conversation_id: None, message_ids: vec![] },
+                crate::model::now(),
+            )
+        }
+    }
+
+    #[test]
+    fn keys_act_only_for_what_they_are_bound_to() {
+        let admin = principal(KeyRole::Admin);
+        assert_eq!(
+            acting_for(&admin, Some(&user("u")), Some(&agent("a"))).unwrap(),
+            (Some(user("u")), Some(agent("a")))
+        );
+        assert_eq!(acting_for(&admin, None, None).unwrap(), (None, None));
+        let bot = principal(KeyRole::Agent(agent("a")));
+        assert_eq!(
+            acting_for(&bot, Some(&user("u")), None).unwrap(),
+            (Some(user("u")), Some(agent("a"))),
+            "an agent key acts for its agent without naming it"
+        );
+        let e = acting_for(&bot, None, Some(&agent("b"))).unwrap_err();
+        assert!(matches!(e, Error::Forbidden(ref m) if m.contains("bound to agent 'a'")), "{e}");
+        let me = principal(KeyRole::User(user("u")));
+        assert_eq!(
+            acting_for(&me, None, Some(&agent("a"))).unwrap(),
+            (Some(user("u")), Some(agent("a")))
+        );
+        let e = acting_for(&me, Some(&user("v")), None).unwrap_err();
+        assert!(matches!(e, Error::Forbidden(ref m) if m.contains("bound to user 'u'")), "{e}");
+    }
+
+    #[test]
+    fn who_sees_which_row() {
+        let private = row("u", Kind::Knowledge, Some("agent:a"));
+        let shared = row("u", Kind::Shared, Some("agent:a"));
+        let unpooled = row("u", Kind::Knowledge, None);
+        let other_user = row("v", Kind::Knowledge, None);
+        let admin = principal(KeyRole::Admin);
+        for m in [&private, &shared, &unpooled, &other_user] {
+            assert!(Engine::sees(&admin, None, m));
+        }
+        let me = principal(KeyRole::User(user("u")));
+        assert!(Engine::sees(&me, None, &private));
+        assert!(!Engine::sees(&me, None, &other_user));
+        let a = principal(KeyRole::Agent(agent("a")));
+        let b = principal(KeyRole::Agent(agent("b")));
+        assert!(Engine::sees(&a, Some("agent:a"), &private));
+        assert!(!Engine::sees(&b, Some("agent:b"), &private), "another pool's private fact");
+        assert!(Engine::sees(&b, Some("agent:b"), &shared), "a shared fact is seen by every agent");
+        assert!(Engine::sees(&b, Some("agent:b"), &unpooled), "a fact written without an agent");
+        assert!(Engine::sees(&b, Some("cluster:x"), &other_user), "agents see every user's facts");
+    }
+
+    #[test]
+    fn admin_only_operations() {
+        assert!(Engine::require_admin(&principal(KeyRole::Admin), "stats").is_ok());
+        for role in [KeyRole::Agent(agent("a")), KeyRole::User(user("u"))] {
+            let e = Engine::require_admin(&principal(role), "stats").unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                Error::Forbidden("stats needs an admin key".into()).to_string()
+            );
         }
     }
 }

@@ -88,7 +88,7 @@ pub struct NewMessage {
 }
 
 /// Rows removed by a GDPR erasure, per table.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EraseCounts {
     pub memories: u64,
     pub memory_events: u64,
@@ -102,7 +102,7 @@ pub struct EraseCounts {
 }
 
 /// Counters for `/v1/stats`.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct StoreStats {
     pub memories_active: u64,
     pub memories_superseded: u64,
@@ -169,7 +169,7 @@ pub struct BackupRow {
 }
 
 /// What a restore did, per table.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RestoreReport {
     /// Rows written.
     pub restored: BTreeMap<String, u64>,

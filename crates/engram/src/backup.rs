@@ -383,7 +383,8 @@ async fn import_memory_lines(
         .map_err(crate::api::error::cli_error)?;
     progress.finish();
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let out = serde_json::json!({ "imported": report.imported, "skipped": report.skipped });
+        println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!(
             "imported {} memories, skipped {} already present",

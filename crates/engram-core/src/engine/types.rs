@@ -1,6 +1,5 @@
 //! The inputs and outputs of the engine's operations.
 
-use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::model::{
@@ -28,8 +27,7 @@ pub struct RememberInput {
 }
 
 /// What a write decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "UPPERCASE")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     /// A new row was inserted.
     Add,
@@ -41,7 +39,7 @@ pub enum Decision {
 
 /// Result of a remember.
 /// Rows embedded by [`Engine::reembed`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReembedReport {
     pub memories: usize,
     pub messages: usize,
@@ -167,7 +165,7 @@ pub struct ContextInput {
 }
 
 /// The prompt block and what went into it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct ContextBlock {
     pub text: String,
     pub memory_ids: Vec<MemoryId>,
@@ -209,7 +207,7 @@ pub struct UserExport {
 }
 
 /// Outcome of an import.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ImportReport {
     pub imported: usize,
     pub skipped: usize,

@@ -524,7 +524,85 @@ impl From<engram_core::engine::Stats> for StatsDto {
                 failed: s.store.extractions_failed,
                 pending: s.store.jobs_pending,
             },
-            store: s.store,
+            store: (&s.store).into(),
+        }
+    }
+}
+
+/// The store's counters in `/v1/stats` (flattened into [`StatsDto`]).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StoreStatsDto {
+    pub memories_active: u64,
+    pub memories_superseded: u64,
+    pub memories_with_vector: u64,
+    pub users: u64,
+    pub conversations: u64,
+    pub messages: u64,
+    pub messages_with_vector: u64,
+    pub messages_unsummarized: u64,
+    pub summaries: u64,
+    pub summary_depth: u64,
+    pub jobs_pending: u64,
+    pub jobs_running: u64,
+    pub jobs_failed: u64,
+    pub jobs_done: u64,
+    pub extractions_done: u64,
+    pub extractions_failed: u64,
+    pub embedding_model: Option<String>,
+    pub embedding_dims: Option<u64>,
+}
+
+impl From<&engram_core::store::StoreStats> for StoreStatsDto {
+    fn from(s: &engram_core::store::StoreStats) -> Self {
+        StoreStatsDto {
+            memories_active: s.memories_active,
+            memories_superseded: s.memories_superseded,
+            memories_with_vector: s.memories_with_vector,
+            users: s.users,
+            conversations: s.conversations,
+            messages: s.messages,
+            messages_with_vector: s.messages_with_vector,
+            messages_unsummarized: s.messages_unsummarized,
+            summaries: s.summaries,
+            summary_depth: s.summary_depth,
+            jobs_pending: s.jobs_pending,
+            jobs_running: s.jobs_running,
+            jobs_failed: s.jobs_failed,
+            jobs_done: s.jobs_done,
+            extractions_done: s.extractions_done,
+            extractions_failed: s.extractions_failed,
+            embedding_model: s.embedding_model.clone(),
+            embedding_dims: s.embedding_dims,
+        }
+    }
+}
+
+/// Rows removed by a GDPR erasure, per table.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EraseCountsDto {
+    pub memories: u64,
+    pub memory_events: u64,
+    pub messages: u64,
+    pub conversations: u64,
+    pub summaries: u64,
+    pub jobs: u64,
+    pub cursors: u64,
+    pub recalls: u64,
+    pub context_sessions: u64,
+}
+
+impl From<&engram_core::store::EraseCounts> for EraseCountsDto {
+    fn from(c: &engram_core::store::EraseCounts) -> Self {
+        EraseCountsDto {
+            memories: c.memories,
+            memory_events: c.memory_events,
+            messages: c.messages,
+            conversations: c.conversations,
+            summaries: c.summaries,
+            jobs: c.jobs,
+            cursors: c.cursors,
+            recalls: c.recalls,
+            context_sessions: c.context_sessions,
         }
     }
 }
@@ -542,9 +620,8 @@ pub fn key_json(k: &engram_core::store::ApiKey) -> serde_json::Value {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct StatsDto {
-    #[schema(value_type = Object)]
     #[serde(flatten)]
-    pub store: engram_core::store::StoreStats,
+    pub store: StoreStatsDto,
     pub embedder: String,
     pub embedder_dims: usize,
     /// Share of active facts with a vector of the current model (1.0 = complete).

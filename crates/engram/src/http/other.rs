@@ -6,13 +6,12 @@ use axum::Json;
 use axum::extract::State;
 use engram_core::engine::AgentInput;
 use engram_core::model::{AgentId, UserId};
-use engram_core::store::EraseCounts;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiJson, ApiPath, ApiResult, ErrorBody};
 use super::{AppState, Auth};
-use crate::api::dto::{AgentDto, EventDto, MemoryDto, MessageDto, StatsDto};
+use crate::api::dto::{AgentDto, EraseCountsDto, EventDto, MemoryDto, MessageDto, StatsDto};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -74,8 +73,7 @@ pub async fn get_agent(
 pub struct Erased {
     pub user_id: String,
     /// Rows removed per table.
-    #[schema(value_type = Object)]
-    pub erased: EraseCounts,
+    pub erased: EraseCountsDto,
 }
 
 /// GDPR erasure: every memory, event, message, conversation, summary, job, cursor, recall and
@@ -88,7 +86,7 @@ pub async fn erase_user(
 ) -> ApiResult<Json<Erased>> {
     let user = UserId::parse(user)?;
     let counts = st.engine.erase_user(&p, &user).await?;
-    Ok(Json(Erased { user_id: user.to_string(), erased: counts }))
+    Ok(Json(Erased { user_id: user.to_string(), erased: (&counts).into() }))
 }
 
 #[derive(Debug, Serialize, ToSchema)]

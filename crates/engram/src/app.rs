@@ -170,6 +170,7 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         AppState { engine, loopback, shutdown: shutdown.clone(), limits },
         settings.max_body_bytes,
         settings.max_concurrent_requests,
+        crate::ui::router,
     );
     let server_shutdown = shutdown.clone();
     // The client address keys the rate limit of requests without a valid key.

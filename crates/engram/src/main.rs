@@ -14,6 +14,7 @@ mod mcp;
 mod migrate;
 mod progress;
 mod settings;
+mod ui;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;

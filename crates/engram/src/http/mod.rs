@@ -84,7 +84,7 @@ impl FromRequestParts<Arc<AppState>> for Auth {
 /// request without a key must be addressed to a loopback name (`Host`), which defeats DNS
 /// rebinding (a page of `attacker.example` whose name now resolves to 127.0.0.1 still sends
 /// `Host: attacker.example`), and must not come from a page of another site (`Origin`).
-fn check_local_request(parts: &Parts) -> Result<(), ApiError> {
+pub(crate) fn check_local_request(parts: &Parts) -> Result<(), ApiError> {
     let host = parts
         .headers
         .get(axum::http::header::HOST)
@@ -181,7 +181,14 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 
 /// The whole HTTP application: at most `max_concurrent` requests at once (more are shed
 /// with 503), each charged to its key's rate limit first.
-pub fn router(state: AppState, max_body_bytes: usize, max_concurrent: usize) -> Router {
+/// The whole HTTP surface: REST, MCP at `/mcp`, and the pages `pages` builds (the web UI;
+/// passed in so that `http` does not import the UI, which imports `http`'s state).
+pub fn router(
+    state: AppState,
+    max_body_bytes: usize,
+    max_concurrent: usize,
+    pages: fn(Arc<AppState>) -> Router,
+) -> Router {
     let state = Arc::new(state);
     let mcp = mcp::service(&state, max_body_bytes);
     Router::new()
@@ -213,6 +220,7 @@ pub fn router(state: AppState, max_body_bytes: usize, max_concurrent: usize) -> 
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state.clone())
         .merge(mcp)
+        .merge(pages(state.clone()).layer(DefaultBodyLimit::max(max_body_bytes)))
         .layer(axum::middleware::from_fn_with_state(state, limits::rate_limit))
         .layer(
             tower::ServiceBuilder::new()

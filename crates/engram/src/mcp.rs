@@ -394,6 +394,8 @@ impl McpServer {
             kinds,
             categories,
             include_superseded: a.include_superseded.unwrap_or(false),
+            since: None,
+            until: None,
             cursor: a.cursor.as_deref().map(MemoryId::parse).transpose()?,
             limit: a.limit.unwrap_or(20),
         };

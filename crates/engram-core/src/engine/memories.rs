@@ -194,6 +194,8 @@ impl Engine {
         f.kinds = input.kinds;
         f.categories = input.categories;
         f.include_superseded = input.include_superseded;
+        f.since = input.since;
+        f.until = input.until;
         let limit = clamp_limit(input.limit, self.svc.cfg.max_limit)?;
         let mut page = self.svc.store.list_memories(&p.tenant, &f, input.cursor, limit).await?;
         self.hide_invisible_successors(p, &mut page.memories).await?;
@@ -223,6 +225,8 @@ impl Engine {
             agent_id: input.agent_id,
             kinds: input.kinds,
             categories: input.categories,
+            since: input.since,
+            until: input.until,
             limit: input.limit,
             ..Default::default()
         };

@@ -221,6 +221,10 @@ pub struct ListInput {
     pub categories: Option<Vec<Category>>,
     pub kinds: Option<Vec<Kind>>,
     pub include_superseded: bool,
+    /// Only facts observed at or after this time.
+    pub since: Option<OffsetDateTime>,
+    /// Only facts observed before this time.
+    pub until: Option<OffsetDateTime>,
     pub cursor: Option<MemoryId>,
     pub limit: usize,
 }

@@ -163,6 +163,8 @@ pub async fn list(
         categories: csv(q.category.as_deref(), Category::parse)?,
         kinds: csv(q.kind.as_deref(), Kind::parse)?,
         include_superseded: q.include_superseded.unwrap_or(false),
+        since: None,
+        until: None,
         cursor: q
             .cursor
             .as_deref()

@@ -16,6 +16,8 @@ use engram_core::model::{
 };
 use engram_core::retrieval::Explain;
 use serde::Deserialize;
+use time::OffsetDateTime;
+use time::macros::format_description;
 
 use super::session::Viewer;
 use super::{Dates, Page, UiError, UiState, render};
@@ -44,6 +46,12 @@ pub struct Filters {
     pub kind: String,
     #[serde(default)]
     pub cursor: String,
+    /// Observed on or after this day (`YYYY-MM-DD`).
+    #[serde(default)]
+    pub from: String,
+    /// Observed on or before this day.
+    #[serde(default)]
+    pub to: String,
     #[serde(default)]
     pub superseded: String,
     #[serde(default)]
@@ -67,6 +75,23 @@ impl Filters {
     fn kinds(&self) -> Result<Option<Vec<Kind>>, UiError> {
         Ok(opt(&self.kind).map(|k| Kind::parse(k).map(|k| vec![k])).transpose()?)
     }
+    /// The start of `from` and the end of `to` (UTC days).
+    fn bounds(&self) -> Result<(Option<OffsetDateTime>, Option<OffsetDateTime>), UiError> {
+        let day = |field: &str, s: &str| -> Result<Option<time::Date>, UiError> {
+            let Some(s) = opt(s) else { return Ok(None) };
+            let d = time::Date::parse(s, format_description!("[year]-[month]-[day]"))
+                .ok()
+                .filter(|d| crate::api::dto::YEARS.contains(&d.year()))
+                .ok_or_else(|| {
+                    ApiError::invalid(format!("{field} must be a day like 2026-02-22, got '{s}'"))
+                })?;
+            Ok(Some(d))
+        };
+        let since = day("from", &self.from)?.map(|d| d.midnight().assume_utc());
+        let until = day("to", &self.to)?.map(|d| d.next_day().unwrap_or(d).midnight().assume_utc());
+        Ok((since, until))
+    }
+
     /// This screen's address with these filters (and another cursor).
     pub fn url(&self, cursor: Option<&str>) -> String {
         let mut q = form_urlencoded::Serializer::new(String::new());
@@ -77,6 +102,8 @@ impl Filters {
             ("category", &self.category),
             ("kind", &self.kind),
             ("superseded", &self.superseded),
+            ("from", &self.from),
+            ("to", &self.to),
         ] {
             if !v.trim().is_empty() {
                 q.append_pair(k, v.trim());
@@ -195,6 +222,7 @@ async fn load(
     f: &Filters,
 ) -> Result<(Vec<Row>, Option<String>), UiError> {
     let engine = &state.app.engine;
+    let (since, until) = f.bounds()?;
     if let Some(q) = opt(&f.q) {
         let hits = engine
             .search(
@@ -205,6 +233,8 @@ async fn load(
                     agent_id: f.agent_id()?,
                     categories: f.categories()?,
                     kinds: f.kinds()?,
+                    since,
+                    until,
                     limit: PAGE,
                     explain: true,
                     ..Default::default()
@@ -234,6 +264,8 @@ async fn load(
                 categories: f.categories()?,
                 kinds: f.kinds()?,
                 include_superseded: opt(&f.superseded).is_some(),
+                since,
+                until,
                 cursor,
                 limit: PAGE,
             },

@@ -5,6 +5,7 @@
 //!   mode signs in as the local admin), the [`session::Viewer`] extractor, CSRF tokens.
 //! - [`memories`]: the memory screen (list, search with explanations, new, edit, rate,
 //!   forget, purge, bulk forget) and a fact's history.
+//! - [`conversations`]: the transcript viewer.
 //!
 //! Templates are askama files under `crates/engram/templates/` (compiled into the binary,
 //! every value escaped); the stylesheet is embedded from `crates/engram/assets/`. Pages work
@@ -12,6 +13,7 @@
 //! Every response carries a Content-Security-Policy that allows no inline script and no
 //! other origin.
 
+pub mod conversations;
 pub mod memories;
 pub mod session;
 
@@ -47,6 +49,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/memories/{id}/rate", post(memories::rate))
         .route("/memories/{id}/forget", post(memories::forget))
         .route("/memories/{id}/purge", post(memories::purge))
+        .route("/conversations/{id}", get(conversations::page))
         .route("/assets/ui.css", get(stylesheet))
         .layer(axum::middleware::map_response(security_headers))
         .with_state(state)

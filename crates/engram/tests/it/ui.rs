@@ -28,6 +28,24 @@ async fn the_memory_screen(backend: Backend) {
         .await;
     assert_eq!(st, StatusCode::CREATED, "{bob}");
     let bob_id = bob["memory"]["id"].as_str().unwrap().to_string();
+    let (st, b) = api
+        .post(
+            "/v1/conversations/trip-1/messages",
+            json!({ "user_id": "alice", "messages": [
+                { "role": "user", "content": "We are flying to Porto on Friday." },
+                { "role": "assistant", "content": "", "tool_name": "book_flight", "tool_args": { "to": "OPO" }, "tool_result": "booked <b>AB123</b>" },
+                { "role": "assistant", "content": "Booked: flight AB123 to Porto." }
+            ] }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{b}");
+    let (st, b) = api
+        .post(
+            "/v1/conversations/bob-chat/messages",
+            json!({ "user_id": "bob", "messages": [{ "role": "user", "content": "My hives need checking." }] }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{b}");
     for x in XSS {
         let (st, _) = api
             .post(
@@ -73,6 +91,25 @@ async fn the_memory_screen(backend: Backend) {
     assert!(!b.alert_open().await, "no injected script ran");
     assert!(b.all("img[src=x]").await.is_empty(), "no injected element");
     b.shoot("memories").await;
+
+    // A memory's source conversation opens its transcript, tool calls included.
+    let id = row_id(&b, XSS[0]).await;
+    b.submit(&format!("#m-{id} a[href='/conversations/trip-1']")).await;
+    assert_eq!(b.path().await, "/conversations/trip-1");
+    let transcript = b.texts("ol.transcript li").await.join("\n");
+    assert!(transcript.contains("We are flying to Porto on Friday."), "{transcript}");
+    assert!(
+        transcript.contains("book_flight") && transcript.contains("booked <b>AB123</b>"),
+        "{transcript}"
+    );
+    b.shoot("conversation").await;
+    // Filtering by observation day: nothing observed after tomorrow.
+    b.goto("/?user=alice&from=2200-01-01").await;
+    assert!(b.all("li.memory").await.is_empty());
+    assert!(b.page_text().await.contains("No memories to show with these filters."));
+    b.goto("/?user=alice&from=2020-02-30").await;
+    assert!(b.page_text().await.contains("from must be a day like 2026-02-22"));
+    b.goto("/?user=alice").await;
 
     // Search, with the explanation of a score on demand.
     b.fill("input[name=q]", "which city does she live in").await;
@@ -146,6 +183,11 @@ async fn the_memory_screen(backend: Backend) {
     b.goto(&format!("/memories/{bob_id}")).await;
     assert!(b.page_text().await.contains("404"), "bob's history is not found");
     assert!(!b.page_text().await.contains("bees"));
+    b.goto("/conversations/bob-chat").await;
+    assert!(b.page_text().await.contains("404"), "bob's conversation is not found");
+    assert!(!b.page_text().await.contains("hives"));
+    b.goto("/conversations/trip-1").await;
+    assert!(b.page_text().await.contains("flying to Porto"), "alice reads her own");
     // A forged form with alice's own session and token cannot touch bob's fact.
     let cookie = b.c.get_named_cookie("engram_key").await.expect("session cookie");
     assert!(cookie.http_only().unwrap_or(false), "the key cookie is HttpOnly");

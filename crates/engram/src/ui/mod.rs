@@ -6,6 +6,7 @@
 //! - [`memories`]: the memory screen (list, search with explanations, new, edit, rate,
 //!   forget, purge, bulk forget) and a fact's history.
 //! - [`conversations`]: the transcript viewer.
+//! - [`agents`]: agent settings with seed 001's warnings.
 //!
 //! Templates are askama files under `crates/engram/templates/` (compiled into the binary,
 //! every value escaped); the stylesheet is embedded from `crates/engram/assets/`. Pages work
@@ -13,6 +14,7 @@
 //! Every response carries a Content-Security-Policy that allows no inline script and no
 //! other origin.
 
+pub mod agents;
 pub mod conversations;
 pub mod memories;
 pub mod session;
@@ -50,6 +52,8 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/memories/{id}/forget", post(memories::forget))
         .route("/memories/{id}/purge", post(memories::purge))
         .route("/conversations/{id}", get(conversations::page))
+        .route("/agents", get(agents::pick))
+        .route("/agents/{id}", get(agents::page).post(agents::save))
         .route("/assets/ui.css", get(stylesheet))
         .layer(axum::middleware::map_response(security_headers))
         .with_state(state)

@@ -168,6 +168,56 @@ async fn the_memory_screen(backend: Backend) {
     assert!(b.page_text().await.contains("The selected facts are forgotten."));
     assert!(b.all("li.memory").await.is_empty(), "alice has no active facts left");
 
+    // Switching agent: each agent sees its own pool's facts.
+    for (agent, fact) in [
+        ("support-bot", "Alice prefers email over phone."),
+        ("sales-bot", "Alice asked for the premium plan."),
+    ] {
+        let (st, _) = api
+            .post("/v1/memories", json!({ "content": fact, "user_id": "alice", "agent_id": agent }))
+            .await;
+        assert_eq!(st, StatusCode::CREATED);
+    }
+    b.fill("#filters input[name=agent]", "support-bot").await;
+    b.submit("#filters button[type=submit]").await;
+    let shown = b.texts("li.memory .content").await;
+    assert!(shown.contains(&"Alice prefers email over phone.".to_string()), "{shown:?}");
+    assert!(!shown.contains(&"Alice asked for the premium plan.".to_string()), "{shown:?}");
+    b.fill("#filters input[name=agent]", "sales-bot").await;
+    b.submit("#filters button[type=submit]").await;
+    let shown = b.texts("li.memory .content").await;
+    assert!(shown.contains(&"Alice asked for the premium plan.".to_string()), "{shown:?}");
+    assert!(!shown.contains(&"Alice prefers email over phone.".to_string()), "{shown:?}");
+
+    // Agent settings: the warning of a server without an LLM, a change saved as REST
+    // validates it, and a refused value named.
+    b.goto("/agents").await;
+    b.fill("#agent-pick input[name=id]", "support-bot").await;
+    b.submit("#agent-pick button").await;
+    assert_eq!(b.path().await, "/agents/support-bot");
+    let warnings = b.texts("p.warning").await.join("\n");
+    assert!(warnings.contains("no LLM is configured"), "{warnings}");
+    b.select("#settings select[name=mode]", "batched").await;
+    b.fill("#settings input[name=min_turns]", "4").await;
+    b.select("#settings select[name=pii]", "reject").await;
+    b.fill("#settings input[name=dedup_threshold]", "0.95").await;
+    b.fill("#settings input[name=cluster]", "helpdesk").await;
+    b.submit("#settings button").await;
+    assert!(b.page_text().await.contains("Settings saved."));
+    b.shoot("agent").await;
+    let (_, agent) = api.get("/v1/agents/support-bot").await;
+    assert_eq!(agent["settings"]["extraction"]["mode"], "batched", "{agent}");
+    assert_eq!(agent["settings"]["extraction"]["min_turns"], 4, "{agent}");
+    assert_eq!(agent["settings"]["pii_policy"], "reject", "{agent}");
+    assert_eq!(agent["cluster_id"], "helpdesk", "{agent}");
+    assert!((agent["dedup_threshold"].as_f64().unwrap() - 0.95).abs() < 1e-6, "{agent}");
+    b.fill("#settings input[name=dedup_threshold]", "0.2").await;
+    b.submit("#settings button").await;
+    assert!(b.page_text().await.contains("dedup_threshold must be between 0.5 and 1.0"));
+    let (_, agent) = api.get("/v1/agents/support-bot").await;
+    assert!((agent["dedup_threshold"].as_f64().unwrap() - 0.95).abs() < 1e-6, "unchanged");
+    b.goto("/?user=alice").await;
+
     // A user key sees its own user only, whatever the address or form says.
     b.submit("form[action='/signout'] button").await;
     assert_eq!(b.path().await, "/signin");
@@ -177,8 +227,12 @@ async fn the_memory_screen(backend: Backend) {
     assert!(b.page_text().await.contains("What engram remembers about you"));
     b.goto("/?user=bob").await;
     let shown = b.texts("li.memory .content").await;
-    assert_eq!(shown, ["Alice plays the cello."], "bob's facts never appear");
+    assert!(shown.contains(&"Alice plays the cello.".to_string()), "{shown:?}");
+    assert!(!shown.iter().any(|c| c.contains("bees")), "bob's facts never appear: {shown:?}");
     assert!(b.all("input[name=user]").await.is_empty(), "no user field for a user key");
+    assert!(b.all("nav a[href='/agents']").await.is_empty(), "no agent settings for a user key");
+    b.goto("/agents/support-bot").await;
+    assert!(b.page_text().await.contains("403"), "a user key reads no agent settings");
     b.shoot("my-memories").await;
     b.goto(&format!("/memories/{bob_id}")).await;
     assert!(b.page_text().await.contains("404"), "bob's history is not found");

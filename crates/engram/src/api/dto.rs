@@ -643,3 +643,26 @@ pub struct ExtractionStats {
     pub failed: u64,
     pub pending: u64,
 }
+
+/// Everything stored about one user (GDPR portability), as `GET /v1/users/{id}/export` and
+/// the web UI's download give it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserExportDto {
+    pub tenant_id: String,
+    pub user_id: String,
+    pub memories: Vec<MemoryDto>,
+    pub events: Vec<EventDto>,
+    pub messages: Vec<MessageDto>,
+}
+
+impl From<&engram_core::engine::UserExport> for UserExportDto {
+    fn from(x: &engram_core::engine::UserExport) -> Self {
+        UserExportDto {
+            tenant_id: x.tenant_id.to_string(),
+            user_id: x.user_id.to_string(),
+            memories: x.memories.iter().map(Into::into).collect(),
+            events: x.events.iter().map(Into::into).collect(),
+            messages: x.messages.iter().map(Into::into).collect(),
+        }
+    }
+}

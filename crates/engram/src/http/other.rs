@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiJson, ApiPath, ApiResult, ErrorBody};
 use super::{AppState, Auth};
-use crate::api::dto::{AgentDto, EraseCountsDto, EventDto, MemoryDto, MessageDto, StatsDto};
+use crate::api::dto::{AgentDto, EraseCountsDto, StatsDto, UserExportDto};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -89,15 +89,6 @@ pub async fn erase_user(
     Ok(Json(Erased { user_id: user.to_string(), erased: (&counts).into() }))
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-pub struct UserExportDto {
-    pub tenant_id: String,
-    pub user_id: String,
-    pub memories: Vec<MemoryDto>,
-    pub events: Vec<EventDto>,
-    pub messages: Vec<MessageDto>,
-}
-
 /// GDPR portability: everything stored about the user.
 #[utoipa::path(get, path = "/v1/users/{user_id}/export", responses((status = 200, body = UserExportDto), (status = 403, body = ErrorBody)))]
 pub async fn export_user(
@@ -106,13 +97,7 @@ pub async fn export_user(
     ApiPath(user): ApiPath<String>,
 ) -> ApiResult<Json<UserExportDto>> {
     let x = st.engine.export_user(&p, &UserId::parse(user)?).await?;
-    Ok(Json(UserExportDto {
-        tenant_id: x.tenant_id.to_string(),
-        user_id: x.user_id.to_string(),
-        memories: x.memories.iter().map(Into::into).collect(),
-        events: x.events.iter().map(Into::into).collect(),
-        messages: x.messages.iter().map(Into::into).collect(),
-    }))
+    Ok(Json(UserExportDto::from(&x)))
 }
 
 /// Queue depth, failed jobs, embedding coverage, extraction health, counts (admin).

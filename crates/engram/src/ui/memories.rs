@@ -502,3 +502,39 @@ pub async fn history(State(state): State<Arc<UiState>>, v: Viewer, Path(id): Pat
         .collect();
     Ok(render(&HistoryPage { v: &v, id: id.to_string(), chain, events }))
 }
+
+#[derive(Deserialize)]
+pub struct ExportQuery {
+    #[serde(default)]
+    user: String,
+}
+
+/// `GET /export?user=…`: everything stored about a user as a JSON download (a `user` key:
+/// its own user, whatever the address says).
+pub async fn export(
+    State(state): State<Arc<UiState>>,
+    v: Viewer,
+    Query(q): Query<ExportQuery>,
+) -> Page {
+    let user = v.bound_user().unwrap_or(q.user);
+    let user = UserId::parse(user.trim())?;
+    let x = state.app.engine.export_user(&v.principal, &user).await?;
+    let body = serde_json::to_vec_pretty(&crate::api::dto::UserExportDto::from(&x))
+        .map_err(|e| ApiError::new(engram_core::ErrorCode::Internal, e.to_string()))?;
+    let name: String = user
+        .as_str()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .collect();
+    Ok((
+        [
+            (axum::http::header::CONTENT_TYPE, "application/json".to_string()),
+            (
+                axum::http::header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"engram-export-{name}.json\""),
+            ),
+        ],
+        body,
+    )
+        .into_response())
+}

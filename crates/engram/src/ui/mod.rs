@@ -47,6 +47,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/memories", post(memories::create))
         .route("/memories/bulk-forget", post(memories::bulk_forget))
         .route("/memories/{id}", get(memories::history))
+        .route("/export", get(memories::export))
         .route("/memories/{id}/edit", post(memories::edit))
         .route("/memories/{id}/rate", post(memories::rate))
         .route("/memories/{id}/forget", post(memories::forget))

@@ -260,6 +260,33 @@ async fn the_memory_screen(backend: Backend) {
             .unwrap();
         assert_eq!(r.status(), StatusCode::NOT_FOUND, "{action} on bob's fact");
     }
+    // The download of "everything engram keeps about me" is alice's, whatever it asks for.
+    assert!(!b.all("a[href='/export']").await.is_empty(), "the download link is shown");
+    for path in ["/export", "/export?user=bob"] {
+        let r = http
+            .get(format!("{}{path}", s.base))
+            .header("cookie", format!("engram_key={}", cookie.value()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert!(
+            r.headers()["content-disposition"]
+                .to_str()
+                .unwrap()
+                .contains("engram-export-alice.json")
+        );
+        let x: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(x["user_id"], "alice");
+        assert!(
+            x["memories"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["content"] == "Alice plays the cello.")
+        );
+        assert!(!x.to_string().contains("bees") && !x.to_string().contains("hives"), "{path}");
+    }
     // And without the token nothing is done at all.
     let r = http
         .post(format!("{}/memories", s.base))

@@ -1,7 +1,8 @@
-//! Tenant administration: agent settings, GDPR erasure and export of a user, statistics.
+//! Tenant administration: agent settings, GDPR erasure and export of a user, statistics,
+//! and the tenant's own job queue (the web UI's health page).
 
 use crate::error::{Error, Result};
-use crate::model::{Agent, AgentId, KeyRole, Principal, UserId};
+use crate::model::{Agent, AgentId, Job, JobStatus, KeyRole, Principal, UserId};
 use crate::pipeline::policy::MemoryPolicy;
 use crate::store::EraseCounts;
 
@@ -105,5 +106,23 @@ impl Engine {
             extraction_health: (finished > 0).then(|| s.extractions_done as f64 / finished as f64),
             store: s,
         })
+    }
+
+    /// The tenant's background jobs, newest first (admin keys).
+    pub async fn jobs(
+        &self,
+        p: &Principal,
+        status: Option<JobStatus>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        Self::require_admin(p, "the job queue")?;
+        self.svc.store.list_jobs(Some(&p.tenant), status, limit.clamp(1, 1000)).await
+    }
+
+    /// Put one of the tenant's failed jobs back in the queue (admin keys); `NotFound` for
+    /// another tenant's job or one that has not failed.
+    pub async fn retry_job(&self, p: &Principal, id: &str) -> Result<()> {
+        Self::require_admin(p, "retrying a job")?;
+        self.svc.store.retry_job(Some(&p.tenant), id).await
     }
 }

@@ -7,6 +7,7 @@
 //!   forget, purge, bulk forget) and a fact's history.
 //! - [`conversations`]: the transcript viewer.
 //! - [`agents`]: agent settings with seed 001's warnings.
+//! - [`health`]: extraction health, failed jobs with a retry button, coverage and counts.
 //!
 //! Templates are askama files under `crates/engram/templates/` (compiled into the binary,
 //! every value escaped); the stylesheet is embedded from `crates/engram/assets/`. Pages work
@@ -16,6 +17,7 @@
 
 pub mod agents;
 pub mod conversations;
+pub mod health;
 pub mod memories;
 pub mod session;
 
@@ -53,6 +55,8 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/memories/{id}/forget", post(memories::forget))
         .route("/memories/{id}/purge", post(memories::purge))
         .route("/conversations/{id}", get(conversations::page))
+        .route("/health", get(health::page))
+        .route("/jobs/{id}/retry", post(health::retry))
         .route("/agents", get(agents::pick))
         .route("/agents/{id}", get(agents::page).post(agents::save))
         .route("/assets/ui.css", get(stylesheet))

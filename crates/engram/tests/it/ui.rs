@@ -320,4 +320,89 @@ async fn row_id(b: &Browser, content: &str) -> String {
     panic!("no row shows {content:?}");
 }
 
-on_both_backends!(the_memory_screen);
+/// A failed extraction is shown on the health page with its error, and the retry button
+/// runs it again; the agent page warns about failed jobs.
+async fn failed_jobs_are_shown_and_retried(backend: Backend) {
+    const EXTRACT: &str = "memory extraction system";
+    let llm = testkit::ScriptedLlm::start().await;
+    llm.on(testkit::Rule::system_contains(EXTRACT).reply("I cannot do JSON today"));
+    let db = Db::new(backend).await;
+    let base = llm.base_url();
+    let s = db.serve(&[
+        "--llm-provider",
+        "openai",
+        "--llm-base-url",
+        &base,
+        "--llm-model",
+        "main",
+        "--llm-fast-model",
+        "fast",
+        "--job-backoff-ms",
+        "100",
+        "--job-lease-secs",
+        "3",
+    ]);
+    let admin = create_key(&db, &["--tenant", "default", "--role", "admin"]);
+    let api = s.with_key(&admin);
+    let (st, _) = api
+        .post(
+            "/v1/conversations/c1/messages",
+            json!({ "user_id": "alice", "messages": [{ "role": "user", "content": "I just adopted a cat named Miso." }] }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED);
+    let failed = |v: &serde_json::Value| v["jobs_failed"].as_u64().unwrap_or(0);
+    let mut stats = serde_json::Value::Null;
+    for _ in 0..200 {
+        stats = api.get("/v1/stats").await.1;
+        if failed(&stats) == 1 && stats["jobs_pending"] == 0 && stats["jobs_running"] == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(failed(&stats), 1, "{stats}");
+
+    let b = Browser::start(&s.base).await;
+    sign_in(&b, &admin).await;
+    b.submit("nav a[href='/health']").await;
+    let card = b.find("#failed").await.text().await.unwrap();
+    assert!(card.contains("extract") && card.contains("3 attempts"), "{card}");
+    assert!(
+        card.contains("I cannot do JSON today") || card.to_lowercase().contains("json"),
+        "{card}"
+    );
+    assert!(b.find("#extraction").await.text().await.unwrap().contains("1 failed"));
+    b.shoot("health").await;
+    b.goto("/agents/any-agent").await;
+    assert!(b.texts("p.warning").await.join(" ").contains("1 extraction job(s) failed"));
+
+    // The LLM answers now; the retry button runs the job again and the fact appears.
+    llm.on(testkit::Rule::system_contains(EXTRACT).reply(
+        r#"[{"content": "The user adopted a cat named Miso.", "category": "fact", "importance": 6}]"#,
+    ));
+    b.goto("/health").await;
+    b.submit("#failed button").await;
+    assert!(b.page_text().await.contains("The job is back in the queue."));
+    let mut facts = vec![];
+    for _ in 0..200 {
+        let (_, l) = api.get("/v1/memories?user_id=alice").await;
+        facts = l["memories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].as_str().unwrap().to_string())
+            .collect();
+        if !facts.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(facts, ["The user adopted a cat named Miso."]);
+    b.goto("/health").await;
+    assert!(b.all("#failed li").await.is_empty(), "no failed job left");
+    assert!(b.page_text().await.contains("last success"));
+    assert!(!b.find("#extraction").await.text().await.unwrap().contains("last success never"));
+    b.close().await;
+}
+
+on_both_backends!(the_memory_screen, failed_jobs_are_shown_and_retried);

@@ -68,7 +68,7 @@ pub async fn page(
         .map(|j| FailedJob {
             id: j.id,
             kind: j.kind.as_str().to_string(),
-            attempts: i64::from(j.attempts),
+            attempts: j.attempts,
             error: j.last_error.unwrap_or_default(),
             at: fmt_ts(j.updated_at),
         })

@@ -9,6 +9,8 @@
 //! - [`agents`]: agent settings with seed 001's warnings.
 //! - [`health`]: extraction health, failed jobs with a retry button, coverage and counts.
 //!
+//! - `/docs`: the API reference (Swagger UI, vendored) over `/openapi.json`.
+//!
 //! Templates are askama files under `crates/engram/templates/` (compiled into the binary,
 //! every value escaped); the stylesheet is embedded from `crates/engram/assets/`. Pages work
 //! with JavaScript off: every action is a form posted to the server, answered by a redirect.
@@ -62,6 +64,28 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/assets/ui.css", get(stylesheet))
         .layer(axum::middleware::map_response(security_headers))
         .with_state(state)
+        .merge(api_reference())
+}
+
+/// `/docs`: the API reference, Swagger UI's vendored assets (from the
+/// `utoipa-swagger-ui` crate, embedded in the binary) reading `/openapi.json`.
+fn api_reference() -> Router {
+    let ui = utoipa_swagger_ui::SwaggerUi::new("/docs")
+        .config(utoipa_swagger_ui::Config::new(["/openapi.json"]));
+    Router::from(ui).layer(axum::middleware::map_response(docs_headers))
+}
+
+/// Swagger UI sets inline styles (never inline scripts): its pages allow those only.
+pub const DOCS_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+     img-src 'self' data:; font-src 'self' data:; connect-src 'self'; form-action 'self'; \
+     frame-ancestors 'none'; base-uri 'none'";
+
+async fn docs_headers(mut res: Response) -> Response {
+    let h = res.headers_mut();
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(DOCS_CSP));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    res
 }
 
 /// The stylesheet, embedded in the binary.

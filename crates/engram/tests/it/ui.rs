@@ -218,6 +218,23 @@ async fn the_memory_screen(backend: Backend) {
     assert!((agent["dedup_threshold"].as_f64().unwrap() - 0.95).abs() < 1e-6, "unchanged");
     b.goto("/?user=alice").await;
 
+    // The API reference, rendered from /openapi.json by the vendored Swagger UI.
+    b.goto("/docs/").await;
+    let mut title = String::new();
+    for _ in 0..100 {
+        if let Ok(e) = b.c.find(fantoccini::Locator::Css(".swagger-ui .info .title")).await {
+            title = e.text().await.unwrap_or_default();
+            if title.contains("engram") {
+                break;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(title.contains("engram"), "the API reference renders: {title:?}");
+    assert!(b.page_text().await.contains("/v1/memories"));
+    b.shoot("api-docs").await;
+    b.goto("/?user=alice").await;
+
     // A user key sees its own user only, whatever the address or form says.
     b.submit("form[action='/signout'] button").await;
     assert_eq!(b.path().await, "/signin");

@@ -14,6 +14,7 @@
 //! [`migrate`]; a database newer than the binary is refused.
 
 pub mod backup;
+mod common;
 pub mod fault;
 pub mod migrate;
 pub mod postgres;

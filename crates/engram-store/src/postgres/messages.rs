@@ -30,42 +30,18 @@ impl MessageStore for PgStore {
         .fetch_one(&mut *tx)
         .await
         .map_err(db)?;
-        if col::<String>(&r, "user_id")? != user.as_str() {
-            return Err(Error::Conflict(format!("conversation '{conv}' belongs to another user")));
-        }
-        crate::check_conversation_agent(
-            &conv,
-            col::<Option<String>>(&r, "agent_id")?.as_deref(),
-            &messages,
-        )?;
+        let (owner, owner_agent) = (col(&r, "user_id")?, col(&r, "agent_id")?);
+        common::messages::check_owner(&conv, &user, owner, owner_agent, &messages)?;
         let mut seq: i64 = col(&r, "last_seq")?;
+        let insert = common::messages::insert_sql(&["fts_text"]);
         let mut out = Vec::with_capacity(messages.len());
         for mut m in messages {
             seq += 1;
             m.seq = seq;
-            sqlx::query(
-                "INSERT INTO messages (tenant_id, id, conversation_id, user_id, agent_id, seq, role, content, tool_name, \
-                 tool_args, tool_result, turn_id, metadata, created_at, fts_text) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-            )
-            .bind(tenant.as_str())
-            .bind(m.id.0)
-            .bind(conv.as_str())
-            .bind(user.as_str())
-            .bind(m.agent_id.as_ref().map(AgentId::as_str))
-            .bind(seq)
-            .bind(m.role.as_str())
-            .bind(&m.content)
-            .bind(m.tool_name.as_deref())
-            .bind(m.tool_args.as_ref())
-            .bind(m.tool_result.as_deref())
-            .bind(m.turn_id.as_deref())
-            .bind(&m.metadata)
-            .bind(m.created_at)
-            .bind(index_text(&[&m.content, m.tool_name.as_deref().unwrap_or("")]))
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| {
+            let fts = index_text(&[&m.content, m.tool_name.as_deref().unwrap_or("")]);
+            let mut args = common::messages::message_args(tenant, &conv, &user, &m, seq);
+            args.push(Arg::Text(&fts));
+            statement(&insert, &args).execute(&mut *tx).await.map_err(|e| {
                 if is_unique_violation(&e) {
                     return Error::Conflict(format!("message {} already exists", m.id));
                 }
@@ -94,17 +70,7 @@ impl MessageStore for PgStore {
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<Message>> {
-        let rows = sqlx::query(
-            "SELECT * FROM messages WHERE tenant_id = $1 AND conversation_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .bind(after_seq)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
-        rows.iter().map(rows::message).collect()
+        common::messages::list(self, tenant, conversation, after_seq, limit).await
     }
 
     async fn conversation_owner(
@@ -112,31 +78,11 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<(UserId, Option<AgentId>)>> {
-        let row = sqlx::query(
-            "SELECT user_id, agent_id FROM conversations WHERE tenant_id = $1 AND id = $2",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db)?;
-        row.map(|r| {
-            Ok((
-                UserId::parse(col::<String>(&r, "user_id")?)?,
-                col::<Option<String>>(&r, "agent_id")?.map(AgentId::parse).transpose()?,
-            ))
-        })
-        .transpose()
+        common::messages::owner(self, tenant, conversation).await
     }
 
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>> {
-        let row = sqlx::query("SELECT * FROM messages WHERE tenant_id = $1 AND id = $2")
-            .bind(tenant.as_str())
-            .bind(id.0)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db)?;
-        row.as_ref().map(rows::message).transpose()
+        common::messages::get(self, tenant, id).await
     }
 
     async fn get_messages(&self, tenant: &TenantId, ids: &[MessageId]) -> Result<Vec<Message>> {
@@ -154,17 +100,7 @@ impl MessageStore for PgStore {
     }
 
     async fn rate_message(&self, tenant: &TenantId, id: MessageId, delta: i64) -> Result<i64> {
-        let r = sqlx::query(
-            "UPDATE messages SET rating = rating + $1 WHERE tenant_id = $2 AND id = $3 RETURNING rating",
-        )
-        .bind(delta)
-        .bind(tenant.as_str())
-        .bind(id.0)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| Error::not_found(format!("message {id}")))?;
-        col(&r, "rating")
+        common::messages::rate(self, tenant, id, delta).await
     }
 
     async fn text_search_messages(
@@ -186,19 +122,7 @@ impl MessageStore for PgStore {
         model_id: &str,
         limit: usize,
     ) -> Result<Vec<(MessageId, i64)>> {
-        let rows = sqlx::query(
-            "SELECT id, seq FROM messages WHERE tenant_id = $1 AND conversation_id = $2 \
-             AND content != '' AND (embedding IS NULL OR embedding_model IS DISTINCT FROM $3) \
-             ORDER BY seq LIMIT $4",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .bind(model_id)
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
-        rows.iter().map(|r| Ok((MessageId(col(r, "id")?), col::<i64>(r, "seq")?))).collect()
+        common::messages::needing_vectors(self, tenant, conversation, model_id, limit).await
     }
 
     async fn conversations_needing_message_vectors(
@@ -207,18 +131,7 @@ impl MessageStore for PgStore {
         model_id: &str,
         limit: usize,
     ) -> Result<Vec<ConversationId>> {
-        let rows = sqlx::query(
-            "SELECT DISTINCT conversation_id FROM messages WHERE tenant_id = $1 AND content != '' \
-             AND (embedding IS NULL OR embedding_model IS DISTINCT FROM $2) \
-             ORDER BY 1 LIMIT $3",
-        )
-        .bind(tenant.as_str())
-        .bind(model_id)
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
-        rows.iter().map(|r| ConversationId::parse(col::<String>(r, "conversation_id")?)).collect()
+        common::messages::conversations_needing_vectors(self, tenant, model_id, limit).await
     }
 
     async fn set_message_vectors(
@@ -281,15 +194,7 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Vec<Message>> {
-        let rows = sqlx::query(
-            "SELECT * FROM messages WHERE tenant_id = $1 AND conversation_id = $2 ORDER BY seq",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
-        rows.iter().map(rows::message).collect()
+        common::messages::conversation(self, tenant, conversation).await
     }
 
     async fn extraction_cursor(
@@ -297,15 +202,7 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<String>> {
-        let r = sqlx::query(
-            "SELECT last_hash FROM extraction_cursors WHERE tenant_id = $1 AND conversation_id = $2",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db)?;
-        r.map(|r| col(&r, "last_hash")).transpose()
+        common::messages::extraction_cursor(self, tenant, conversation).await
     }
 
     async fn rolling_summary(
@@ -313,18 +210,7 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<(Option<String>, i64)> {
-        let r = sqlx::query(
-            "SELECT rolling_summary, summary_user_turns FROM conversations WHERE tenant_id = $1 AND id = $2",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db)?;
-        match r {
-            Some(r) => Ok((col(&r, "rolling_summary")?, col(&r, "summary_user_turns")?)),
-            None => Ok((None, 0)),
-        }
+        common::messages::rolling_summary(self, tenant, conversation).await
     }
 
     async fn set_rolling_summary(
@@ -334,17 +220,7 @@ impl MessageStore for PgStore {
         summary: &str,
         user_turns: i64,
     ) -> Result<()> {
-        sqlx::query(
-            "UPDATE conversations SET rolling_summary = $1, summary_user_turns = $2 WHERE tenant_id = $3 AND id = $4",
-        )
-        .bind(summary)
-        .bind(user_turns)
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .execute(&self.pool)
-        .await
-        .map_err(db)?;
-        Ok(())
+        common::messages::set_rolling_summary(self, tenant, conversation, summary, user_turns).await
     }
 
     async fn apply_extraction(

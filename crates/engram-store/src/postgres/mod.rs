@@ -65,11 +65,13 @@ use engram_core::store::{
     ApiKey, BackupRow, BackupScope, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter,
     MemoryPage, NewMemory, RestoreState, StoreStats,
 };
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgPoolOptions, PgRow};
+use sqlx::query::Query;
 use sqlx::{Connection, PgPool, Postgres, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::common::{self, Arg, Backend};
 use crate::fault::is_unique_violation;
 pub use crate::fault::postgres as db;
 use crate::text::index_text;
@@ -79,6 +81,62 @@ type Tx = Transaction<'static, Postgres>;
 
 /// Rows per `INSERT … SELECT FROM unnest(…)` of a batch insert.
 const INSERT_CHUNK: usize = 1000;
+
+/// A shared statement ([`crate::common`]) with numbered placeholders and its values bound as
+/// PostgreSQL stores them.
+fn statement(sql: &str, args: &[Arg<'_>]) -> Query<'static, Postgres, PgArguments> {
+    let q = sqlx::query(sqlx::AssertSqlSafe(common::numbered(sql)));
+    args.iter().fold(q, |q, a| match *a {
+        Arg::Text(v) => q.bind(v),
+        Arg::OptText(v) => q.bind(v),
+        Arg::Int(v) => q.bind(v),
+        Arg::Id(v) => q.bind(v),
+        Arg::Ts(v) => q.bind(v),
+        Arg::Json(v) => q.bind(v),
+        Arg::OptJson(v) => q.bind(v),
+    })
+}
+
+#[async_trait]
+impl Backend for PgStore {
+    type Row = PgRow;
+
+    async fn read_all(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Vec<PgRow>> {
+        statement(sql, args).fetch_all(&self.pool).await.map_err(db)
+    }
+
+    async fn read_opt(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Option<PgRow>> {
+        statement(sql, args).fetch_optional(&self.pool).await.map_err(db)
+    }
+
+    async fn write_opt(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Option<PgRow>> {
+        self.read_opt(sql, args).await
+    }
+
+    async fn write(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<u64> {
+        Ok(statement(sql, args).execute(&self.pool).await.map_err(db)?.rows_affected())
+    }
+
+    fn text(r: &PgRow, name: &str) -> Result<String> {
+        col(r, name)
+    }
+
+    fn opt_text(r: &PgRow, name: &str) -> Result<Option<String>> {
+        col(r, name)
+    }
+
+    fn int(r: &PgRow, name: &str) -> Result<i64> {
+        col(r, name)
+    }
+
+    fn id(r: &PgRow, name: &str) -> Result<Uuid> {
+        col(r, name)
+    }
+
+    fn message(r: &PgRow) -> Result<Message> {
+        rows::message(r)
+    }
+}
 
 /// The PostgreSQL store.
 pub struct PgStore {

@@ -25,17 +25,9 @@ impl MessageStore for SqliteStore {
         .map_err(db)?;
         let mut seq = match existing {
             Some(r) => {
-                if r.get::<&str, _>("user_id") != user.as_str() {
-                    return Err(Error::Conflict(format!(
-                        "conversation '{conv}' belongs to another user"
-                    )));
-                }
-                crate::check_conversation_agent(
-                    &conv,
-                    r.get::<Option<&str>, _>("agent_id"),
-                    &messages,
-                )?;
-                r.get::<i64, _>("last_seq")
+                let (owner, agent) = (col(&r, "user_id")?, col(&r, "agent_id")?);
+                common::messages::check_owner(&conv, &user, owner, agent, &messages)?;
+                col::<i64>(&r, "last_seq")?
             }
             None => {
                 sqlx::query(
@@ -53,31 +45,13 @@ impl MessageStore for SqliteStore {
                 0
             }
         };
+        let insert = common::messages::insert_sql(&[]);
         let mut out = Vec::with_capacity(messages.len());
         for mut m in messages {
             seq += 1;
             m.seq = seq;
-            sqlx::query(
-                "INSERT INTO messages (id, tenant_id, conversation_id, user_id, agent_id, seq, role, content, tool_name, \
-                 tool_args, tool_result, turn_id, metadata, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(m.id.to_string())
-            .bind(tenant.as_str())
-            .bind(conv.as_str())
-            .bind(user.as_str())
-            .bind(m.agent_id.as_ref().map(AgentId::as_str))
-            .bind(seq)
-            .bind(m.role.as_str())
-            .bind(&m.content)
-            .bind(m.tool_name.as_deref())
-            .bind(m.tool_args.as_ref().map(ToString::to_string))
-            .bind(m.tool_result.as_deref())
-            .bind(m.turn_id.as_deref())
-            .bind(m.metadata.to_string())
-            .bind(ts(m.created_at))
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
+            let args = common::messages::message_args(tenant, &conv, &user, &m, seq);
+            statement(sqlx::AssertSqlSafe(&*insert), &args).execute(&mut *tx).await.map_err(db)?;
             out.push(m);
         }
         sqlx::query(
@@ -101,15 +75,7 @@ impl MessageStore for SqliteStore {
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<Message>> {
-        let rows = sqlx::query("SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? AND seq > ? ORDER BY seq LIMIT ?")
-            .bind(tenant.as_str())
-            .bind(conversation.as_str())
-            .bind(after_seq)
-            .bind(limit as i64)
-            .fetch_all(&self.read)
-            .await
-            .map_err(db)?;
-        rows.iter().map(message_from_row).collect()
+        common::messages::list(self, tenant, conversation, after_seq, limit).await
     }
 
     async fn conversation_owner(
@@ -117,31 +83,11 @@ impl MessageStore for SqliteStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<(UserId, Option<AgentId>)>> {
-        let row = sqlx::query(
-            "SELECT user_id, agent_id FROM conversations WHERE tenant_id = ? AND id = ?",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .fetch_optional(&self.read)
-        .await
-        .map_err(db)?;
-        row.map(|r| {
-            Ok((
-                UserId::parse(r.get::<String, _>(0))?,
-                r.get::<Option<String>, _>(1).map(AgentId::parse).transpose()?,
-            ))
-        })
-        .transpose()
+        common::messages::owner(self, tenant, conversation).await
     }
 
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>> {
-        let row = sqlx::query("SELECT * FROM messages WHERE tenant_id = ? AND id = ?")
-            .bind(tenant.as_str())
-            .bind(id.to_string())
-            .fetch_optional(&self.read)
-            .await
-            .map_err(db)?;
-        row.as_ref().map(message_from_row).transpose()
+        common::messages::get(self, tenant, id).await
     }
 
     async fn get_messages(&self, tenant: &TenantId, ids: &[MessageId]) -> Result<Vec<Message>> {
@@ -150,18 +96,7 @@ impl MessageStore for SqliteStore {
     }
 
     async fn rate_message(&self, tenant: &TenantId, id: MessageId, delta: i64) -> Result<i64> {
-        let mut tx = self.begin().await?;
-        let r: i64 = sqlx::query("UPDATE messages SET rating = rating + ? WHERE tenant_id = ? AND id = ? RETURNING rating")
-            .bind(delta)
-            .bind(tenant.as_str())
-            .bind(id.to_string())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db)?
-            .ok_or_else(|| Error::not_found(format!("message {id}")))?
-            .get(0);
-        tx.commit().await.map_err(db)?;
-        Ok(r)
+        common::messages::rate(self, tenant, id, delta).await
     }
 
     async fn text_search_messages(
@@ -198,20 +133,7 @@ impl MessageStore for SqliteStore {
         model_id: &str,
         limit: usize,
     ) -> Result<Vec<(MessageId, i64)>> {
-        let rows = sqlx::query(
-            "SELECT id, seq FROM messages WHERE tenant_id = ? AND conversation_id = ? \
-             AND content != '' AND (embedding IS NULL OR embedding_model IS NOT ?) ORDER BY seq LIMIT ?",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .bind(model_id)
-        .bind(limit as i64)
-        .fetch_all(&self.read)
-        .await
-        .map_err(db)?;
-        rows.iter()
-            .map(|r| Ok((MessageId::parse(r.get::<&str, _>("id"))?, r.get::<i64, _>("seq"))))
-            .collect()
+        common::messages::needing_vectors(self, tenant, conversation, model_id, limit).await
     }
 
     async fn conversations_needing_message_vectors(
@@ -220,17 +142,7 @@ impl MessageStore for SqliteStore {
         model_id: &str,
         limit: usize,
     ) -> Result<Vec<ConversationId>> {
-        let rows = sqlx::query(
-            "SELECT DISTINCT conversation_id FROM messages WHERE tenant_id = ? AND content != '' \
-             AND (embedding IS NULL OR embedding_model IS NOT ?) ORDER BY 1 LIMIT ?",
-        )
-        .bind(tenant.as_str())
-        .bind(model_id)
-        .bind(limit as i64)
-        .fetch_all(&self.read)
-        .await
-        .map_err(db)?;
-        rows.iter().map(|r| ConversationId::parse(r.get::<String, _>(0))).collect()
+        common::messages::conversations_needing_vectors(self, tenant, model_id, limit).await
     }
 
     async fn set_message_vectors(
@@ -292,15 +204,7 @@ impl MessageStore for SqliteStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Vec<Message>> {
-        let rows = sqlx::query(
-            "SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? ORDER BY seq",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .fetch_all(&self.read)
-        .await
-        .map_err(db)?;
-        rows.iter().map(message_from_row).collect()
+        common::messages::conversation(self, tenant, conversation).await
     }
 
     async fn extraction_cursor(
@@ -308,15 +212,7 @@ impl MessageStore for SqliteStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<String>> {
-        Ok(sqlx::query(
-            "SELECT last_hash FROM extraction_cursors WHERE tenant_id = ? AND conversation_id = ?",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .fetch_optional(&self.read)
-        .await
-        .map_err(db)?
-        .map(|r| r.get(0)))
+        common::messages::extraction_cursor(self, tenant, conversation).await
     }
 
     async fn rolling_summary(
@@ -324,13 +220,7 @@ impl MessageStore for SqliteStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<(Option<String>, i64)> {
-        Ok(sqlx::query("SELECT rolling_summary, summary_user_turns FROM conversations WHERE tenant_id = ? AND id = ?")
-            .bind(tenant.as_str())
-            .bind(conversation.as_str())
-            .fetch_optional(&self.read)
-            .await
-            .map_err(db)?
-            .map_or((None, 0), |r| (r.get(0), r.get(1))))
+        common::messages::rolling_summary(self, tenant, conversation).await
     }
 
     async fn set_rolling_summary(
@@ -340,16 +230,7 @@ impl MessageStore for SqliteStore {
         summary: &str,
         user_turns: i64,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query("UPDATE conversations SET rolling_summary = ?, summary_user_turns = ? WHERE tenant_id = ? AND id = ?")
-            .bind(summary)
-            .bind(user_turns)
-            .bind(tenant.as_str())
-            .bind(conversation.as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        tx.commit().await.map_err(db)
+        common::messages::set_rolling_summary(self, tenant, conversation, summary, user_turns).await
     }
 
     async fn apply_extraction(

@@ -30,12 +30,15 @@ use engram_core::store::{
     ApiKey, BackupRow, BackupScope, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter,
     MemoryPage, NewMemory, RestoreState, StoreStats,
 };
+use sqlx::query::Query;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use time::OffsetDateTime;
 
+use crate::common::{self, Arg, Backend};
 pub use crate::fault::sqlite as db;
 pub use crate::text::{MatchTerm, fts_query, match_terms, query_terms};
 use vectors::{Entry, VectorCache};
@@ -74,6 +77,78 @@ fn blob_to_vec(b: &[u8]) -> Vec<f32> {
 const MEMORY_COLS: &str = "id, tenant_id, user_id, agent_id, pool, kind, key, category, importance, rating, content, \
      source_kind, source_conversation_id, source_message_ids, observed_at, created_at, updated_at, \
      last_accessed_at, access_count, mention_count, expires_at, superseded_at, superseded_by, metadata, embedding_model";
+
+/// A shared statement ([`crate::common`]) with its values bound as SQLite stores them.
+fn statement(
+    sql: impl sqlx::SqlSafeStr,
+    args: &[Arg<'_>],
+) -> Query<'static, Sqlite, SqliteArguments> {
+    args.iter().fold(sqlx::query(sql), |q, a| match *a {
+        Arg::Text(v) => q.bind(v),
+        Arg::OptText(v) => q.bind(v),
+        Arg::Int(v) => q.bind(v),
+        Arg::Id(v) => q.bind(v.to_string()),
+        Arg::Ts(v) => q.bind(ts(v)),
+        Arg::Json(v) => q.bind(v.to_string()),
+        Arg::OptJson(v) => q.bind(v.map(ToString::to_string)),
+    })
+}
+
+/// One column, decoded: a row that does not decode is an internal error.
+fn col<'r, T: sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite>>(
+    r: &'r SqliteRow,
+    name: &str,
+) -> Result<T> {
+    r.try_get(name).map_err(|e| Error::internal(format!("database: column {name}: {e}")))
+}
+
+#[async_trait]
+impl Backend for SqliteStore {
+    type Row = SqliteRow;
+
+    async fn read_all(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Vec<SqliteRow>> {
+        statement(sql, args).fetch_all(&self.read).await.map_err(db)
+    }
+
+    async fn read_opt(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Option<SqliteRow>> {
+        statement(sql, args).fetch_optional(&self.read).await.map_err(db)
+    }
+
+    async fn write_opt(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Option<SqliteRow>> {
+        let mut tx = self.begin().await?;
+        let row = statement(sql, args).fetch_optional(&mut *tx).await.map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(row)
+    }
+
+    async fn write(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<u64> {
+        let mut tx = self.begin().await?;
+        let n = statement(sql, args).execute(&mut *tx).await.map_err(db)?.rows_affected();
+        tx.commit().await.map_err(db)?;
+        Ok(n)
+    }
+
+    fn text(r: &SqliteRow, name: &str) -> Result<String> {
+        col(r, name)
+    }
+
+    fn opt_text(r: &SqliteRow, name: &str) -> Result<Option<String>> {
+        col(r, name)
+    }
+
+    fn int(r: &SqliteRow, name: &str) -> Result<i64> {
+        col(r, name)
+    }
+
+    fn id(r: &SqliteRow, name: &str) -> Result<uuid::Uuid> {
+        uuid::Uuid::parse_str(col(r, name)?)
+            .map_err(|e| Error::internal(format!("database: column {name}: {e}")))
+    }
+
+    fn message(r: &SqliteRow) -> Result<Message> {
+        message_from_row(r)
+    }
+}
 
 /// The embedded SQLite store.
 pub struct SqliteStore {

@@ -1,0 +1,227 @@
+//! The [`engram_core::store::MessageStore`] methods that are the same statement and the same
+//! logic on both backends: reading the transcript and the conversation state extraction
+//! keeps. Appending, search and vectors stay with each backend (locking and indexes differ).
+
+use engram_core::error::{Error, Result};
+use engram_core::model::{AgentId, ConversationId, Message, MessageId, TenantId, UserId};
+
+use super::Arg::{Id, Int, Json, OptJson, OptText, Text, Ts};
+use super::{Arg, Backend, limit};
+
+/// A message's columns but the backend's own (`fts_text`), in the order of [`message_args`].
+const INSERT_COLS: &str = "tenant_id, id, conversation_id, user_id, agent_id, seq, role, \
+     content, tool_name, tool_args, tool_result, turn_id, metadata, created_at";
+
+/// The statement that inserts one message: [`message_args`], then one value for each of
+/// `extra` (the backend's own columns).
+pub(crate) fn insert_sql(extra: &[&str]) -> String {
+    let cols: Vec<&str> = INSERT_COLS.split(", ").chain(extra.iter().copied()).collect();
+    let marks = vec!["?"; cols.len()].join(", ");
+    format!("INSERT INTO messages ({}) VALUES ({marks})", cols.join(", "))
+}
+
+/// The values of [`INSERT_COLS`] for message `m`, appended to conversation `conv` of `user`
+/// as number `seq`.
+pub(crate) fn message_args<'a>(
+    tenant: &'a TenantId,
+    conv: &'a ConversationId,
+    user: &'a UserId,
+    m: &'a Message,
+    seq: i64,
+) -> Vec<Arg<'a>> {
+    vec![
+        Text(tenant.as_str()),
+        Id(m.id.0),
+        Text(conv.as_str()),
+        Text(user.as_str()),
+        OptText(m.agent_id.as_ref().map(AgentId::as_str)),
+        Int(seq),
+        Text(m.role.as_str()),
+        Text(&m.content),
+        OptText(m.tool_name.as_deref()),
+        OptJson(m.tool_args.as_ref()),
+        OptText(m.tool_result.as_deref()),
+        OptText(m.turn_id.as_deref()),
+        Json(&m.metadata),
+        Ts(m.created_at),
+    ]
+}
+
+pub(crate) async fn list<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    conversation: &ConversationId,
+    after_seq: i64,
+    n: usize,
+) -> Result<Vec<Message>> {
+    let rows = b
+        .read_all(
+            "SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? AND seq > ? \
+             ORDER BY seq LIMIT ?",
+            &[Text(tenant.as_str()), Text(conversation.as_str()), Int(after_seq), Int(limit(n))],
+        )
+        .await?;
+    rows.iter().map(B::message).collect()
+}
+
+/// Every message of a conversation, in order.
+pub(crate) async fn conversation<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    conversation: &ConversationId,
+) -> Result<Vec<Message>> {
+    let rows = b
+        .read_all(
+            "SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? ORDER BY seq",
+            &[Text(tenant.as_str()), Text(conversation.as_str())],
+        )
+        .await?;
+    rows.iter().map(B::message).collect()
+}
+
+/// The user and agent a conversation belongs to, if it exists.
+pub(crate) async fn owner<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    conversation: &ConversationId,
+) -> Result<Option<(UserId, Option<AgentId>)>> {
+    let row = b
+        .read_opt(
+            "SELECT user_id, agent_id FROM conversations WHERE tenant_id = ? AND id = ?",
+            &[Text(tenant.as_str()), Text(conversation.as_str())],
+        )
+        .await?;
+    let Some(r) = row else { return Ok(None) };
+    let agent = B::opt_text(&r, "agent_id")?.map(AgentId::parse).transpose()?;
+    Ok(Some((UserId::parse(B::text(&r, "user_id")?)?, agent)))
+}
+
+pub(crate) async fn get<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    id: MessageId,
+) -> Result<Option<Message>> {
+    let row = b
+        .read_opt(
+            "SELECT * FROM messages WHERE tenant_id = ? AND id = ?",
+            &[Text(tenant.as_str()), Id(id.0)],
+        )
+        .await?;
+    row.as_ref().map(B::message).transpose()
+}
+
+/// Add `delta` to a message's rating; the new rating.
+pub(crate) async fn rate<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    id: MessageId,
+    delta: i64,
+) -> Result<i64> {
+    let r = b
+        .write_opt(
+            "UPDATE messages SET rating = rating + ? WHERE tenant_id = ? AND id = ? RETURNING rating",
+            &[Int(delta), Text(tenant.as_str()), Id(id.0)],
+        )
+        .await?
+        .ok_or_else(|| Error::not_found(format!("message {id}")))?;
+    B::int(&r, "rating")
+}
+
+/// The messages of a conversation with content and no vector of `model_id`: (id, seq).
+pub(crate) async fn needing_vectors<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    conversation: &ConversationId,
+    model_id: &str,
+    n: usize,
+) -> Result<Vec<(MessageId, i64)>> {
+    let rows = b
+        .read_all(
+            "SELECT id, seq FROM messages WHERE tenant_id = ? AND conversation_id = ? \
+             AND content != '' AND (embedding IS NULL OR embedding_model IS DISTINCT FROM ?) \
+             ORDER BY seq LIMIT ?",
+            &[Text(tenant.as_str()), Text(conversation.as_str()), Text(model_id), Int(limit(n))],
+        )
+        .await?;
+    rows.iter().map(|r| Ok((MessageId(B::id(r, "id")?), B::int(r, "seq")?))).collect()
+}
+
+/// The conversations with messages needing a vector of `model_id`.
+pub(crate) async fn conversations_needing_vectors<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    model_id: &str,
+    n: usize,
+) -> Result<Vec<ConversationId>> {
+    let rows = b
+        .read_all(
+            "SELECT DISTINCT conversation_id FROM messages WHERE tenant_id = ? AND content != '' \
+             AND (embedding IS NULL OR embedding_model IS DISTINCT FROM ?) ORDER BY 1 LIMIT ?",
+            &[Text(tenant.as_str()), Text(model_id), Int(limit(n))],
+        )
+        .await?;
+    rows.iter().map(|r| ConversationId::parse(B::text(r, "conversation_id")?)).collect()
+}
+
+pub(crate) async fn extraction_cursor<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    conversation: &ConversationId,
+) -> Result<Option<String>> {
+    let row = b
+        .read_opt(
+            "SELECT last_hash FROM extraction_cursors WHERE tenant_id = ? AND conversation_id = ?",
+            &[Text(tenant.as_str()), Text(conversation.as_str())],
+        )
+        .await?;
+    row.map(|r| B::text(&r, "last_hash")).transpose()
+}
+
+/// The rolling summary and the user turns it covers (`(None, 0)` before the first).
+pub(crate) async fn rolling_summary<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    conversation: &ConversationId,
+) -> Result<(Option<String>, i64)> {
+    let row = b
+        .read_opt(
+            "SELECT rolling_summary, summary_user_turns FROM conversations \
+             WHERE tenant_id = ? AND id = ?",
+            &[Text(tenant.as_str()), Text(conversation.as_str())],
+        )
+        .await?;
+    match row {
+        Some(r) => Ok((B::opt_text(&r, "rolling_summary")?, B::int(&r, "summary_user_turns")?)),
+        None => Ok((None, 0)),
+    }
+}
+
+pub(crate) async fn set_rolling_summary<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    conversation: &ConversationId,
+    summary: &str,
+    user_turns: i64,
+) -> Result<()> {
+    b.write(
+        "UPDATE conversations SET rolling_summary = ?, summary_user_turns = ? \
+         WHERE tenant_id = ? AND id = ?",
+        &[Text(summary), Int(user_turns), Text(tenant.as_str()), Text(conversation.as_str())],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Refuse an append to a conversation that belongs to another user or agent.
+pub(crate) fn check_owner(
+    conv: &ConversationId,
+    user: &UserId,
+    owner_user: &str,
+    owner_agent: Option<&str>,
+    messages: &[Message],
+) -> Result<()> {
+    if owner_user != user.as_str() {
+        return Err(Error::Conflict(format!("conversation '{conv}' belongs to another user")));
+    }
+    crate::check_conversation_agent(conv, owner_agent, messages)
+}

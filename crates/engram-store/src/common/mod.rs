@@ -1,34 +1,45 @@
 //! What the two stores share: statements written once, with `?` placeholders (PostgreSQL
 //! numbers them, [`numbered`]), the values they bind ([`Arg`], each represented per backend
 //! the way [`crate::tables::Ty`] describes), and the parts of the store contract whose logic
-//! is the same on SQLite and PostgreSQL ([`messages`]), written once over
+//! is the same on SQLite and PostgreSQL ([`messages`], [`memories`]), written once over
 //! [`Backend`].
 //!
 //! A backend implements [`Backend`]: how it binds an [`Arg`], where it reads and writes (the
 //! SQLite store writes through its one writer connection with `BEGIN IMMEDIATE`, PostgreSQL
 //! through its pool), and how it reads a column of its rows.
 
+pub(crate) mod memories;
 pub(crate) mod messages;
 
 use async_trait::async_trait;
-use engram_core::error::Result;
-use engram_core::model::Message;
+use engram_core::error::{Error, Result};
+use engram_core::model::{Memory, MemoryEvent, Message};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// One value a shared statement binds, represented per backend.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) enum Arg<'a> {
     Text(&'a str),
     OptText(Option<&'a str>),
+    /// Text the statement owns (PostgreSQL's `fts_text`).
+    Owned(String),
     Int(i64),
+    /// `smallint` on PostgreSQL.
+    Small(i16),
     /// Text on SQLite, `uuid` on PostgreSQL.
     Id(Uuid),
+    OptId(Option<Uuid>),
+    /// A JSON array of id strings on SQLite, `uuid[]` on PostgreSQL.
+    Ids(Vec<Uuid>),
     /// Unix nanoseconds on SQLite, `timestamptz` on PostgreSQL.
     Ts(OffsetDateTime),
+    OptTs(Option<OffsetDateTime>),
     /// JSON text on SQLite, `jsonb` on PostgreSQL.
     Json(&'a serde_json::Value),
     OptJson(Option<&'a serde_json::Value>),
+    /// A little-endian f32 blob on SQLite, `vector` on PostgreSQL.
+    OptVector(Option<&'a [f32]>),
 }
 
 /// A row limit as bound: `usize` past `i64::MAX` means no limit.
@@ -36,45 +47,94 @@ pub(crate) fn limit(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// A statement of this module with PostgreSQL's placeholders: the n-th `?` outside quotes
-/// becomes `$n`.
+/// A shared statement with PostgreSQL's placeholders: outside quotes, the n-th bare `?`
+/// becomes `$n` and a numbered `?n` (one value used twice) becomes `$n`.
 pub(crate) fn numbered(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len() + 16);
     let (mut n, mut quoted) = (0, false);
-    for c in sql.chars() {
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
         match c {
-            '\'' => {
-                quoted = !quoted;
-                out.push(c);
-            }
+            '\'' => quoted = !quoted,
             '?' if !quoted => {
-                n += 1;
                 out.push('$');
+                if chars.peek().is_some_and(char::is_ascii_digit) {
+                    continue;
+                }
+                n += 1;
                 out.push_str(&n.to_string());
+                continue;
             }
-            _ => out.push(c),
+            _ => {}
         }
+        out.push(c);
     }
     out
 }
 
-/// A store that runs the shared statements.
+/// A store that runs the shared statements. Statements are this crate's own text (never a
+/// caller's), so they are taken as `&str`.
 #[async_trait]
 pub(crate) trait Backend: Sync {
     type Row: Send + Sync;
+    /// A write transaction.
+    type Tx: Send;
+
+    /// What orders text bytewise after `ORDER BY col` (SQLite's default already does).
+    const BYTE_ORDER: &'static str;
+    /// What locks the rows a read inside a write transaction decides on (SQLite's one
+    /// writer needs nothing).
+    const LOCK: &'static str;
+    /// Writers take the user's change counter as the user's lock before anything else
+    /// (PostgreSQL), even when they add no row.
+    const USER_LOCK: bool;
 
     /// Every row of a read.
-    async fn read_all(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Vec<Self::Row>>;
+    async fn read_all(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Self::Row>>;
     /// The first row of a read, if any.
-    async fn read_opt(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Option<Self::Row>>;
+    async fn read_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<Self::Row>>;
     /// One write statement on its own; the first row it returns, if any.
-    async fn write_opt(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Option<Self::Row>>;
+    async fn write_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<Self::Row>>;
     /// One write statement on its own; the rows it changed.
-    async fn write(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<u64>;
+    async fn write(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64>;
+
+    async fn begin_write(&self) -> Result<Self::Tx>;
+    async fn commit(tx: Self::Tx) -> Result<()>;
+    /// The first row of a statement inside `tx`, if any.
+    async fn tx_opt(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> Result<Option<Self::Row>>;
+    /// Run a statement inside `tx`: the rows it changed, or the database's error as it is
+    /// (for callers that tell a duplicate apart, [`Backend::is_duplicate`]).
+    async fn tx_run(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64>;
+    /// Bump a user's change counter inside `tx` ([`crate::versions`]); the new version.
+    async fn bump(tx: &mut Self::Tx, tenant: &str, user: &str) -> Result<i64>;
+
+    /// A database error as an engine error ([`crate::fault`]).
+    fn fault(e: sqlx::Error) -> Error;
+    /// The error is a unique-key violation.
+    fn is_duplicate(e: &sqlx::Error) -> bool;
+
+    /// Columns the backend adds to a new memory row (PostgreSQL: its keyword index), their
+    /// values in SQL, and what those bind.
+    fn memory_index(m: &Memory) -> (&'static str, &'static str, Vec<Arg<'static>>);
 
     fn text(r: &Self::Row, col: &str) -> Result<String>;
     fn opt_text(r: &Self::Row, col: &str) -> Result<Option<String>>;
     fn int(r: &Self::Row, col: &str) -> Result<i64>;
     fn id(r: &Self::Row, col: &str) -> Result<Uuid>;
+    fn is_null(r: &Self::Row, col: &str) -> Result<bool>;
+    fn ts(r: &Self::Row, col: &str) -> Result<OffsetDateTime>;
+    /// A list of ids (unreadable entries of SQLite's JSON text are skipped).
+    fn ids(r: &Self::Row, col: &str) -> Result<Vec<Uuid>>;
     fn message(r: &Self::Row) -> Result<Message>;
+    fn memory(r: &Self::Row) -> Result<Memory>;
+    fn event(r: &Self::Row) -> Result<MemoryEvent>;
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn numbered_placeholders() {
+        assert_eq!(super::numbered("a = ? AND b = '?' AND c = ?"), "a = $1 AND b = '?' AND c = $2");
+        assert_eq!(super::numbered("a = ?1 OR b = ?1 OR c = ?2"), "a = $1 OR b = $1 OR c = $2");
+    }
 }

@@ -31,14 +31,7 @@ impl MemoryStore for PgStore {
     }
 
     async fn get_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<Option<Memory>> {
-        let sql = format!("SELECT {MEMORY_COLS} FROM memories WHERE tenant_id = $1 AND id = $2");
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(tenant.as_str())
-            .bind(id.0)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db)?;
-        row.as_ref().map(rows::memory).transpose()
+        common::memories::get(self, tenant, id).await
     }
 
     async fn get_memories(&self, tenant: &TenantId, ids: &[MemoryId]) -> Result<Vec<Memory>> {
@@ -89,7 +82,7 @@ impl MemoryStore for PgStore {
         event: MemoryEvent,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
-        Self::supersede_tx(&mut tx, tenant, old, new.as_ref(), &event).await?;
+        common::memories::supersede::<Self>(&mut tx, tenant, old, new.as_ref(), &event).await?;
         tx.commit().await.map_err(db)
     }
 
@@ -100,7 +93,7 @@ impl MemoryStore for PgStore {
         event: MemoryEvent,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
-        Self::confirm_tx(&mut tx, tenant, id, &event).await?;
+        common::memories::confirm::<Self>(&mut tx, tenant, id, &event).await?;
         tx.commit().await.map_err(db)
     }
 
@@ -111,66 +104,11 @@ impl MemoryStore for PgStore {
         delta: i64,
         event: MemoryEvent,
     ) -> Result<i64> {
-        let mut tx = self.begin().await?;
-        let row = sqlx::query(
-            "UPDATE memories SET rating = rating + $1 WHERE tenant_id = $2 AND id = $3 RETURNING user_id, rating",
-        )
-        .bind(delta)
-        .bind(tenant.as_str())
-        .bind(id.0)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| Error::not_found(format!("memory {id}")))?;
-        let user: String = col(&row, "user_id")?;
-        let rating: i64 = col(&row, "rating")?;
-        Self::insert_event(&mut tx, tenant.as_str(), &user, &event).await?;
-        tx.commit().await.map_err(db)?;
-        Ok(rating)
+        common::memories::rate(self, tenant, id, delta, &event).await
     }
 
     async fn purge_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<()> {
-        let mut tx = self.begin().await?;
-        let user = Self::memory_user(&mut tx, tenant, id)
-            .await?
-            .ok_or_else(|| Error::not_found(format!("memory {id}")))?;
-        // Bump the user's counter first: it is the per-user write lock (the SQLite store
-        // keeps the same order).
-        let v = crate::versions::bump_postgres(&mut tx, tenant.as_str(), &user).await?;
-        let n = sqlx::query("DELETE FROM memories WHERE tenant_id = $1 AND id = $2")
-            .bind(tenant.as_str())
-            .bind(id.0)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?
-            .rows_affected();
-        if n == 0 {
-            return Err(Error::not_found(format!("memory {id}")));
-        }
-        for sql in [
-            "DELETE FROM memory_events WHERE tenant_id = $1 AND memory_id = $2",
-            // Successors and predecessors keep their rows; links to the purged id are cleared.
-            "UPDATE memories SET superseded_by = NULL WHERE tenant_id = $1 AND superseded_by = $2",
-            "DELETE FROM recalls WHERE tenant_id = $1 AND memory_id = $2",
-        ] {
-            sqlx::query(sql)
-                .bind(tenant.as_str())
-                .bind(id.0)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-        }
-        sqlx::query(
-            "INSERT INTO memory_tombstones (tenant_id, user_id, memory_id, version) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(tenant.as_str())
-        .bind(&user)
-        .bind(id.0)
-        .bind(v)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-        tx.commit().await.map_err(db)
+        common::memories::purge(self, tenant, id).await
     }
 
     async fn history(
@@ -178,36 +116,7 @@ impl MemoryStore for PgStore {
         tenant: &TenantId,
         id: MemoryId,
     ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)> {
-        let Some(start) = self.get_memory(tenant, id).await? else {
-            return Err(Error::not_found(format!("memory {id}")));
-        };
-        // Walk back through predecessors, then forward through successors.
-        let mut chain = vec![start.clone()];
-        let mut cur = start.id;
-        let sql = format!(
-            "SELECT {MEMORY_COLS} FROM memories WHERE tenant_id = $1 AND superseded_by = $2 LIMIT 1"
-        );
-        for _ in 0..10_000 {
-            let prev = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-                .bind(tenant.as_str())
-                .bind(cur.0)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(db)?;
-            let Some(p) = prev else { break };
-            let m = rows::memory(&p)?;
-            cur = m.id;
-            chain.insert(0, m);
-        }
-        let mut next = start.superseded_by;
-        while let Some(n) = next {
-            let Some(m) = self.get_memory(tenant, n).await? else { break };
-            next = m.superseded_by;
-            chain.push(m);
-            if chain.len() > 10_000 {
-                break;
-            }
-        }
+        let chain = common::memories::chain(self, tenant, id).await?;
         let ids: Vec<Uuid> = chain.iter().map(|m| m.id.0).collect();
         let rows = sqlx::query(
             "SELECT * FROM memory_events WHERE tenant_id = $1 AND memory_id = ANY($2) ORDER BY at, id",
@@ -274,19 +183,7 @@ impl MemoryStore for PgStore {
         pool: Option<&str>,
         key: &str,
     ) -> Result<Option<Memory>> {
-        let sql = format!(
-            "SELECT {MEMORY_COLS} FROM memories WHERE tenant_id = $1 AND user_id = $2 AND kind = 'profile' AND key = $3 \
-             AND superseded_at IS NULL AND pool IS NOT DISTINCT FROM $4 ORDER BY id DESC LIMIT 1"
-        );
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(tenant.as_str())
-            .bind(user.as_str())
-            .bind(key)
-            .bind(pool)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db)?;
-        row.as_ref().map(rows::memory).transpose()
+        common::memories::find_profile(self, tenant, user, pool, key).await
     }
 
     async fn record_recall(
@@ -314,15 +211,7 @@ impl MemoryStore for PgStore {
     }
 
     async fn recalled(&self, tenant: &TenantId, turn_id: &str) -> Result<Vec<MemoryId>> {
-        let rows = sqlx::query(
-            "SELECT memory_id FROM recalls WHERE tenant_id = $1 AND turn_id = $2 ORDER BY created_at, memory_id",
-        )
-        .bind(tenant.as_str())
-        .bind(turn_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
-        rows.iter().map(|r| Ok(MemoryId(col(r, "memory_id")?))).collect()
+        common::memories::recalled(self, tenant, turn_id).await
     }
 
     async fn get_context_session(
@@ -332,45 +221,10 @@ impl MemoryStore for PgStore {
         user: &UserId,
         pool: Option<&str>,
     ) -> Result<Option<ContextSession>> {
-        let row = sqlx::query(
-            "SELECT * FROM context_sessions WHERE tenant_id = $1 AND session_id = $2 AND user_id = $3 AND pool = $4",
-        )
-        .bind(tenant.as_str())
-        .bind(session_id)
-        .bind(user.as_str())
-        .bind(pool.unwrap_or(""))
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db)?;
-        let Some(r) = row else { return Ok(None) };
-        let ids: Vec<Uuid> = col(&r, "memory_ids")?;
-        Ok(Some(ContextSession {
-            session_id: col(&r, "session_id")?,
-            user_id: UserId::parse(col::<String>(&r, "user_id")?)?,
-            pool: Some(col::<String>(&r, "pool")?).filter(|p| !p.is_empty()),
-            text: col(&r, "text")?,
-            memory_ids: ids.into_iter().map(MemoryId).collect(),
-            created_at: col(&r, "created_at")?,
-        }))
+        common::memories::get_context_session(self, tenant, session_id, user, pool).await
     }
 
     async fn put_context_session(&self, tenant: &TenantId, s: &ContextSession) -> Result<()> {
-        let ids: Vec<Uuid> = s.memory_ids.iter().map(|i| i.0).collect();
-        sqlx::query(
-            "INSERT INTO context_sessions (tenant_id, session_id, user_id, pool, text, memory_ids, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (tenant_id, session_id, user_id, pool) DO UPDATE SET \
-             text = excluded.text, memory_ids = excluded.memory_ids, created_at = excluded.created_at",
-        )
-        .bind(tenant.as_str())
-        .bind(&s.session_id)
-        .bind(s.user_id.as_str())
-        .bind(s.pool.as_deref().unwrap_or(""))
-        .bind(&s.text)
-        .bind(&ids)
-        .bind(s.created_at)
-        .execute(&self.pool)
-        .await
-        .map_err(db)?;
-        Ok(())
+        common::memories::put_context_session(self, tenant, s).await
     }
 }

@@ -230,34 +230,7 @@ impl MessageStore for PgStore {
         user: &UserId,
         batch: ExtractionBatch,
     ) -> Result<()> {
-        if batch.adds.iter().any(|r| r.memory.tenant_id != *tenant || r.memory.user_id != *user) {
-            return Err(Error::internal("extracted memory of another tenant or user"));
-        }
-        let mut tx = self.begin().await?;
-        // The user's lock first, whatever the batch holds.
-        let v = crate::versions::bump_postgres(&mut tx, tenant.as_str(), user.as_str()).await?;
-        for row in &batch.adds {
-            Self::insert_row(&mut tx, row, v).await?;
-        }
-        for (old, new, event) in &batch.supersedes {
-            Self::supersede_tx(&mut tx, tenant, *old, new.as_ref(), event).await?;
-        }
-        for (id, event) in &batch.confirms {
-            Self::confirm_tx(&mut tx, tenant, *id, event).await?;
-        }
-        sqlx::query(
-            "INSERT INTO extraction_cursors (tenant_id, conversation_id, user_id, last_hash, updated_at) \
-             VALUES ($1, $2, $3, $4, now()) ON CONFLICT (tenant_id, conversation_id) DO UPDATE SET \
-             last_hash = excluded.last_hash, updated_at = excluded.updated_at",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .bind(user.as_str())
-        .bind(&batch.cursor)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-        tx.commit().await.map_err(db)
+        common::memories::apply_extraction(self, tenant, conversation, user, batch).await
     }
 
     async fn set_message_content(

@@ -16,9 +16,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// The columns of `memories` that [`memory`] reads.
-pub const MEMORY_COLS: &str = "id, tenant_id, user_id, agent_id, pool, kind, key, category, importance, rating, content, \
-     source_kind, source_conversation_id, source_message_ids, observed_at, created_at, updated_at, \
-     last_accessed_at, access_count, mention_count, expires_at, superseded_at, superseded_by, metadata, embedding_model";
+pub use crate::common::memories::MEMORY_COLS;
 
 /// One column, decoded.
 pub fn col<'r, T>(r: &'r PgRow, name: &str) -> Result<T>

@@ -31,20 +31,13 @@ impl MemoryStore for SqliteStore {
                     v
                 }
             };
-            Self::insert_row(&mut tx, row, v).await?;
+            common::memories::insert::<Self>(&mut tx, row, v).await?;
         }
         tx.commit().await.map_err(db)
     }
 
     async fn get_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<Option<Memory>> {
-        let sql = format!("SELECT {MEMORY_COLS} FROM memories WHERE tenant_id = ? AND id = ?");
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(tenant.as_str())
-            .bind(id.to_string())
-            .fetch_optional(&self.read)
-            .await
-            .map_err(db)?;
-        row.as_ref().map(memory_from_row).transpose()
+        common::memories::get(self, tenant, id).await
     }
 
     async fn get_memories(&self, tenant: &TenantId, ids: &[MemoryId]) -> Result<Vec<Memory>> {
@@ -102,7 +95,7 @@ impl MemoryStore for SqliteStore {
         event: MemoryEvent,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
-        Self::supersede_tx(&mut tx, tenant, old, new.as_ref(), &event).await?;
+        common::memories::supersede::<Self>(&mut tx, tenant, old, new.as_ref(), &event).await?;
         tx.commit().await.map_err(db)
     }
 
@@ -113,7 +106,7 @@ impl MemoryStore for SqliteStore {
         event: MemoryEvent,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
-        Self::confirm_tx(&mut tx, tenant, id, &event).await?;
+        common::memories::confirm::<Self>(&mut tx, tenant, id, &event).await?;
         tx.commit().await.map_err(db)
     }
 
@@ -124,72 +117,11 @@ impl MemoryStore for SqliteStore {
         delta: i64,
         event: MemoryEvent,
     ) -> Result<i64> {
-        let mut tx = self.begin().await?;
-        let row = sqlx::query("UPDATE memories SET rating = rating + ? WHERE tenant_id = ? AND id = ? RETURNING user_id, rating")
-            .bind(delta)
-            .bind(tenant.as_str())
-            .bind(id.to_string())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db)?
-            .ok_or_else(|| Error::not_found(format!("memory {id}")))?;
-        let user: String = row.get(0);
-        let rating: i64 = row.get(1);
-        Self::insert_event(&mut tx, tenant.as_str(), &user, &event).await?;
-        tx.commit().await.map_err(db)?;
-        Ok(rating)
+        common::memories::rate(self, tenant, id, delta, &event).await
     }
 
     async fn purge_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<()> {
-        // The same order as the PostgreSQL store: find the row's user, bump the user's
-        // counter, then delete (the counter is the per-user write lock there).
-        let mut tx = self.begin().await?;
-        let user: String =
-            sqlx::query("SELECT user_id FROM memories WHERE tenant_id = ? AND id = ?")
-                .bind(tenant.as_str())
-                .bind(id.to_string())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db)?
-                .ok_or_else(|| Error::not_found(format!("memory {id}")))?
-                .get(0);
-        let v = crate::versions::bump_sqlite(&mut tx, tenant.as_str(), &user).await?;
-        sqlx::query("DELETE FROM memories WHERE tenant_id = ? AND id = ?")
-            .bind(tenant.as_str())
-            .bind(id.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        sqlx::query("DELETE FROM memory_events WHERE tenant_id = ? AND memory_id = ?")
-            .bind(tenant.as_str())
-            .bind(id.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        // Successors and predecessors keep their rows; links to the purged id are cleared.
-        sqlx::query(
-            "UPDATE memories SET superseded_by = NULL WHERE tenant_id = ? AND superseded_by = ?",
-        )
-        .bind(tenant.as_str())
-        .bind(id.to_string())
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-        sqlx::query("DELETE FROM recalls WHERE tenant_id = ? AND memory_id = ?")
-            .bind(tenant.as_str())
-            .bind(id.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        sqlx::query("INSERT INTO memory_tombstones (tenant_id, user_id, memory_id, version) VALUES (?, ?, ?, ?)")
-            .bind(tenant.as_str())
-            .bind(&user)
-            .bind(id.to_string())
-            .bind(v)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        tx.commit().await.map_err(db)
+        common::memories::purge(self, tenant, id).await
     }
 
     async fn history(
@@ -197,35 +129,7 @@ impl MemoryStore for SqliteStore {
         tenant: &TenantId,
         id: MemoryId,
     ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)> {
-        let Some(start) = self.get_memory(tenant, id).await? else {
-            return Err(Error::not_found(format!("memory {id}")));
-        };
-        // Walk back through predecessors, then forward through successors.
-        let mut chain = vec![start.clone()];
-        let mut cur = start.id;
-        let sql =
-            format!("SELECT {MEMORY_COLS} FROM memories WHERE tenant_id = ? AND superseded_by = ?");
-        for _ in 0..10_000 {
-            let prev = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-                .bind(tenant.as_str())
-                .bind(cur.to_string())
-                .fetch_optional(&self.read)
-                .await
-                .map_err(db)?;
-            let Some(p) = prev else { break };
-            let m = memory_from_row(&p)?;
-            cur = m.id;
-            chain.insert(0, m);
-        }
-        let mut next = start.superseded_by;
-        while let Some(n) = next {
-            let Some(m) = self.get_memory(tenant, n).await? else { break };
-            next = m.superseded_by;
-            chain.push(m);
-            if chain.len() > 10_000 {
-                break;
-            }
-        }
+        let chain = common::memories::chain(self, tenant, id).await?;
         let mut events = Vec::new();
         for m in &chain {
             let rows = sqlx::query(
@@ -319,19 +223,7 @@ impl MemoryStore for SqliteStore {
         pool: Option<&str>,
         key: &str,
     ) -> Result<Option<Memory>> {
-        let sql = format!(
-            "SELECT {MEMORY_COLS} FROM memories WHERE tenant_id = ? AND user_id = ? AND kind = 'profile' AND key = ? \
-             AND superseded_at IS NULL AND pool IS ? ORDER BY id DESC LIMIT 1"
-        );
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(tenant.as_str())
-            .bind(user.as_str())
-            .bind(key)
-            .bind(pool)
-            .fetch_optional(&self.read)
-            .await
-            .map_err(db)?;
-        row.as_ref().map(memory_from_row).transpose()
+        common::memories::find_profile(self, tenant, user, pool, key).await
     }
 
     async fn record_recall(
@@ -363,13 +255,7 @@ impl MemoryStore for SqliteStore {
     }
 
     async fn recalled(&self, tenant: &TenantId, turn_id: &str) -> Result<Vec<MemoryId>> {
-        let rows = sqlx::query("SELECT memory_id FROM recalls WHERE tenant_id = ? AND turn_id = ? ORDER BY created_at, memory_id")
-            .bind(tenant.as_str())
-            .bind(turn_id)
-            .fetch_all(&self.read)
-            .await
-            .map_err(db)?;
-        rows.iter().map(|r| MemoryId::parse(r.get(0))).collect()
+        common::memories::recalled(self, tenant, turn_id).await
     }
 
     async fn get_context_session(
@@ -379,43 +265,10 @@ impl MemoryStore for SqliteStore {
         user: &UserId,
         pool: Option<&str>,
     ) -> Result<Option<ContextSession>> {
-        let row = sqlx::query("SELECT * FROM context_sessions WHERE tenant_id = ? AND session_id = ? AND user_id = ? AND pool = ?")
-            .bind(tenant.as_str())
-            .bind(session_id)
-            .bind(user.as_str())
-            .bind(pool.unwrap_or(""))
-            .fetch_optional(&self.read)
-            .await
-            .map_err(db)?;
-        let Some(r) = row else { return Ok(None) };
-        let ids: Vec<String> =
-            serde_json::from_str(r.get::<&str, _>("memory_ids")).unwrap_or_default();
-        Ok(Some(ContextSession {
-            session_id: r.get("session_id"),
-            user_id: UserId::parse(r.get::<String, _>("user_id"))?,
-            pool: Some(r.get::<String, _>("pool")).filter(|p| !p.is_empty()),
-            text: r.get("text"),
-            memory_ids: ids.iter().filter_map(|s| MemoryId::parse(s).ok()).collect(),
-            created_at: from_ts(r.get("created_at")),
-        }))
+        common::memories::get_context_session(self, tenant, session_id, user, pool).await
     }
 
     async fn put_context_session(&self, tenant: &TenantId, s: &ContextSession) -> Result<()> {
-        let ids: Vec<String> = s.memory_ids.iter().map(ToString::to_string).collect();
-        let mut tx = self.begin().await?;
-        sqlx::query(
-            "INSERT OR REPLACE INTO context_sessions (tenant_id, session_id, user_id, pool, text, memory_ids, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(tenant.as_str())
-        .bind(&s.session_id)
-        .bind(s.user_id.as_str())
-        .bind(s.pool.as_deref().unwrap_or(""))
-        .bind(&s.text)
-        .bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
-        .bind(ts(s.created_at))
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-        tx.commit().await.map_err(db)
+        common::memories::put_context_session(self, tenant, s).await
     }
 }

@@ -51,7 +51,7 @@ impl MessageStore for SqliteStore {
             seq += 1;
             m.seq = seq;
             let args = common::messages::message_args(tenant, &conv, &user, &m, seq);
-            statement(sqlx::AssertSqlSafe(&*insert), &args).execute(&mut *tx).await.map_err(db)?;
+            statement(&insert, &args).execute(&mut *tx).await.map_err(db)?;
             out.push(m);
         }
         sqlx::query(
@@ -240,35 +240,7 @@ impl MessageStore for SqliteStore {
         user: &UserId,
         batch: ExtractionBatch,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        if !batch.adds.is_empty() {
-            let v = crate::versions::bump_sqlite(&mut tx, tenant.as_str(), user.as_str()).await?;
-            for row in &batch.adds {
-                if row.memory.tenant_id != *tenant || row.memory.user_id != *user {
-                    return Err(Error::internal("extracted memory of another tenant or user"));
-                }
-                Self::insert_row(&mut tx, row, v).await?;
-            }
-        }
-        for (old, new, event) in &batch.supersedes {
-            Self::supersede_tx(&mut tx, tenant, *old, new.as_ref(), event).await?;
-        }
-        for (id, event) in &batch.confirms {
-            Self::confirm_tx(&mut tx, tenant, *id, event).await?;
-        }
-        sqlx::query(
-            "INSERT INTO extraction_cursors (tenant_id, conversation_id, user_id, last_hash, updated_at) VALUES (?, ?, ?, ?, ?) \
-             ON CONFLICT (tenant_id, conversation_id) DO UPDATE SET last_hash = excluded.last_hash, updated_at = excluded.updated_at",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .bind(user.as_str())
-        .bind(&batch.cursor)
-        .bind(ts(OffsetDateTime::now_utc()))
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-        tx.commit().await.map_err(db)
+        common::memories::apply_extraction(self, tenant, conversation, user, batch).await
     }
 
     async fn set_message_content(

@@ -74,58 +74,99 @@ fn blob_to_vec(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
-const MEMORY_COLS: &str = "id, tenant_id, user_id, agent_id, pool, kind, key, category, importance, rating, content, \
-     source_kind, source_conversation_id, source_message_ids, observed_at, created_at, updated_at, \
-     last_accessed_at, access_count, mention_count, expires_at, superseded_at, superseded_by, metadata, embedding_model";
+use common::memories::MEMORY_COLS;
 
 /// A shared statement ([`crate::common`]) with its values bound as SQLite stores them.
-fn statement(
-    sql: impl sqlx::SqlSafeStr,
-    args: &[Arg<'_>],
-) -> Query<'static, Sqlite, SqliteArguments> {
-    args.iter().fold(sqlx::query(sql), |q, a| match *a {
-        Arg::Text(v) => q.bind(v),
-        Arg::OptText(v) => q.bind(v),
-        Arg::Int(v) => q.bind(v),
+fn statement(sql: &str, args: &[Arg<'_>]) -> Query<'static, Sqlite, SqliteArguments> {
+    args.iter().fold(sqlx::query(sqlx::AssertSqlSafe(sql.to_string())), |q, a| match a {
+        Arg::Text(v) => q.bind(*v),
+        Arg::OptText(v) => q.bind(*v),
+        Arg::Owned(v) => q.bind(v.clone()),
+        Arg::Int(v) => q.bind(*v),
+        Arg::Small(v) => q.bind(i64::from(*v)),
         Arg::Id(v) => q.bind(v.to_string()),
-        Arg::Ts(v) => q.bind(ts(v)),
+        Arg::OptId(v) => q.bind(v.map(|v| v.to_string())),
+        Arg::Ids(v) => {
+            let ids: Vec<String> = v.iter().map(ToString::to_string).collect();
+            q.bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
+        }
+        Arg::Ts(v) => q.bind(ts(*v)),
+        Arg::OptTs(v) => q.bind(v.map(ts)),
         Arg::Json(v) => q.bind(v.to_string()),
         Arg::OptJson(v) => q.bind(v.map(ToString::to_string)),
+        Arg::OptVector(v) => q.bind(v.map(vec_to_blob)),
     })
 }
 
 /// One column, decoded: a row that does not decode is an internal error.
-fn col<'r, T: sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite>>(
-    r: &'r SqliteRow,
-    name: &str,
-) -> Result<T> {
+fn col<'r, T>(r: &'r SqliteRow, name: &str) -> Result<T>
+where
+    T: sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite>,
+{
     r.try_get(name).map_err(|e| Error::internal(format!("database: column {name}: {e}")))
 }
 
 #[async_trait]
 impl Backend for SqliteStore {
     type Row = SqliteRow;
+    type Tx = Transaction<'static, Sqlite>;
 
-    async fn read_all(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Vec<SqliteRow>> {
+    const BYTE_ORDER: &'static str = "";
+    const USER_LOCK: bool = false;
+    const LOCK: &'static str = "";
+
+    async fn read_all(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<SqliteRow>> {
         statement(sql, args).fetch_all(&self.read).await.map_err(db)
     }
 
-    async fn read_opt(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Option<SqliteRow>> {
+    async fn read_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<SqliteRow>> {
         statement(sql, args).fetch_optional(&self.read).await.map_err(db)
     }
 
-    async fn write_opt(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Option<SqliteRow>> {
+    async fn write_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<SqliteRow>> {
         let mut tx = self.begin().await?;
-        let row = statement(sql, args).fetch_optional(&mut *tx).await.map_err(db)?;
+        let row = Self::tx_opt(&mut tx, sql, args).await?;
         tx.commit().await.map_err(db)?;
         Ok(row)
     }
 
-    async fn write(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<u64> {
+    async fn write(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
         let mut tx = self.begin().await?;
-        let n = statement(sql, args).execute(&mut *tx).await.map_err(db)?.rows_affected();
+        let n = Self::tx_run(&mut tx, sql, args).await.map_err(db)?;
         tx.commit().await.map_err(db)?;
         Ok(n)
+    }
+
+    async fn begin_write(&self) -> Result<Self::Tx> {
+        self.begin().await
+    }
+
+    async fn commit(tx: Self::Tx) -> Result<()> {
+        tx.commit().await.map_err(db)
+    }
+
+    async fn tx_opt(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> Result<Option<SqliteRow>> {
+        statement(sql, args).fetch_optional(&mut **tx).await.map_err(db)
+    }
+
+    async fn tx_run(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64> {
+        Ok(statement(sql, args).execute(&mut **tx).await?.rows_affected())
+    }
+
+    async fn bump(tx: &mut Self::Tx, tenant: &str, user: &str) -> Result<i64> {
+        crate::versions::bump_sqlite(tx, tenant, user).await
+    }
+
+    fn fault(e: sqlx::Error) -> Error {
+        db(e)
+    }
+
+    fn is_duplicate(e: &sqlx::Error) -> bool {
+        matches!(e, sqlx::Error::Database(d) if d.message().contains("UNIQUE"))
+    }
+
+    fn memory_index(_: &Memory) -> (&'static str, &'static str, Vec<Arg<'static>>) {
+        ("", "", vec![])
     }
 
     fn text(r: &SqliteRow, name: &str) -> Result<String> {
@@ -145,8 +186,29 @@ impl Backend for SqliteStore {
             .map_err(|e| Error::internal(format!("database: column {name}: {e}")))
     }
 
+    fn is_null(r: &SqliteRow, name: &str) -> Result<bool> {
+        Ok(col::<Option<i64>>(r, name)?.is_none())
+    }
+
+    fn ts(r: &SqliteRow, name: &str) -> Result<OffsetDateTime> {
+        Ok(from_ts(col(r, name)?))
+    }
+
+    fn ids(r: &SqliteRow, name: &str) -> Result<Vec<uuid::Uuid>> {
+        let ids: Vec<String> = serde_json::from_str(col(r, name)?).unwrap_or_default();
+        Ok(ids.iter().filter_map(|s| uuid::Uuid::parse_str(s).ok()).collect())
+    }
+
     fn message(r: &SqliteRow) -> Result<Message> {
         message_from_row(r)
+    }
+
+    fn memory(r: &SqliteRow) -> Result<Memory> {
+        memory_from_row(r)
+    }
+
+    fn event(r: &SqliteRow) -> Result<MemoryEvent> {
+        event_from_row(r)
     }
 }
 
@@ -245,87 +307,6 @@ impl SqliteStore {
         self.write.begin_with("BEGIN IMMEDIATE").await.map_err(db)
     }
 
-    async fn insert_event(
-        tx: &mut Transaction<'static, Sqlite>,
-        tenant: &str,
-        user: &str,
-        e: &MemoryEvent,
-    ) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO memory_events (tenant_id, user_id, memory_id, event, related_id, actor, detail, at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(tenant)
-        .bind(user)
-        .bind(e.memory_id.to_string())
-        .bind(e.event.as_str())
-        .bind(e.related_id.map(|r| r.to_string()))
-        .bind(&e.actor)
-        .bind(e.detail.to_string())
-        .bind(ts(e.at))
-        .execute(&mut **tx)
-        .await
-        .map_err(db)?;
-        Ok(())
-    }
-
-    async fn insert_row(
-        tx: &mut Transaction<'static, Sqlite>,
-        row: &NewMemory,
-        version: i64,
-    ) -> Result<()> {
-        let m = &row.memory;
-        let ids: Vec<String> = m.source.message_ids.iter().map(ToString::to_string).collect();
-        sqlx::query(
-            "INSERT INTO memories (id, tenant_id, user_id, agent_id, pool, kind, key, category, importance, rating, \
-             content, source_kind, source_conversation_id, source_message_ids, observed_at, created_at, updated_at, \
-             last_accessed_at, access_count, mention_count, expires_at, superseded_at, superseded_by, metadata, \
-             embedding, embedding_model, version) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(m.id.to_string())
-        .bind(m.tenant_id.as_str())
-        .bind(m.user_id.as_str())
-        .bind(m.agent_id.as_ref().map(AgentId::as_str))
-        .bind(m.pool.as_deref())
-        .bind(m.kind.as_str())
-        .bind(m.key.as_deref())
-        .bind(m.category.as_str())
-        .bind(i64::from(m.importance.get()))
-        .bind(m.rating)
-        .bind(&m.content)
-        .bind(m.source.kind.as_str())
-        .bind(m.source.conversation_id.as_ref().map(ConversationId::as_str))
-        .bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
-        .bind(ts(m.observed_at))
-        .bind(ts(m.created_at))
-        .bind(ts(m.updated_at))
-        .bind(m.last_accessed_at.map(ts))
-        .bind(m.access_count)
-        .bind(m.mention_count)
-        .bind(m.expires_at.map(ts))
-        .bind(m.superseded_at.map(ts))
-        .bind(m.superseded_by.map(|s| s.to_string()))
-        .bind(m.metadata.to_string())
-        .bind(row.vector.as_deref().map(vec_to_blob))
-        .bind(m.embedding_model.as_deref())
-        .bind(version)
-        .execute(&mut **tx)
-        .await
-        .map_err(|e| {
-            if let sqlx::Error::Database(d) = &e
-                && d.message().contains("UNIQUE")
-            {
-                return Error::Conflict(format!("memory {} already exists", m.id));
-            }
-            db(e)
-        })?;
-        for e in &row.events {
-            Self::insert_event(tx, m.tenant_id.as_str(), m.user_id.as_str(), e).await?;
-        }
-        Ok(())
-    }
-
     /// The query's terms ([`match_terms`]: words, or prefixes of longer words) minus those
     /// found in half the indexed rows or more (when the index has at least 4 rows): FTS5 gives
     /// such terms an IDF of 1e-6, so a row matching only them would enter the fusion with a
@@ -390,71 +371,6 @@ impl SqliteStore {
             return Ok(None);
         }
         Ok(Some(keep.iter().map(MatchTerm::fts5).collect::<Vec<_>>().join(" OR ")))
-    }
-
-    /// Supersede `old` inside a write transaction (see `Store::supersede`).
-    async fn supersede_tx(
-        tx: &mut Transaction<'static, Sqlite>,
-        tenant: &TenantId,
-        old: MemoryId,
-        new: Option<&NewMemory>,
-        event: &MemoryEvent,
-    ) -> Result<()> {
-        let row = sqlx::query(
-            "SELECT user_id, superseded_at FROM memories WHERE tenant_id = ? AND id = ?",
-        )
-        .bind(tenant.as_str())
-        .bind(old.to_string())
-        .fetch_optional(&mut **tx)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| Error::not_found(format!("memory {old}")))?;
-        if row.get::<Option<i64>, _>("superseded_at").is_some() {
-            return Err(Error::Conflict(format!("memory {old} is already superseded")));
-        }
-        let user: String = row.get("user_id");
-        let v = crate::versions::bump_sqlite(tx, tenant.as_str(), &user).await?;
-        let now = ts(event.at);
-        if let Some(n) = new {
-            if n.memory.tenant_id != *tenant || n.memory.user_id.as_str() != user {
-                return Err(Error::internal("successor of another tenant or user"));
-            }
-            Self::insert_row(tx, n, v).await?;
-        }
-        sqlx::query(
-            "UPDATE memories SET superseded_at = ?, superseded_by = ?, updated_at = ?, version = ? WHERE tenant_id = ? AND id = ?",
-        )
-        .bind(now)
-        .bind(new.map(|n| n.memory.id.to_string()))
-        .bind(now)
-        .bind(v)
-        .bind(tenant.as_str())
-        .bind(old.to_string())
-        .execute(&mut **tx)
-        .await
-        .map_err(db)?;
-        Self::insert_event(tx, tenant.as_str(), &user, event).await
-    }
-
-    /// Confirm a restated fact inside a write transaction.
-    async fn confirm_tx(
-        tx: &mut Transaction<'static, Sqlite>,
-        tenant: &TenantId,
-        id: MemoryId,
-        event: &MemoryEvent,
-    ) -> Result<()> {
-        let user: Option<String> = sqlx::query(
-            "UPDATE memories SET updated_at = ?, mention_count = mention_count + 1 WHERE tenant_id = ? AND id = ? RETURNING user_id",
-        )
-        .bind(ts(event.at))
-        .bind(tenant.as_str())
-        .bind(id.to_string())
-        .fetch_optional(&mut **tx)
-        .await
-        .map_err(db)?
-        .map(|r| r.get(0));
-        let user = user.ok_or_else(|| Error::not_found(format!("memory {id}")))?;
-        Self::insert_event(tx, tenant.as_str(), &user, event).await
     }
 
     /// Bring the vector index of one user up to date with the database.

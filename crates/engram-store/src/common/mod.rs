@@ -1,19 +1,21 @@
 //! What the two stores share: statements written once, with `?` placeholders (PostgreSQL
 //! numbers them, [`numbered`]), the values they bind ([`Arg`], each represented per backend
 //! the way [`crate::tables::Ty`] describes), and the parts of the store contract whose logic
-//! is the same on SQLite and PostgreSQL ([`messages`], [`memories`]), written once over
+//! is the same on SQLite and PostgreSQL ([`messages`], [`memories`], [`access`]), written once over
 //! [`Backend`].
 //!
 //! A backend implements [`Backend`]: how it binds an [`Arg`], where it reads and writes (the
 //! SQLite store writes through its one writer connection with `BEGIN IMMEDIATE`, PostgreSQL
 //! through its pool), and how it reads a column of its rows.
 
+pub(crate) mod access;
 pub(crate) mod memories;
 pub(crate) mod messages;
 
 use async_trait::async_trait;
 use engram_core::error::{Error, Result};
-use engram_core::model::{Memory, MemoryEvent, Message};
+use engram_core::model::{Agent, Memory, MemoryEvent, Message};
+use engram_core::store::ApiKey;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -25,6 +27,9 @@ pub(crate) enum Arg<'a> {
     /// Text the statement owns (PostgreSQL's `fts_text`).
     Owned(String),
     Int(i64),
+    /// 0/1 on SQLite, `boolean` on PostgreSQL.
+    Bool(bool),
+    Real(f64),
     /// `smallint` on PostgreSQL.
     Small(i16),
     /// Text on SQLite, `uuid` on PostgreSQL.
@@ -128,6 +133,8 @@ pub(crate) trait Backend: Sync {
     fn message(r: &Self::Row) -> Result<Message>;
     fn memory(r: &Self::Row) -> Result<Memory>;
     fn event(r: &Self::Row) -> Result<MemoryEvent>;
+    fn api_key(r: &Self::Row) -> Result<ApiKey>;
+    fn agent(r: &Self::Row) -> Result<Agent>;
 }
 
 #[cfg(test)]

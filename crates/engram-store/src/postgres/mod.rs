@@ -57,8 +57,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use engram_core::error::{Error, Result};
 use engram_core::model::{
-    Agent, AgentId, ConversationId, KeyRole, Memory, MemoryEvent, MemoryId, Message, MessageId,
-    TenantId, UserId,
+    Agent, AgentId, ConversationId, Memory, MemoryEvent, MemoryId, Message, MessageId, TenantId,
+    UserId,
 };
 use engram_core::store::prelude::*;
 use engram_core::store::{
@@ -91,6 +91,8 @@ fn statement(sql: &str, args: &[Arg<'_>]) -> Query<'static, Postgres, PgArgument
         Arg::OptText(v) => q.bind(*v),
         Arg::Owned(v) => q.bind(v.clone()),
         Arg::Int(v) => q.bind(*v),
+        Arg::Bool(v) => q.bind(*v),
+        Arg::Real(v) => q.bind(*v),
         Arg::Small(v) => q.bind(*v),
         Arg::Id(v) => q.bind(*v),
         Arg::OptId(v) => q.bind(*v),
@@ -200,6 +202,14 @@ impl Backend for PgStore {
 
     fn event(r: &PgRow) -> Result<MemoryEvent> {
         rows::event(r)
+    }
+
+    fn api_key(r: &PgRow) -> Result<ApiKey> {
+        rows::api_key(r)
+    }
+
+    fn agent(r: &PgRow) -> Result<Agent> {
+        rows::agent(r)
     }
 }
 

@@ -83,6 +83,8 @@ fn statement(sql: &str, args: &[Arg<'_>]) -> Query<'static, Sqlite, SqliteArgume
         Arg::OptText(v) => q.bind(*v),
         Arg::Owned(v) => q.bind(v.clone()),
         Arg::Int(v) => q.bind(*v),
+        Arg::Bool(v) => q.bind(i64::from(*v)),
+        Arg::Real(v) => q.bind(*v),
         Arg::Small(v) => q.bind(i64::from(*v)),
         Arg::Id(v) => q.bind(v.to_string()),
         Arg::OptId(v) => q.bind(v.map(|v| v.to_string())),
@@ -209,6 +211,14 @@ impl Backend for SqliteStore {
 
     fn event(r: &SqliteRow) -> Result<MemoryEvent> {
         event_from_row(r)
+    }
+
+    fn api_key(r: &SqliteRow) -> Result<ApiKey> {
+        key_from_row(r)
+    }
+
+    fn agent(r: &SqliteRow) -> Result<Agent> {
+        agent_from_row(r)
     }
 }
 

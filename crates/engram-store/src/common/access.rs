@@ -1,12 +1,12 @@
-//! The [`engram_core::store::AccessStore`] methods, the same on both backends but for
-//! listing agents by id (SQLite binds the ids in chunks): API keys and agent settings.
+//! The [`engram_core::store::AccessStore`] methods, the same on both backends: API keys and
+//! agent settings.
 
 use engram_core::error::{Error, Result};
 use engram_core::model::{Agent, AgentId, KeyRole, TenantId};
 use engram_core::store::ApiKey;
 use time::OffsetDateTime;
 
-use super::Arg::{Bool, Json, OptText, Real, Text, Ts};
+use super::Arg::{Bool, Json, OptText, Real, Text, Texts, Ts};
 use super::Backend;
 
 pub(crate) async fn create_api_key<B: Backend>(
@@ -84,6 +84,19 @@ pub(crate) async fn get_agent<B: Backend>(
     let sql = "SELECT * FROM agents WHERE tenant_id = ? AND id = ?";
     let row = b.read_opt(sql, &[Text(tenant.as_str()), Text(id.as_str())]).await?;
     row.as_ref().map(B::agent).transpose()
+}
+
+/// The agents of a tenant among `ids`, in any order.
+pub(crate) async fn get_agents<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    ids: &[AgentId],
+) -> Result<Vec<Agent>> {
+    if ids.is_empty() {
+        return Ok(vec![]);
+    }
+    let ids = Texts(ids.iter().map(AgentId::as_str).collect());
+    super::by_ids(b, "SELECT * FROM agents", tenant.as_str(), ids, B::agent).await
 }
 
 /// Create or update an agent's settings (its creation time stays).

@@ -11,7 +11,10 @@ use engram_core::model::{
 use engram_core::store::{ContextSession, ExtractionBatch, NewMemory, StoreStats};
 
 use super::Arg::{Id, Ids, Int, Json, OptId, OptText, OptTs, OptVector, Small, Text, Ts};
+use std::collections::BTreeSet;
+
 use time::OffsetDateTime;
+use uuid::Uuid;
 
 use super::{Arg, Backend, limit};
 
@@ -119,6 +122,63 @@ pub(crate) async fn get<B: Backend>(
     let sql = format!("SELECT {MEMORY_COLS} FROM memories WHERE tenant_id = ? AND id = ?");
     let row = b.read_opt(&sql, &[Text(tenant.as_str()), Id(id.0)]).await?;
     row.as_ref().map(B::memory).transpose()
+}
+
+/// The memories of a tenant among `ids`, in any order.
+pub(crate) async fn get_many<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    ids: &[MemoryId],
+) -> Result<Vec<Memory>> {
+    if ids.is_empty() {
+        return Ok(vec![]);
+    }
+    let select = format!("SELECT {MEMORY_COLS} FROM memories");
+    let ids = Ids(ids.iter().map(|i| i.0).collect());
+    super::by_ids(b, &select, tenant.as_str(), ids, B::memory).await
+}
+
+/// Count an access to each of `ids` at `at`.
+pub(crate) async fn touch<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    ids: &[MemoryId],
+    at: OffsetDateTime,
+) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    // Sorted and deduplicated: the primary-key scan then locks rows in one order.
+    let ids: BTreeSet<Uuid> = ids.iter().map(|i| i.0).collect();
+    let sql = format!(
+        "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ? \
+         WHERE tenant_id = ? AND id{}",
+        B::IN_LIST
+    );
+    b.write(&sql, &[Ts(at), Text(tenant.as_str()), Ids(ids.into_iter().collect())]).await?;
+    Ok(())
+}
+
+/// Remember that `ids` were recalled for turn `turn_id` (the ones that exist; once each).
+pub(crate) async fn record_recall<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    turn_id: &str,
+    ids: &[MemoryId],
+) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let sql = format!(
+        "INSERT INTO recalls (tenant_id, turn_id, memory_id, user_id, created_at) \
+         SELECT tenant_id, ?, id, user_id, ? FROM memories WHERE tenant_id = ? AND id{} \
+         ON CONFLICT DO NOTHING",
+        B::IN_LIST
+    );
+    let ids = Ids(ids.iter().map(|i| i.0).collect());
+    let now = Ts(OffsetDateTime::now_utc());
+    b.write(&sql, &[Text(turn_id), now, Text(tenant.as_str()), ids]).await?;
+    Ok(())
 }
 
 /// The owner of a memory row, read inside a write transaction (owners never change, so

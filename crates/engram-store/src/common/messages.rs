@@ -110,6 +110,19 @@ pub(crate) async fn get<B: Backend>(
     row.as_ref().map(B::message).transpose()
 }
 
+/// The messages of a tenant among `ids`, in any order.
+pub(crate) async fn get_many<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    ids: &[MessageId],
+) -> Result<Vec<Message>> {
+    if ids.is_empty() {
+        return Ok(vec![]);
+    }
+    let ids = Arg::Ids(ids.iter().map(|i| i.0).collect());
+    super::by_ids(b, "SELECT * FROM messages", tenant.as_str(), ids, B::message).await
+}
+
 /// Add `delta` to a message's rating; the new rating.
 pub(crate) async fn rate<B: Backend>(
     b: &B,

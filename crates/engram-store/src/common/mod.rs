@@ -37,6 +37,8 @@ pub(crate) enum Arg<'a> {
     OptId(Option<Uuid>),
     /// A JSON array of id strings on SQLite, `uuid[]` on PostgreSQL.
     Ids(Vec<Uuid>),
+    /// A JSON array of strings on SQLite, `text[]` on PostgreSQL.
+    Texts(Vec<&'a str>),
     /// Unix nanoseconds on SQLite, `timestamptz` on PostgreSQL.
     Ts(OffsetDateTime),
     OptTs(Option<OffsetDateTime>),
@@ -45,6 +47,20 @@ pub(crate) enum Arg<'a> {
     OptJson(Option<&'a serde_json::Value>),
     /// A little-endian f32 blob on SQLite, `vector` on PostgreSQL.
     OptVector(Option<&'a [f32]>),
+}
+
+/// The rows of one tenant whose `id` is one of `ids` (`ids` bound as one list), read with
+/// `select` ("SELECT … FROM table") and decoded by `decode`; any order.
+pub(crate) async fn by_ids<B: Backend, T>(
+    b: &B,
+    select: &str,
+    tenant: &str,
+    ids: Arg<'_>,
+    decode: fn(&B::Row) -> Result<T>,
+) -> Result<Vec<T>> {
+    let sql = format!("{select} WHERE tenant_id = ? AND id{}", B::IN_LIST);
+    let rows = b.read_all(&sql, &[Arg::Text(tenant), ids]).await?;
+    rows.iter().map(decode).collect()
 }
 
 /// A row limit as bound: `usize` past `i64::MAX` means no limit.
@@ -90,6 +106,8 @@ pub(crate) trait Backend: Sync {
     /// What locks the rows a read inside a write transaction decides on (SQLite's one
     /// writer needs nothing).
     const LOCK: &'static str;
+    /// What follows a column to test it against a bound list ([`Arg::Ids`], [`Arg::Texts`]).
+    const IN_LIST: &'static str;
     /// Writers take the user's change counter as the user's lock before anything else
     /// (PostgreSQL), even when they add no row.
     const USER_LOCK: bool;

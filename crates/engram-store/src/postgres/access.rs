@@ -29,17 +29,7 @@ impl AccessStore for PgStore {
     }
 
     async fn get_agents(&self, tenant: &TenantId, ids: &[AgentId]) -> Result<Vec<Agent>> {
-        if ids.is_empty() {
-            return Ok(vec![]);
-        }
-        let ids: Vec<&str> = ids.iter().map(AgentId::as_str).collect();
-        let rows = sqlx::query("SELECT * FROM agents WHERE tenant_id = $1 AND id = ANY($2)")
-            .bind(tenant.as_str())
-            .bind(&ids)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db)?;
-        rows.iter().map(rows::agent).collect()
+        common::access::get_agents(self, tenant, ids).await
     }
 
     async fn put_agent(&self, a: &Agent) -> Result<()> {

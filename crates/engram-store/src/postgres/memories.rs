@@ -35,19 +35,7 @@ impl MemoryStore for PgStore {
     }
 
     async fn get_memories(&self, tenant: &TenantId, ids: &[MemoryId]) -> Result<Vec<Memory>> {
-        if ids.is_empty() {
-            return Ok(vec![]);
-        }
-        let ids: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
-        let sql =
-            format!("SELECT {MEMORY_COLS} FROM memories WHERE tenant_id = $1 AND id = ANY($2)");
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(tenant.as_str())
-            .bind(&ids)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db)?;
-        rows.iter().map(rows::memory).collect()
+        common::memories::get_many(self, tenant, ids).await
     }
 
     async fn list_memories(
@@ -158,22 +146,7 @@ impl MemoryStore for PgStore {
         ids: &[MemoryId],
         at: OffsetDateTime,
     ) -> Result<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        // Sorted and deduplicated: the primary-key scan then locks rows in one order.
-        let ids: Vec<Uuid> = ids.iter().map(|i| i.0).collect::<BTreeSet<_>>().into_iter().collect();
-        sqlx::query(
-            "UPDATE memories SET access_count = access_count + 1, last_accessed_at = $1 \
-             WHERE tenant_id = $2 AND id = ANY($3)",
-        )
-        .bind(at)
-        .bind(tenant.as_str())
-        .bind(&ids)
-        .execute(&self.pool)
-        .await
-        .map_err(db)?;
-        Ok(())
+        common::memories::touch(self, tenant, ids, at).await
     }
 
     async fn find_profile(
@@ -192,22 +165,7 @@ impl MemoryStore for PgStore {
         turn_id: &str,
         ids: &[MemoryId],
     ) -> Result<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let ids: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
-        sqlx::query(
-            "INSERT INTO recalls (tenant_id, turn_id, memory_id, user_id, created_at) \
-             SELECT tenant_id, $2, id, user_id, now() FROM memories WHERE tenant_id = $1 AND id = ANY($3) \
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(tenant.as_str())
-        .bind(turn_id)
-        .bind(&ids)
-        .execute(&self.pool)
-        .await
-        .map_err(db)?;
-        Ok(())
+        common::memories::record_recall(self, tenant, turn_id, ids).await
     }
 
     async fn recalled(&self, tenant: &TenantId, turn_id: &str) -> Result<Vec<MemoryId>> {

@@ -86,17 +86,7 @@ impl MessageStore for PgStore {
     }
 
     async fn get_messages(&self, tenant: &TenantId, ids: &[MessageId]) -> Result<Vec<Message>> {
-        if ids.is_empty() {
-            return Ok(vec![]);
-        }
-        let ids: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
-        let rows = sqlx::query("SELECT * FROM messages WHERE tenant_id = $1 AND id = ANY($2)")
-            .bind(tenant.as_str())
-            .bind(&ids)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db)?;
-        rows.iter().map(rows::message).collect()
+        common::messages::get_many(self, tenant, ids).await
     }
 
     async fn rate_message(&self, tenant: &TenantId, id: MessageId, delta: i64) -> Result<i64> {

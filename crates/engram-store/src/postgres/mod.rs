@@ -97,6 +97,7 @@ fn statement(sql: &str, args: &[Arg<'_>]) -> Query<'static, Postgres, PgArgument
         Arg::Id(v) => q.bind(*v),
         Arg::OptId(v) => q.bind(*v),
         Arg::Ids(v) => q.bind(v.clone()),
+        Arg::Texts(v) => q.bind(v.clone()),
         Arg::Ts(v) => q.bind(*v),
         Arg::OptTs(v) => q.bind(*v),
         Arg::Json(v) => q.bind(*v),
@@ -111,6 +112,7 @@ impl Backend for PgStore {
     type Tx = Tx;
 
     const BYTE_ORDER: &'static str = " COLLATE \"C\"";
+    const IN_LIST: &'static str = " = ANY(?)";
     const USER_LOCK: bool = true;
     const LOCK: &'static str = " FOR UPDATE";
 

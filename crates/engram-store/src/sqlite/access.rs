@@ -29,8 +29,7 @@ impl AccessStore for SqliteStore {
     }
 
     async fn get_agents(&self, tenant: &TenantId, ids: &[AgentId]) -> Result<Vec<Agent>> {
-        let ids: Vec<String> = ids.iter().map(|a| a.as_str().to_string()).collect();
-        self.select_by_ids("SELECT * FROM agents", tenant, &ids, agent_from_row).await
+        common::access::get_agents(self, tenant, ids).await
     }
 
     async fn put_agent(&self, a: &Agent) -> Result<()> {

@@ -41,9 +41,7 @@ impl MemoryStore for SqliteStore {
     }
 
     async fn get_memories(&self, tenant: &TenantId, ids: &[MemoryId]) -> Result<Vec<Memory>> {
-        let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
-        let select = format!("SELECT {MEMORY_COLS} FROM memories");
-        self.select_by_ids(&select, tenant, &ids, memory_from_row).await
+        common::memories::get_many(self, tenant, ids).await
     }
 
     async fn list_memories(
@@ -196,24 +194,7 @@ impl MemoryStore for SqliteStore {
         ids: &[MemoryId],
         at: OffsetDateTime,
     ) -> Result<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let mut tx = self.begin().await?;
-        let mut q = QueryBuilder::<Sqlite>::new(
-            "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ",
-        );
-        q.push_bind(ts(at))
-            .push(" WHERE tenant_id = ")
-            .push_bind(tenant.as_str().to_string())
-            .push(" AND id IN (");
-        let mut s = q.separated(", ");
-        for id in ids {
-            s.push_bind(id.to_string());
-        }
-        s.push_unseparated(")");
-        q.build().execute(&mut *tx).await.map_err(db)?;
-        tx.commit().await.map_err(db)
+        common::memories::touch(self, tenant, ids, at).await
     }
 
     async fn find_profile(
@@ -232,26 +213,7 @@ impl MemoryStore for SqliteStore {
         turn_id: &str,
         ids: &[MemoryId],
     ) -> Result<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let mut tx = self.begin().await?;
-        let mut q = QueryBuilder::<Sqlite>::new(
-            "INSERT OR IGNORE INTO recalls (tenant_id, turn_id, memory_id, user_id, created_at) SELECT tenant_id, ",
-        );
-        q.push_bind(turn_id.to_string())
-            .push(", id, user_id, ")
-            .push_bind(ts(OffsetDateTime::now_utc()))
-            .push(" FROM memories WHERE tenant_id = ")
-            .push_bind(tenant.as_str().to_string())
-            .push(" AND id IN (");
-        let mut s = q.separated(", ");
-        for id in ids {
-            s.push_bind(id.to_string());
-        }
-        s.push_unseparated(")");
-        q.build().execute(&mut *tx).await.map_err(db)?;
-        tx.commit().await.map_err(db)
+        common::memories::record_recall(self, tenant, turn_id, ids).await
     }
 
     async fn recalled(&self, tenant: &TenantId, turn_id: &str) -> Result<Vec<MemoryId>> {

@@ -91,8 +91,7 @@ impl MessageStore for SqliteStore {
     }
 
     async fn get_messages(&self, tenant: &TenantId, ids: &[MessageId]) -> Result<Vec<Message>> {
-        let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
-        self.select_by_ids("SELECT * FROM messages", tenant, &ids, message_from_row).await
+        common::messages::get_many(self, tenant, ids).await
     }
 
     async fn rate_message(&self, tenant: &TenantId, id: MessageId, delta: i64) -> Result<i64> {

@@ -92,6 +92,7 @@ fn statement(sql: &str, args: &[Arg<'_>]) -> Query<'static, Sqlite, SqliteArgume
             let ids: Vec<String> = v.iter().map(ToString::to_string).collect();
             q.bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
         }
+        Arg::Texts(v) => q.bind(serde_json::to_string(v).unwrap_or_else(|_| "[]".into())),
         Arg::Ts(v) => q.bind(ts(*v)),
         Arg::OptTs(v) => q.bind(v.map(ts)),
         Arg::Json(v) => q.bind(v.to_string()),
@@ -114,6 +115,7 @@ impl Backend for SqliteStore {
     type Tx = Transaction<'static, Sqlite>;
 
     const BYTE_ORDER: &'static str = "";
+    const IN_LIST: &'static str = " IN (SELECT value FROM json_each(?))";
     const USER_LOCK: bool = false;
     const LOCK: &'static str = "";
 
@@ -286,31 +288,6 @@ impl SqliteStore {
             .await
             .map_err(db)?;
         Ok(Self { read, write, vectors: VectorCache::default() })
-    }
-
-    /// The rows of one tenant whose `id` is one of `ids`, read with `select` ("SELECT … FROM
-    /// table") in chunks of 500 bound ids, each decoded by `decode`; any order.
-    async fn select_by_ids<T>(
-        &self,
-        select: &str,
-        tenant: &TenantId,
-        ids: &[String],
-        decode: fn(&SqliteRow) -> Result<T>,
-    ) -> Result<Vec<T>> {
-        let mut out = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(500) {
-            let mut q = QueryBuilder::<Sqlite>::new(format!("{select} WHERE tenant_id = "));
-            q.push_bind(tenant.as_str().to_string()).push(" AND id IN (");
-            let mut s = q.separated(", ");
-            for id in chunk {
-                s.push_bind(id.clone());
-            }
-            s.push_unseparated(")");
-            for r in q.build().fetch_all(&self.read).await.map_err(db)? {
-                out.push(decode(&r)?);
-            }
-        }
-        Ok(out)
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {

@@ -1,7 +1,7 @@
 //! What the two stores share: statements written once, with `?` placeholders (PostgreSQL
 //! numbers them, [`numbered`]), the values they bind ([`Arg`], each represented per backend
 //! the way [`crate::tables::Ty`] describes), and the parts of the store contract whose logic
-//! is the same on SQLite and PostgreSQL ([`messages`], [`memories`], [`access`]), written once over
+//! is the same on SQLite and PostgreSQL ([`messages`], [`memories`], [`access`], [`jobs`]), written once over
 //! [`Backend`].
 //!
 //! A backend implements [`Backend`]: how it binds an [`Arg`], where it reads and writes (the
@@ -9,12 +9,13 @@
 //! through its pool), and how it reads a column of its rows.
 
 pub(crate) mod access;
+pub(crate) mod jobs;
 pub(crate) mod memories;
 pub(crate) mod messages;
 
 use async_trait::async_trait;
 use engram_core::error::{Error, Result};
-use engram_core::model::{Agent, Memory, MemoryEvent, Message};
+use engram_core::model::{Agent, Job, Memory, MemoryEvent, Message};
 use engram_core::store::ApiKey;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -128,6 +129,9 @@ pub(crate) trait Backend: Sync {
     /// Run a statement inside `tx`: the rows it changed, or the database's error as it is
     /// (for callers that tell a duplicate apart, [`Backend::is_duplicate`]).
     async fn tx_run(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64>;
+    /// Run a statement inside `tx` that may fail without spoiling the transaction
+    /// (PostgreSQL: in a savepoint; SQLite undoes a failed statement by itself).
+    async fn tx_attempt(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64>;
     /// Bump a user's change counter inside `tx` ([`crate::versions`]); the new version.
     async fn bump(tx: &mut Self::Tx, tenant: &str, user: &str) -> Result<i64>;
 
@@ -153,6 +157,7 @@ pub(crate) trait Backend: Sync {
     fn event(r: &Self::Row) -> Result<MemoryEvent>;
     fn api_key(r: &Self::Row) -> Result<ApiKey>;
     fn agent(r: &Self::Row) -> Result<Agent>;
+    fn job(r: &Self::Row) -> Result<Job>;
 }
 
 #[cfg(test)]

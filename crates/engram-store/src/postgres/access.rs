@@ -5,34 +5,34 @@ use super::*;
 #[async_trait]
 impl AccessStore for PgStore {
     async fn create_api_key(&self, key: &ApiKey, secret_hash: &str) -> Result<()> {
-        common::access::create_api_key(self, key, secret_hash).await
+        common::access::create_api_key(&self.pool, key, secret_hash).await
     }
 
     async fn list_api_keys(&self, tenant: Option<&TenantId>) -> Result<Vec<ApiKey>> {
-        common::access::list_api_keys(self, tenant).await
+        common::access::list_api_keys(&self.pool, tenant).await
     }
 
     async fn revoke_api_key(&self, id: &str) -> Result<()> {
-        common::access::revoke_api_key(self, id).await
+        common::access::revoke_api_key(&self.pool, id).await
     }
 
     async fn find_api_key(&self, secret_hash: &str) -> Result<Option<ApiKey>> {
-        common::access::find_api_key(self, secret_hash).await
+        common::access::find_api_key(&self.pool, secret_hash).await
     }
 
     async fn count_active_api_keys(&self) -> Result<u64> {
-        common::access::count_active_api_keys(self).await
+        common::access::count_active_api_keys(&self.pool).await
     }
 
     async fn get_agent(&self, tenant: &TenantId, id: &AgentId) -> Result<Option<Agent>> {
-        common::access::get_agent(self, tenant, id).await
+        common::access::get_agent(&self.pool, tenant, id).await
     }
 
     async fn get_agents(&self, tenant: &TenantId, ids: &[AgentId]) -> Result<Vec<Agent>> {
-        common::access::get_agents(self, tenant, ids).await
+        common::access::get_agents(&self.pool, tenant, ids).await
     }
 
     async fn put_agent(&self, a: &Agent) -> Result<()> {
-        common::access::put_agent(self, a).await
+        common::access::put_agent(&self.pool, a).await
     }
 }

@@ -13,7 +13,7 @@ impl MaintenanceStore for PgStore {
     }
 
     async fn list_tenants(&self) -> Result<Vec<TenantId>> {
-        common::memories::tenants(self).await
+        common::memories::tenants(&self.pool).await
     }
 
     async fn rows_needing_vectors(
@@ -22,7 +22,7 @@ impl MaintenanceStore for PgStore {
         model_id: &str,
         limit: usize,
     ) -> Result<Vec<(MemoryId, String)>> {
-        common::memories::needing_vectors(self, tenant, model_id, limit).await
+        common::memories::needing_vectors(&self.pool, tenant, model_id, limit).await
     }
 
     async fn set_vectors(
@@ -69,7 +69,7 @@ impl MaintenanceStore for PgStore {
     }
 
     async fn list_users(&self, tenant: &TenantId) -> Result<Vec<UserId>> {
-        common::memories::users(self, tenant).await
+        common::memories::users(&self.pool, tenant).await
     }
 
     async fn erase_user(&self, tenant: &TenantId, user: &UserId) -> Result<EraseCounts> {
@@ -94,7 +94,7 @@ impl MaintenanceStore for PgStore {
     }
 
     async fn user_messages(&self, tenant: &TenantId, user: &UserId) -> Result<Vec<Message>> {
-        common::memories::user_messages(self, tenant, user).await
+        common::memories::user_messages(&self.pool, tenant, user).await
     }
 
     async fn user_memories(
@@ -102,11 +102,11 @@ impl MaintenanceStore for PgStore {
         tenant: &TenantId,
         user: &UserId,
     ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)> {
-        common::memories::user_memories(self, tenant, user).await
+        common::memories::user_memories(&self.pool, tenant, user).await
     }
 
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {
-        common::memories::stats(self, tenant, self.embedding_space().await?).await
+        common::memories::stats(&self.pool, tenant, self.embedding_space().await?).await
     }
 
     async fn backup(

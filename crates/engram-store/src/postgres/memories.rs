@@ -31,11 +31,11 @@ impl MemoryStore for PgStore {
     }
 
     async fn get_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<Option<Memory>> {
-        common::memories::get(self, tenant, id).await
+        common::memories::get(&self.pool, tenant, id).await
     }
 
     async fn get_memories(&self, tenant: &TenantId, ids: &[MemoryId]) -> Result<Vec<Memory>> {
-        common::memories::get_many(self, tenant, ids).await
+        common::memories::get_many(&self.pool, tenant, ids).await
     }
 
     async fn list_memories(
@@ -70,7 +70,7 @@ impl MemoryStore for PgStore {
         event: MemoryEvent,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
-        common::memories::supersede::<Self>(&mut tx, tenant, old, new.as_ref(), &event).await?;
+        common::memories::supersede::<PgPool>(&mut tx, tenant, old, new.as_ref(), &event).await?;
         tx.commit().await.map_err(db)
     }
 
@@ -81,7 +81,7 @@ impl MemoryStore for PgStore {
         event: MemoryEvent,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
-        common::memories::confirm::<Self>(&mut tx, tenant, id, &event).await?;
+        common::memories::confirm::<PgPool>(&mut tx, tenant, id, &event).await?;
         tx.commit().await.map_err(db)
     }
 
@@ -92,11 +92,11 @@ impl MemoryStore for PgStore {
         delta: i64,
         event: MemoryEvent,
     ) -> Result<i64> {
-        common::memories::rate(self, tenant, id, delta, &event).await
+        common::memories::rate(&self.pool, tenant, id, delta, &event).await
     }
 
     async fn purge_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<()> {
-        common::memories::purge(self, tenant, id).await
+        common::memories::purge(&self.pool, tenant, id).await
     }
 
     async fn history(
@@ -104,7 +104,7 @@ impl MemoryStore for PgStore {
         tenant: &TenantId,
         id: MemoryId,
     ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)> {
-        let chain = common::memories::chain(self, tenant, id).await?;
+        let chain = common::memories::chain(&self.pool, tenant, id).await?;
         let ids: Vec<Uuid> = chain.iter().map(|m| m.id.0).collect();
         let rows = sqlx::query(
             "SELECT * FROM memory_events WHERE tenant_id = $1 AND memory_id = ANY($2) ORDER BY at, id",
@@ -146,7 +146,7 @@ impl MemoryStore for PgStore {
         ids: &[MemoryId],
         at: OffsetDateTime,
     ) -> Result<()> {
-        common::memories::touch(self, tenant, ids, at).await
+        common::memories::touch(&self.pool, tenant, ids, at).await
     }
 
     async fn find_profile(
@@ -156,7 +156,7 @@ impl MemoryStore for PgStore {
         pool: Option<&str>,
         key: &str,
     ) -> Result<Option<Memory>> {
-        common::memories::find_profile(self, tenant, user, pool, key).await
+        common::memories::find_profile(&self.pool, tenant, user, pool, key).await
     }
 
     async fn record_recall(
@@ -165,11 +165,11 @@ impl MemoryStore for PgStore {
         turn_id: &str,
         ids: &[MemoryId],
     ) -> Result<()> {
-        common::memories::record_recall(self, tenant, turn_id, ids).await
+        common::memories::record_recall(&self.pool, tenant, turn_id, ids).await
     }
 
     async fn recalled(&self, tenant: &TenantId, turn_id: &str) -> Result<Vec<MemoryId>> {
-        common::memories::recalled(self, tenant, turn_id).await
+        common::memories::recalled(&self.pool, tenant, turn_id).await
     }
 
     async fn get_context_session(
@@ -179,10 +179,10 @@ impl MemoryStore for PgStore {
         user: &UserId,
         pool: Option<&str>,
     ) -> Result<Option<ContextSession>> {
-        common::memories::get_context_session(self, tenant, session_id, user, pool).await
+        common::memories::get_context_session(&self.pool, tenant, session_id, user, pool).await
     }
 
     async fn put_context_session(&self, tenant: &TenantId, s: &ContextSession) -> Result<()> {
-        common::memories::put_context_session(self, tenant, s).await
+        common::memories::put_context_session(&self.pool, tenant, s).await
     }
 }

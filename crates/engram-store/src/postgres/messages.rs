@@ -70,7 +70,7 @@ impl MessageStore for PgStore {
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<Message>> {
-        common::messages::list(self, tenant, conversation, after_seq, limit).await
+        common::messages::list(&self.pool, tenant, conversation, after_seq, limit).await
     }
 
     async fn conversation_owner(
@@ -78,19 +78,19 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<(UserId, Option<AgentId>)>> {
-        common::messages::owner(self, tenant, conversation).await
+        common::messages::owner(&self.pool, tenant, conversation).await
     }
 
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>> {
-        common::messages::get(self, tenant, id).await
+        common::messages::get(&self.pool, tenant, id).await
     }
 
     async fn get_messages(&self, tenant: &TenantId, ids: &[MessageId]) -> Result<Vec<Message>> {
-        common::messages::get_many(self, tenant, ids).await
+        common::messages::get_many(&self.pool, tenant, ids).await
     }
 
     async fn rate_message(&self, tenant: &TenantId, id: MessageId, delta: i64) -> Result<i64> {
-        common::messages::rate(self, tenant, id, delta).await
+        common::messages::rate(&self.pool, tenant, id, delta).await
     }
 
     async fn text_search_messages(
@@ -112,7 +112,7 @@ impl MessageStore for PgStore {
         model_id: &str,
         limit: usize,
     ) -> Result<Vec<(MessageId, i64)>> {
-        common::messages::needing_vectors(self, tenant, conversation, model_id, limit).await
+        common::messages::needing_vectors(&self.pool, tenant, conversation, model_id, limit).await
     }
 
     async fn conversations_needing_message_vectors(
@@ -121,7 +121,7 @@ impl MessageStore for PgStore {
         model_id: &str,
         limit: usize,
     ) -> Result<Vec<ConversationId>> {
-        common::messages::conversations_needing_vectors(self, tenant, model_id, limit).await
+        common::messages::conversations_needing_vectors(&self.pool, tenant, model_id, limit).await
     }
 
     async fn set_message_vectors(
@@ -184,7 +184,7 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Vec<Message>> {
-        common::messages::conversation(self, tenant, conversation).await
+        common::messages::conversation(&self.pool, tenant, conversation).await
     }
 
     async fn extraction_cursor(
@@ -192,7 +192,7 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<String>> {
-        common::messages::extraction_cursor(self, tenant, conversation).await
+        common::messages::extraction_cursor(&self.pool, tenant, conversation).await
     }
 
     async fn rolling_summary(
@@ -200,7 +200,7 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<(Option<String>, i64)> {
-        common::messages::rolling_summary(self, tenant, conversation).await
+        common::messages::rolling_summary(&self.pool, tenant, conversation).await
     }
 
     async fn set_rolling_summary(
@@ -210,7 +210,8 @@ impl MessageStore for PgStore {
         summary: &str,
         user_turns: i64,
     ) -> Result<()> {
-        common::messages::set_rolling_summary(self, tenant, conversation, summary, user_turns).await
+        common::messages::set_rolling_summary(&self.pool, tenant, conversation, summary, user_turns)
+            .await
     }
 
     async fn apply_extraction(
@@ -220,7 +221,7 @@ impl MessageStore for PgStore {
         user: &UserId,
         batch: ExtractionBatch,
     ) -> Result<()> {
-        common::memories::apply_extraction(self, tenant, conversation, user, batch).await
+        common::memories::apply_extraction(&self.pool, tenant, conversation, user, batch).await
     }
 
     async fn set_message_content(

@@ -106,8 +106,10 @@ fn statement(sql: &str, args: &[Arg<'_>]) -> Query<'static, Postgres, PgArgument
     })
 }
 
+/// The shared code ([`crate::common`]) runs on the pool: the PostgreSQL store has nothing
+/// else it needs, and the job queue's functions ([`jobs`]) are given only a pool.
 #[async_trait]
-impl Backend for PgStore {
+impl Backend for PgPool {
     type Row = PgRow;
     type Tx = Tx;
 
@@ -117,11 +119,11 @@ impl Backend for PgStore {
     const LOCK: &'static str = " FOR UPDATE";
 
     async fn read_all(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<PgRow>> {
-        statement(sql, args).fetch_all(&self.pool).await.map_err(db)
+        statement(sql, args).fetch_all(self).await.map_err(db)
     }
 
     async fn read_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<PgRow>> {
-        statement(sql, args).fetch_optional(&self.pool).await.map_err(db)
+        statement(sql, args).fetch_optional(self).await.map_err(db)
     }
 
     async fn write_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<PgRow>> {
@@ -129,11 +131,11 @@ impl Backend for PgStore {
     }
 
     async fn write(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
-        Ok(statement(sql, args).execute(&self.pool).await.map_err(db)?.rows_affected())
+        Ok(statement(sql, args).execute(self).await.map_err(db)?.rows_affected())
     }
 
     async fn begin_write(&self) -> Result<Tx> {
-        self.begin().await
+        self.begin().await.map_err(db)
     }
 
     async fn commit(tx: Tx) -> Result<()> {
@@ -146,6 +148,20 @@ impl Backend for PgStore {
 
     async fn tx_run(tx: &mut Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64> {
         Ok(statement(sql, args).execute(&mut **tx).await?.rows_affected())
+    }
+
+    async fn tx_attempt(tx: &mut Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64> {
+        let mut savepoint = sqlx::Acquire::begin(&mut **tx).await?;
+        match statement(sql, args).execute(&mut *savepoint).await {
+            Ok(r) => {
+                savepoint.commit().await?;
+                Ok(r.rows_affected())
+            }
+            Err(e) => {
+                savepoint.rollback().await?;
+                Err(e)
+            }
+        }
     }
 
     async fn bump(tx: &mut Tx, tenant: &str, user: &str) -> Result<i64> {
@@ -212,6 +228,10 @@ impl Backend for PgStore {
 
     fn agent(r: &PgRow) -> Result<Agent> {
         rows::agent(r)
+    }
+
+    fn job(r: &PgRow) -> Result<engram_core::model::Job> {
+        rows::job(r)
     }
 }
 

@@ -157,6 +157,10 @@ impl Backend for SqliteStore {
         Ok(statement(sql, args).execute(&mut **tx).await?.rows_affected())
     }
 
+    async fn tx_attempt(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64> {
+        Self::tx_run(tx, sql, args).await
+    }
+
     async fn bump(tx: &mut Self::Tx, tenant: &str, user: &str) -> Result<i64> {
         crate::versions::bump_sqlite(tx, tenant, user).await
     }
@@ -221,6 +225,10 @@ impl Backend for SqliteStore {
 
     fn agent(r: &SqliteRow) -> Result<Agent> {
         agent_from_row(r)
+    }
+
+    fn job(r: &SqliteRow) -> Result<Job> {
+        job_from_row(r)
     }
 }
 

@@ -242,8 +242,21 @@ pub(crate) async fn purge<B: Backend>(b: &B, tenant: &TenantId, id: MemoryId) ->
     B::commit(tx).await
 }
 
-/// Supersede `old` inside a write transaction (see `Store::supersede`).
+/// Supersede `old` in a transaction of its own (see `Store::supersede`).
 pub(crate) async fn supersede<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    old: MemoryId,
+    new: Option<&NewMemory>,
+    event: &MemoryEvent,
+) -> Result<()> {
+    let mut tx = b.begin_write().await?;
+    supersede_in::<B>(&mut tx, tenant, old, new, event).await?;
+    B::commit(tx).await
+}
+
+/// Supersede `old` inside a write transaction.
+pub(crate) async fn supersede_in<B: Backend>(
     tx: &mut B::Tx,
     tenant: &TenantId,
     old: MemoryId,
@@ -284,8 +297,20 @@ pub(crate) async fn supersede<B: Backend>(
     insert_event::<B>(tx, tenant.as_str(), &user, event).await
 }
 
-/// Confirm a restated fact inside a write transaction.
+/// Confirm a restated fact in a transaction of its own.
 pub(crate) async fn confirm<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    id: MemoryId,
+    event: &MemoryEvent,
+) -> Result<()> {
+    let mut tx = b.begin_write().await?;
+    confirm_in::<B>(&mut tx, tenant, id, event).await?;
+    B::commit(tx).await
+}
+
+/// Confirm a restated fact inside a write transaction.
+pub(crate) async fn confirm_in<B: Backend>(
     tx: &mut B::Tx,
     tenant: &TenantId,
     id: MemoryId,
@@ -323,10 +348,10 @@ pub(crate) async fn apply_extraction<B: Backend>(
         }
     }
     for (old, new, event) in &batch.supersedes {
-        supersede::<B>(&mut tx, tenant, *old, new.as_ref(), event).await?;
+        supersede_in::<B>(&mut tx, tenant, *old, new.as_ref(), event).await?;
     }
     for (id, event) in &batch.confirms {
-        confirm::<B>(&mut tx, tenant, *id, event).await?;
+        confirm_in::<B>(&mut tx, tenant, *id, event).await?;
     }
     B::tx_run(
         &mut tx,

@@ -6,23 +6,57 @@ use engram_core::error::{Error, Result};
 use engram_core::model::{AgentId, ConversationId, Message, MessageId, TenantId, UserId};
 
 use super::Arg::{Id, Int, Json, OptJson, OptText, Text, Ts};
+use time::OffsetDateTime;
+
 use super::{Arg, Backend, limit};
 
-/// A message's columns but the backend's own (`fts_text`), in the order of [`message_args`].
+/// A message's columns but the backend's own ([`Backend::message_index`]), in the order
+/// of [`message_args`].
 const INSERT_COLS: &str = "tenant_id, id, conversation_id, user_id, agent_id, seq, role, \
      content, tool_name, tool_args, tool_result, turn_id, metadata, created_at";
 
-/// The statement that inserts one message: [`message_args`], then one value for each of
-/// `extra` (the backend's own columns).
-pub(crate) fn insert_sql(extra: &[&str]) -> String {
-    let cols: Vec<&str> = INSERT_COLS.split(", ").chain(extra.iter().copied()).collect();
-    let marks = vec!["?"; cols.len()].join(", ");
-    format!("INSERT INTO messages ({}) VALUES ({marks})", cols.join(", "))
+/// Write `messages` as the next ones of conversation `conv` of `user` (the last so far is
+/// number `seq`) inside `tx`, numbering them, and move the conversation's counter; the
+/// messages as stored.
+pub(crate) async fn insert_after<B: Backend>(
+    tx: &mut B::Tx,
+    tenant: &TenantId,
+    conv: &ConversationId,
+    user: &UserId,
+    messages: Vec<Message>,
+    mut seq: i64,
+    now: OffsetDateTime,
+) -> Result<Vec<Message>> {
+    let mut out = Vec::with_capacity(messages.len());
+    for mut m in messages {
+        seq += 1;
+        m.seq = seq;
+        let (cols, values, index) = B::message_index(&m);
+        let marks = vec!["?"; INSERT_COLS.split(", ").count()].join(", ");
+        let sql = format!("INSERT INTO messages ({INSERT_COLS}{cols}) VALUES ({marks}{values})");
+        let mut args = message_args(tenant, conv, user, &m, seq);
+        args.extend(index);
+        B::tx_run(tx, &sql, &args).await.map_err(|e| {
+            if B::is_duplicate(&e) {
+                return Error::Conflict(format!("message {} already exists", m.id));
+            }
+            B::fault(e)
+        })?;
+        out.push(m);
+    }
+    B::tx_run(
+        tx,
+        "UPDATE conversations SET last_seq = ?, updated_at = ? WHERE tenant_id = ? AND id = ?",
+        &[Int(seq), Ts(now), Text(tenant.as_str()), Text(conv.as_str())],
+    )
+    .await
+    .map_err(B::fault)?;
+    Ok(out)
 }
 
 /// The values of [`INSERT_COLS`] for message `m`, appended to conversation `conv` of `user`
 /// as number `seq`.
-pub(crate) fn message_args<'a>(
+fn message_args<'a>(
     tenant: &'a TenantId,
     conv: &'a ConversationId,
     user: &'a UserId,

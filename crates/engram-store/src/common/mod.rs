@@ -143,6 +143,8 @@ pub(crate) trait Backend: Sync {
     /// Columns the backend adds to a new memory row (PostgreSQL: its keyword index), their
     /// values in SQL, and what those bind.
     fn memory_index(m: &Memory) -> (&'static str, &'static str, Vec<Arg<'static>>);
+    /// The same for a new message.
+    fn message_index(m: &Message) -> (&'static str, &'static str, Vec<Arg<'static>>);
 
     fn text(r: &Self::Row, col: &str) -> Result<String>;
     fn opt_text(r: &Self::Row, col: &str) -> Result<Option<String>>;

@@ -69,9 +69,7 @@ impl MemoryStore for PgStore {
         new: Option<NewMemory>,
         event: MemoryEvent,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        common::memories::supersede::<PgPool>(&mut tx, tenant, old, new.as_ref(), &event).await?;
-        tx.commit().await.map_err(db)
+        common::memories::supersede(&self.pool, tenant, old, new.as_ref(), &event).await
     }
 
     async fn confirm_memory(
@@ -80,9 +78,7 @@ impl MemoryStore for PgStore {
         id: MemoryId,
         event: MemoryEvent,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        common::memories::confirm::<PgPool>(&mut tx, tenant, id, &event).await?;
-        tx.commit().await.map_err(db)
+        common::memories::confirm(&self.pool, tenant, id, &event).await
     }
 
     async fn rate_memory(

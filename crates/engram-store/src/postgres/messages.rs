@@ -32,33 +32,11 @@ impl MessageStore for PgStore {
         .map_err(db)?;
         let (owner, owner_agent) = (col(&r, "user_id")?, col(&r, "agent_id")?);
         common::messages::check_owner(&conv, &user, owner, owner_agent, &messages)?;
-        let mut seq: i64 = col(&r, "last_seq")?;
-        let insert = common::messages::insert_sql(&["fts_text"]);
-        let mut out = Vec::with_capacity(messages.len());
-        for mut m in messages {
-            seq += 1;
-            m.seq = seq;
-            let fts = index_text(&[&m.content, m.tool_name.as_deref().unwrap_or("")]);
-            let mut args = common::messages::message_args(tenant, &conv, &user, &m, seq);
-            args.push(Arg::Text(&fts));
-            statement(&insert, &args).execute(&mut *tx).await.map_err(|e| {
-                if is_unique_violation(&e) {
-                    return Error::Conflict(format!("message {} already exists", m.id));
-                }
-                db(e)
-            })?;
-            out.push(m);
-        }
-        sqlx::query(
-            "UPDATE conversations SET last_seq = $1, updated_at = $2 WHERE tenant_id = $3 AND id = $4",
+        let seq: i64 = col(&r, "last_seq")?;
+        let out = common::messages::insert_after::<PgPool>(
+            &mut tx, tenant, &conv, &user, messages, seq, now,
         )
-        .bind(seq)
-        .bind(now)
-        .bind(tenant.as_str())
-        .bind(conv.as_str())
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
+        .await?;
         tx.commit().await.map_err(db)?;
         Ok(out)
     }

@@ -182,6 +182,11 @@ impl Backend for PgPool {
         (", fts_text, fts_len", values, vec![Arg::Owned(text.clone()), Arg::Owned(text)])
     }
 
+    fn message_index(m: &Message) -> (&'static str, &'static str, Vec<Arg<'static>>) {
+        let text = index_text(&[&m.content, m.tool_name.as_deref().unwrap_or("")]);
+        (", fts_text", ", ?", vec![Arg::Owned(text)])
+    }
+
     fn text(r: &PgRow, name: &str) -> Result<String> {
         col(r, name)
     }

@@ -92,9 +92,7 @@ impl MemoryStore for SqliteStore {
         new: Option<NewMemory>,
         event: MemoryEvent,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        common::memories::supersede::<Self>(&mut tx, tenant, old, new.as_ref(), &event).await?;
-        tx.commit().await.map_err(db)
+        common::memories::supersede(self, tenant, old, new.as_ref(), &event).await
     }
 
     async fn confirm_memory(
@@ -103,9 +101,7 @@ impl MemoryStore for SqliteStore {
         id: MemoryId,
         event: MemoryEvent,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        common::memories::confirm::<Self>(&mut tx, tenant, id, &event).await?;
-        tx.commit().await.map_err(db)
+        common::memories::confirm(self, tenant, id, &event).await
     }
 
     async fn rate_memory(

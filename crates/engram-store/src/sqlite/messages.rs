@@ -13,7 +13,7 @@ impl MessageStore for SqliteStore {
         let conv = first.conversation_id.clone();
         let user = first.user_id.clone();
         let agent = first.agent_id.clone();
-        let now = ts(OffsetDateTime::now_utc());
+        let now = OffsetDateTime::now_utc();
         let mut tx = self.begin().await?;
         let existing = sqlx::query(
             "SELECT user_id, agent_id, last_seq FROM conversations WHERE tenant_id = ? AND id = ?",
@@ -23,7 +23,7 @@ impl MessageStore for SqliteStore {
         .fetch_optional(&mut *tx)
         .await
         .map_err(db)?;
-        let mut seq = match existing {
+        let seq = match existing {
             Some(r) => {
                 let (owner, agent) = (col(&r, "user_id")?, col(&r, "agent_id")?);
                 common::messages::check_owner(&conv, &user, owner, agent, &messages)?;
@@ -37,33 +37,18 @@ impl MessageStore for SqliteStore {
                 .bind(conv.as_str())
                 .bind(user.as_str())
                 .bind(agent.as_ref().map(AgentId::as_str))
-                .bind(now)
-                .bind(now)
+                .bind(ts(now))
+                .bind(ts(now))
                 .execute(&mut *tx)
                 .await
                 .map_err(db)?;
                 0
             }
         };
-        let insert = common::messages::insert_sql(&[]);
-        let mut out = Vec::with_capacity(messages.len());
-        for mut m in messages {
-            seq += 1;
-            m.seq = seq;
-            let args = common::messages::message_args(tenant, &conv, &user, &m, seq);
-            statement(&insert, &args).execute(&mut *tx).await.map_err(db)?;
-            out.push(m);
-        }
-        sqlx::query(
-            "UPDATE conversations SET last_seq = ?, updated_at = ? WHERE tenant_id = ? AND id = ?",
+        let out = common::messages::insert_after::<Self>(
+            &mut tx, tenant, &conv, &user, messages, seq, now,
         )
-        .bind(seq)
-        .bind(now)
-        .bind(tenant.as_str())
-        .bind(conv.as_str())
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
+        .await?;
         tx.commit().await.map_err(db)?;
         Ok(out)
     }

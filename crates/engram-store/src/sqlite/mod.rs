@@ -177,6 +177,10 @@ impl Backend for SqliteStore {
         ("", "", vec![])
     }
 
+    fn message_index(_: &Message) -> (&'static str, &'static str, Vec<Arg<'static>>) {
+        ("", "", vec![])
+    }
+
     fn text(r: &SqliteRow, name: &str) -> Result<String> {
         col(r, name)
     }

@@ -8,10 +8,12 @@ use engram_core::error::{Error, Result};
 use engram_core::model::{
     AgentId, ConversationId, Memory, MemoryEvent, MemoryId, Message, TenantId, UserId,
 };
-use engram_core::store::{ContextSession, ExtractionBatch, NewMemory, StoreStats};
+use engram_core::store::{
+    ContextSession, ExtractionBatch, MaintenanceStore, NewMemory, StoreStats,
+};
 
 use super::Arg::{Id, Ids, Int, Json, OptId, OptText, OptTs, OptVector, Small, Text, Ts};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -61,6 +63,76 @@ pub(crate) fn memory_args(row: &NewMemory, version: i64) -> Vec<Arg<'_>> {
         OptText(m.embedding_model.as_deref()),
         Int(version),
     ]
+}
+
+/// Refuse a batch of new memories with a vector of another dimension than the store's
+/// (asking the store only when the batch has vectors) or a row of another tenant.
+pub(crate) async fn check_insert<S: MaintenanceStore>(
+    store: &S,
+    tenant: &TenantId,
+    rows: &[NewMemory],
+) -> Result<()> {
+    if let Some(dims) = rows.iter().find_map(|r| r.vector.as_ref().map(Vec::len))
+        && let Some((_, d)) = store.embedding_space().await?
+        && rows.iter().any(|r| r.vector.as_ref().is_some_and(|v| v.len() != d))
+    {
+        return Err(Error::Unprocessable(format!("vector of {dims} dimensions in a store of {d}")));
+    }
+    if rows.iter().any(|r| r.memory.tenant_id != *tenant) {
+        return Err(Error::internal("memory of another tenant in insert batch"));
+    }
+    Ok(())
+}
+
+/// Bump several users' counters inside `tx`, in a fixed order (so two transactions never
+/// wait on each other in a cycle); each user's new version.
+pub(crate) async fn bump_users<B: Backend>(
+    tx: &mut B::Tx,
+    tenant: &TenantId,
+    users: BTreeSet<String>,
+) -> Result<HashMap<String, i64>> {
+    let mut out = HashMap::with_capacity(users.len());
+    for u in users {
+        let v = B::bump(tx, tenant.as_str(), &u).await?;
+        out.insert(u, v);
+    }
+    Ok(out)
+}
+
+/// The users of a batch of new memories.
+pub(crate) fn users_of(rows: &[NewMemory]) -> BTreeSet<String> {
+    rows.iter().map(|r| r.memory.user_id.as_str().to_string()).collect()
+}
+
+/// Store the vectors of `model_id` for memories (those that no longer exist are passed
+/// over), as a new version of each owner's memories.
+pub(crate) async fn set_vectors<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    model_id: &str,
+    rows: Vec<(MemoryId, Vec<f32>)>,
+) -> Result<()> {
+    let mut tx = b.begin_write().await?;
+    let sql = format!("SELECT id, user_id FROM memories WHERE tenant_id = ? AND id{}", B::IN_LIST);
+    let ids = Ids(rows.iter().map(|r| r.0.0).collect());
+    let mut owner: HashMap<Uuid, String> = HashMap::new();
+    for r in B::tx_all(&mut tx, &sql, &[Text(tenant.as_str()), ids]).await? {
+        owner.insert(B::id(&r, "id")?, B::text(&r, "user_id")?);
+    }
+    let versions = bump_users::<B>(&mut tx, tenant, owner.values().cloned().collect()).await?;
+    for (id, v) in &rows {
+        let Some(user) = owner.get(&id.0) else { continue };
+        let version = versions.get(user).copied().unwrap_or_default();
+        B::tx_run(
+            &mut tx,
+            "UPDATE memories SET embedding = ?, embedding_model = ?, version = ? \
+             WHERE tenant_id = ? AND id = ?",
+            &[OptVector(Some(v)), Text(model_id), Int(version), Text(tenant.as_str()), Id(id.0)],
+        )
+        .await
+        .map_err(B::fault)?;
+    }
+    B::commit(tx).await
 }
 
 /// Insert one memory row and its events inside a write transaction.

@@ -15,6 +15,28 @@ use super::{Arg, Backend, limit};
 const INSERT_COLS: &str = "tenant_id, id, conversation_id, user_id, agent_id, seq, role, \
      content, tool_name, tool_args, tool_result, turn_id, metadata, created_at";
 
+/// Who appends (taken from the first message: every message of a batch goes to its
+/// conversation) and when.
+pub(crate) struct Append {
+    pub(crate) conv: ConversationId,
+    pub(crate) user: UserId,
+    pub(crate) agent: Option<AgentId>,
+    pub(crate) now: OffsetDateTime,
+}
+
+impl Append {
+    /// None for an empty batch.
+    pub(crate) fn of(messages: &[Message]) -> Option<Append> {
+        let first = messages.first()?;
+        Some(Append {
+            conv: first.conversation_id.clone(),
+            user: first.user_id.clone(),
+            agent: first.agent_id.clone(),
+            now: OffsetDateTime::now_utc(),
+        })
+    }
+}
+
 /// Write `messages` as the next ones of conversation `conv` of `user` (the last so far is
 /// number `seq`) inside `tx`, numbering them, and move the conversation's counter; the
 /// messages as stored.

@@ -124,6 +124,8 @@ pub(crate) trait Backend: Sync {
 
     async fn begin_write(&self) -> Result<Self::Tx>;
     async fn commit(tx: Self::Tx) -> Result<()>;
+    /// Every row of a statement inside `tx`.
+    async fn tx_all(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Self::Row>>;
     /// The first row of a statement inside `tx`, if any.
     async fn tx_opt(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> Result<Option<Self::Row>>;
     /// Run a statement inside `tx`: the rows it changed, or the database's error as it is

@@ -31,37 +31,7 @@ impl MaintenanceStore for PgStore {
         model_id: &str,
         rows: Vec<(MemoryId, Vec<f32>)>,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        let ids: Vec<Uuid> = rows.iter().map(|r| r.0.0).collect();
-        let owners =
-            sqlx::query("SELECT id, user_id FROM memories WHERE tenant_id = $1 AND id = ANY($2)")
-                .bind(tenant.as_str())
-                .bind(&ids)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db)?;
-        let mut owner: HashMap<Uuid, String> = HashMap::new();
-        for r in &owners {
-            owner.insert(col(r, "id")?, col(r, "user_id")?);
-        }
-        let versions =
-            Self::bump_all(&mut tx, tenant.as_str(), owner.values().cloned().collect()).await?;
-        for (id, v) in rows {
-            let Some(user) = owner.get(&id.0) else { continue };
-            let version = versions.get(user).copied().unwrap_or_default();
-            sqlx::query(
-                "UPDATE memories SET embedding = $1, embedding_model = $2, version = $3 WHERE tenant_id = $4 AND id = $5",
-            )
-            .bind(pgvector::Vector::from(v))
-            .bind(model_id)
-            .bind(version)
-            .bind(tenant.as_str())
-            .bind(id.0)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        }
-        tx.commit().await.map_err(db)
+        common::memories::set_vectors(&self.pool, tenant, model_id, rows).await
     }
 
     async fn reset_embedding_space(&self, model_id: &str, dims: usize) -> Result<()> {

@@ -8,20 +8,10 @@ impl MemoryStore for PgStore {
         if rows.is_empty() {
             return Ok(());
         }
-        if let Some(dims) = rows.iter().find_map(|r| r.vector.as_ref().map(Vec::len))
-            && let Some((_, d)) = self.embedding_space().await?
-            && rows.iter().any(|r| r.vector.as_ref().is_some_and(|v| v.len() != d))
-        {
-            return Err(Error::Unprocessable(format!(
-                "vector of {dims} dimensions in a store of {d}"
-            )));
-        }
-        if rows.iter().any(|r| r.memory.tenant_id != *tenant) {
-            return Err(Error::internal("memory of another tenant in insert batch"));
-        }
+        common::memories::check_insert(self, tenant, &rows).await?;
         let mut tx = self.begin().await?;
-        let users = rows.iter().map(|r| r.memory.user_id.as_str().to_string()).collect();
-        let versions = Self::bump_all(&mut tx, tenant.as_str(), users).await?;
+        let users = common::memories::users_of(&rows);
+        let versions = common::memories::bump_users::<PgPool>(&mut tx, tenant, users).await?;
         // One statement per table for the whole batch (one round trip per row and event
         // made a 1,000-row batch ~2,000 statements).
         for chunk in rows.chunks(INSERT_CHUNK) {

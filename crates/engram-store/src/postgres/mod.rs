@@ -49,7 +49,7 @@ mod messages;
 pub mod rows;
 pub mod search;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -140,6 +140,10 @@ impl Backend for PgPool {
 
     async fn commit(tx: Tx) -> Result<()> {
         tx.commit().await.map_err(db)
+    }
+
+    async fn tx_all(tx: &mut Tx, sql: &str, args: &[Arg<'_>]) -> Result<Vec<PgRow>> {
+        statement(sql, args).fetch_all(&mut **tx).await.map_err(db)
     }
 
     async fn tx_opt(tx: &mut Tx, sql: &str, args: &[Arg<'_>]) -> Result<Option<PgRow>> {
@@ -345,21 +349,6 @@ impl PgStore {
 
     async fn begin(&self) -> Result<Tx> {
         self.pool.begin().await.map_err(db)
-    }
-
-    /// Bump several users, in a fixed order (so two transactions never wait on each other
-    /// in a cycle); returns each user's new version.
-    async fn bump_all(
-        tx: &mut Tx,
-        tenant: &str,
-        users: BTreeSet<String>,
-    ) -> Result<HashMap<String, i64>> {
-        let mut out = HashMap::with_capacity(users.len());
-        for u in users {
-            let v = crate::versions::bump_postgres(tx, tenant, &u).await?;
-            out.insert(u, v);
-        }
-        Ok(out)
     }
 
     /// Insert many rows and their events with one `INSERT … SELECT FROM unnest(…)` per table

@@ -61,37 +61,7 @@ impl MaintenanceStore for SqliteStore {
         model_id: &str,
         rows: Vec<(MemoryId, Vec<f32>)>,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        let mut versions: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
-        for (id, v) in rows {
-            let user: Option<String> =
-                sqlx::query("SELECT user_id FROM memories WHERE tenant_id = ? AND id = ?")
-                    .bind(tenant.as_str())
-                    .bind(id.to_string())
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(db)?
-                    .map(|r| r.get(0));
-            let Some(user) = user else { continue };
-            let version = match versions.get(&user) {
-                Some(v) => *v,
-                None => {
-                    let v = crate::versions::bump_sqlite(&mut tx, tenant.as_str(), &user).await?;
-                    versions.insert(user.clone(), v);
-                    v
-                }
-            };
-            sqlx::query("UPDATE memories SET embedding = ?, embedding_model = ?, version = ? WHERE tenant_id = ? AND id = ?")
-                .bind(vec_to_blob(&v))
-                .bind(model_id)
-                .bind(version)
-                .bind(tenant.as_str())
-                .bind(id.to_string())
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-        }
-        tx.commit().await.map_err(db)
+        common::memories::set_vectors(self, tenant, model_id, rows).await
     }
 
     async fn reset_embedding_space(&self, model_id: &str, dims: usize) -> Result<()> {

@@ -8,29 +8,12 @@ impl MemoryStore for SqliteStore {
         if rows.is_empty() {
             return Ok(());
         }
-        if let Some(dims) = rows.iter().find_map(|r| r.vector.as_ref().map(Vec::len))
-            && let Some((_, d)) = self.embedding_space().await?
-            && rows.iter().any(|r| r.vector.as_ref().is_some_and(|v| v.len() != d))
-        {
-            return Err(Error::Unprocessable(format!(
-                "vector of {dims} dimensions in a store of {d}"
-            )));
-        }
+        common::memories::check_insert(self, tenant, &rows).await?;
         let mut tx = self.begin().await?;
-        let mut versions: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+        let users = common::memories::users_of(&rows);
+        let versions = common::memories::bump_users::<Self>(&mut tx, tenant, users).await?;
         for row in &rows {
-            if row.memory.tenant_id != *tenant {
-                return Err(Error::internal("memory of another tenant in insert batch"));
-            }
-            let user = row.memory.user_id.as_str();
-            let v = match versions.get(user) {
-                Some(v) => *v,
-                None => {
-                    let v = crate::versions::bump_sqlite(&mut tx, tenant.as_str(), user).await?;
-                    versions.insert(user.to_string(), v);
-                    v
-                }
-            };
+            let v = versions.get(row.memory.user_id.as_str()).copied().unwrap_or_default();
             common::memories::insert::<Self>(&mut tx, row, v).await?;
         }
         tx.commit().await.map_err(db)

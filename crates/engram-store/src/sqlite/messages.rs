@@ -9,11 +9,11 @@ impl MessageStore for SqliteStore {
         tenant: &TenantId,
         messages: Vec<Message>,
     ) -> Result<Vec<Message>> {
-        let Some(first) = messages.first() else { return Ok(vec![]) };
-        let conv = first.conversation_id.clone();
-        let user = first.user_id.clone();
-        let agent = first.agent_id.clone();
-        let now = OffsetDateTime::now_utc();
+        let Some(common::messages::Append { conv, user, agent, now }) =
+            common::messages::Append::of(&messages)
+        else {
+            return Ok(vec![]);
+        };
         let mut tx = self.begin().await?;
         let existing = sqlx::query(
             "SELECT user_id, agent_id, last_seq FROM conversations WHERE tenant_id = ? AND id = ?",

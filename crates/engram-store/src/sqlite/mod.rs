@@ -149,6 +149,10 @@ impl Backend for SqliteStore {
         tx.commit().await.map_err(db)
     }
 
+    async fn tx_all(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> Result<Vec<SqliteRow>> {
+        statement(sql, args).fetch_all(&mut **tx).await.map_err(db)
+    }
+
     async fn tx_opt(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> Result<Option<SqliteRow>> {
         statement(sql, args).fetch_optional(&mut **tx).await.map_err(db)
     }

@@ -15,32 +15,52 @@ use super::{Arg, Backend, limit};
 const INSERT_COLS: &str = "tenant_id, id, conversation_id, user_id, agent_id, seq, role, \
      content, tool_name, tool_args, tool_result, turn_id, metadata, created_at";
 
-/// Who appends (taken from the first message: every message of a batch goes to its
-/// conversation) and when.
-pub(crate) struct Append {
-    pub(crate) conv: ConversationId,
-    pub(crate) user: UserId,
-    pub(crate) agent: Option<AgentId>,
-    pub(crate) now: OffsetDateTime,
-}
-
-impl Append {
-    /// None for an empty batch.
-    pub(crate) fn of(messages: &[Message]) -> Option<Append> {
-        let first = messages.first()?;
-        Some(Append {
-            conv: first.conversation_id.clone(),
-            user: first.user_id.clone(),
-            agent: first.agent_id.clone(),
-            now: OffsetDateTime::now_utc(),
-        })
+/// Append messages to their conversation (every message of a batch goes to the first
+/// one's conversation, user and agent), creating it if new; the messages as stored, with
+/// their numbers.
+pub(crate) async fn append<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    messages: Vec<Message>,
+) -> Result<Vec<Message>> {
+    let Some(first) = messages.first() else { return Ok(vec![]) };
+    let (conv, user) = (first.conversation_id.clone(), first.user_id.clone());
+    let agent = first.agent_id.clone();
+    let now = OffsetDateTime::now_utc();
+    let mut tx = b.begin_write().await?;
+    // Creates the conversation or locks its row until commit (PostgreSQL; SQLite has one
+    // writer): one appender at a time.
+    let r = B::tx_opt(
+        &mut tx,
+        "INSERT INTO conversations (tenant_id, id, user_id, agent_id, last_seq, created_at, updated_at) \
+         VALUES (?, ?, ?, ?, 0, ?, ?) \
+         ON CONFLICT (tenant_id, id) DO UPDATE SET updated_at = excluded.updated_at \
+         RETURNING user_id, agent_id, last_seq",
+        &[
+            Text(tenant.as_str()),
+            Text(conv.as_str()),
+            Text(user.as_str()),
+            OptText(agent.as_ref().map(AgentId::as_str)),
+            Ts(now),
+            Ts(now),
+        ],
+    )
+    .await?
+    .ok_or_else(|| Error::internal("database: conversation upsert returned no row"))?;
+    if B::text(&r, "user_id")? != user.as_str() {
+        return Err(Error::Conflict(format!("conversation '{conv}' belongs to another user")));
     }
+    check_conversation_agent(&conv, B::opt_text(&r, "agent_id")?.as_deref(), &messages)?;
+    let seq = B::int(&r, "last_seq")?;
+    let out = insert_after::<B>(&mut tx, tenant, &conv, &user, messages, seq, now).await?;
+    B::commit(tx).await?;
+    Ok(out)
 }
 
 /// Write `messages` as the next ones of conversation `conv` of `user` (the last so far is
 /// number `seq`) inside `tx`, numbering them, and move the conversation's counter; the
 /// messages as stored.
-pub(crate) async fn insert_after<B: Backend>(
+async fn insert_after<B: Backend>(
     tx: &mut B::Tx,
     tenant: &TenantId,
     conv: &ConversationId,
@@ -281,16 +301,17 @@ pub(crate) async fn set_rolling_summary<B: Backend>(
     Ok(())
 }
 
-/// Refuse an append to a conversation that belongs to another user or agent.
-pub(crate) fn check_owner(
+/// Refuse an append whose messages name another agent than the one that started the
+/// conversation (both backends, inside the append's transaction, so two agents racing to
+/// start one conversation id cannot both write into it).
+fn check_conversation_agent(
     conv: &ConversationId,
-    user: &UserId,
-    owner_user: &str,
     owner_agent: Option<&str>,
     messages: &[Message],
 ) -> Result<()> {
-    if owner_user != user.as_str() {
-        return Err(Error::Conflict(format!("conversation '{conv}' belongs to another user")));
+    let Some(owner) = owner_agent else { return Ok(()) };
+    if messages.iter().any(|m| m.agent_id.as_ref().is_some_and(|a| a.as_str() != owner)) {
+        return Err(Error::Conflict(format!("conversation '{conv}' belongs to another agent")));
     }
-    crate::check_conversation_agent(conv, owner_agent, messages)
+    Ok(())
 }

@@ -9,36 +9,7 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         messages: Vec<Message>,
     ) -> Result<Vec<Message>> {
-        let Some(common::messages::Append { conv, user, agent, now }) =
-            common::messages::Append::of(&messages)
-        else {
-            return Ok(vec![]);
-        };
-        let mut tx = self.begin().await?;
-        // Creates the conversation or locks its row until commit: one appender at a time.
-        let r = sqlx::query(
-            "INSERT INTO conversations (tenant_id, id, user_id, agent_id, last_seq, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, 0, $5, $5) \
-             ON CONFLICT (tenant_id, id) DO UPDATE SET updated_at = excluded.updated_at \
-             RETURNING user_id, agent_id, last_seq",
-        )
-        .bind(tenant.as_str())
-        .bind(conv.as_str())
-        .bind(user.as_str())
-        .bind(agent.as_ref().map(AgentId::as_str))
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db)?;
-        let (owner, owner_agent) = (col(&r, "user_id")?, col(&r, "agent_id")?);
-        common::messages::check_owner(&conv, &user, owner, owner_agent, &messages)?;
-        let seq: i64 = col(&r, "last_seq")?;
-        let out = common::messages::insert_after::<PgPool>(
-            &mut tx, tenant, &conv, &user, messages, seq, now,
-        )
-        .await?;
-        tx.commit().await.map_err(db)?;
-        Ok(out)
+        common::messages::append(&self.pool, tenant, messages).await
     }
 
     async fn list_messages(

@@ -9,48 +9,7 @@ impl MessageStore for SqliteStore {
         tenant: &TenantId,
         messages: Vec<Message>,
     ) -> Result<Vec<Message>> {
-        let Some(common::messages::Append { conv, user, agent, now }) =
-            common::messages::Append::of(&messages)
-        else {
-            return Ok(vec![]);
-        };
-        let mut tx = self.begin().await?;
-        let existing = sqlx::query(
-            "SELECT user_id, agent_id, last_seq FROM conversations WHERE tenant_id = ? AND id = ?",
-        )
-        .bind(tenant.as_str())
-        .bind(conv.as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db)?;
-        let seq = match existing {
-            Some(r) => {
-                let (owner, agent) = (col(&r, "user_id")?, col(&r, "agent_id")?);
-                common::messages::check_owner(&conv, &user, owner, agent, &messages)?;
-                col::<i64>(&r, "last_seq")?
-            }
-            None => {
-                sqlx::query(
-                    "INSERT INTO conversations (tenant_id, id, user_id, agent_id, last_seq, created_at, updated_at) VALUES (?, ?, ?, ?, 0, ?, ?)",
-                )
-                .bind(tenant.as_str())
-                .bind(conv.as_str())
-                .bind(user.as_str())
-                .bind(agent.as_ref().map(AgentId::as_str))
-                .bind(ts(now))
-                .bind(ts(now))
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-                0
-            }
-        };
-        let out = common::messages::insert_after::<Self>(
-            &mut tx, tenant, &conv, &user, messages, seq, now,
-        )
-        .await?;
-        tx.commit().await.map_err(db)?;
-        Ok(out)
+        common::messages::append(self, tenant, messages).await
     }
 
     async fn list_messages(

@@ -65,9 +65,28 @@ pub(crate) fn memory_args(row: &NewMemory, version: i64) -> Vec<Arg<'_>> {
     ]
 }
 
+/// Open the transaction of a batch insert: refuse a bad batch ([`check_insert`], asking
+/// `store` for its embedding space) and bump each user's counter once; the transaction and
+/// each user's version. None for an empty batch.
+pub(crate) async fn begin_insert<B: Backend, S: MaintenanceStore>(
+    b: &B,
+    store: &S,
+    tenant: &TenantId,
+    rows: &[NewMemory],
+) -> Result<Option<(B::Tx, HashMap<String, i64>)>> {
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    check_insert(store, tenant, rows).await?;
+    let mut tx = b.begin_write().await?;
+    let users = rows.iter().map(|r| r.memory.user_id.as_str().to_string()).collect();
+    let versions = bump_users::<B>(&mut tx, tenant, users).await?;
+    Ok(Some((tx, versions)))
+}
+
 /// Refuse a batch of new memories with a vector of another dimension than the store's
 /// (asking the store only when the batch has vectors) or a row of another tenant.
-pub(crate) async fn check_insert<S: MaintenanceStore>(
+async fn check_insert<S: MaintenanceStore>(
     store: &S,
     tenant: &TenantId,
     rows: &[NewMemory],
@@ -97,11 +116,6 @@ pub(crate) async fn bump_users<B: Backend>(
         out.insert(u, v);
     }
     Ok(out)
-}
-
-/// The users of a batch of new memories.
-pub(crate) fn users_of(rows: &[NewMemory]) -> BTreeSet<String> {
-    rows.iter().map(|r| r.memory.user_id.as_str().to_string()).collect()
 }
 
 /// Store the vectors of `model_id` for memories (those that no longer exist are passed

@@ -97,7 +97,7 @@ pub(crate) fn numbered(sql: &str) -> String {
 /// A store that runs the shared statements. Statements are this crate's own text (never a
 /// caller's), so they are taken as `&str`.
 #[async_trait]
-pub(crate) trait Backend: Sync {
+pub(crate) trait Backend: Send + Sync {
     type Row: Send + Sync;
     /// A write transaction.
     type Tx: Send;
@@ -115,10 +115,18 @@ pub(crate) trait Backend: Sync {
 
     /// Every row of a read.
     async fn read_all(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Self::Row>>;
-    /// The first row of a read, if any.
-    async fn read_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<Self::Row>>;
-    /// One write statement on its own; the first row it returns, if any.
-    async fn write_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<Self::Row>>;
+    /// The row of a read of at most one row, if any.
+    async fn read_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<Self::Row>> {
+        Ok(self.read_all(sql, args).await?.into_iter().next())
+    }
+    /// One write statement of at most one row, in a transaction of its own; the row it
+    /// returns, if any.
+    async fn write_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<Self::Row>> {
+        let mut tx = self.begin_write().await?;
+        let row = Self::tx_opt(&mut tx, sql, args).await?;
+        Self::commit(tx).await?;
+        Ok(row)
+    }
     /// One write statement on its own; the rows it changed.
     async fn write(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64>;
 
@@ -126,8 +134,10 @@ pub(crate) trait Backend: Sync {
     async fn commit(tx: Self::Tx) -> Result<()>;
     /// Every row of a statement inside `tx`.
     async fn tx_all(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Self::Row>>;
-    /// The first row of a statement inside `tx`, if any.
-    async fn tx_opt(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> Result<Option<Self::Row>>;
+    /// The row of a statement of at most one row inside `tx`, if any.
+    async fn tx_opt(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> Result<Option<Self::Row>> {
+        Ok(Self::tx_all(tx, sql, args).await?.into_iter().next())
+    }
     /// Run a statement inside `tx`: the rows it changed, or the database's error as it is
     /// (for callers that tell a duplicate apart, [`Backend::is_duplicate`]).
     async fn tx_run(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64>;

@@ -5,13 +5,8 @@ use super::*;
 #[async_trait]
 impl MemoryStore for PgStore {
     async fn insert_memories(&self, tenant: &TenantId, rows: Vec<NewMemory>) -> Result<()> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        common::memories::check_insert(self, tenant, &rows).await?;
-        let mut tx = self.begin().await?;
-        let users = common::memories::users_of(&rows);
-        let versions = common::memories::bump_users::<PgPool>(&mut tx, tenant, users).await?;
+        let begun = common::memories::begin_insert(&self.pool, self, tenant, &rows).await?;
+        let Some((mut tx, versions)) = begun else { return Ok(()) };
         // One statement per table for the whole batch (one round trip per row and event
         // made a 1,000-row batch ~2,000 statements).
         for chunk in rows.chunks(INSERT_CHUNK) {

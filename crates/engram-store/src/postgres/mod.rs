@@ -122,14 +122,6 @@ impl Backend for PgPool {
         statement(sql, args).fetch_all(self).await.map_err(db)
     }
 
-    async fn read_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<PgRow>> {
-        statement(sql, args).fetch_optional(self).await.map_err(db)
-    }
-
-    async fn write_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<PgRow>> {
-        self.read_opt(sql, args).await
-    }
-
     async fn write(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
         Ok(statement(sql, args).execute(self).await.map_err(db)?.rows_affected())
     }
@@ -144,10 +136,6 @@ impl Backend for PgPool {
 
     async fn tx_all(tx: &mut Tx, sql: &str, args: &[Arg<'_>]) -> Result<Vec<PgRow>> {
         statement(sql, args).fetch_all(&mut **tx).await.map_err(db)
-    }
-
-    async fn tx_opt(tx: &mut Tx, sql: &str, args: &[Arg<'_>]) -> Result<Option<PgRow>> {
-        statement(sql, args).fetch_optional(&mut **tx).await.map_err(db)
     }
 
     async fn tx_run(tx: &mut Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64> {

@@ -5,13 +5,8 @@ use super::*;
 #[async_trait]
 impl MemoryStore for SqliteStore {
     async fn insert_memories(&self, tenant: &TenantId, rows: Vec<NewMemory>) -> Result<()> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        common::memories::check_insert(self, tenant, &rows).await?;
-        let mut tx = self.begin().await?;
-        let users = common::memories::users_of(&rows);
-        let versions = common::memories::bump_users::<Self>(&mut tx, tenant, users).await?;
+        let begun = common::memories::begin_insert(self, self, tenant, &rows).await?;
+        let Some((mut tx, versions)) = begun else { return Ok(()) };
         for row in &rows {
             let v = versions.get(row.memory.user_id.as_str()).copied().unwrap_or_default();
             common::memories::insert::<Self>(&mut tx, row, v).await?;

@@ -123,17 +123,6 @@ impl Backend for SqliteStore {
         statement(sql, args).fetch_all(&self.read).await.map_err(db)
     }
 
-    async fn read_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<SqliteRow>> {
-        statement(sql, args).fetch_optional(&self.read).await.map_err(db)
-    }
-
-    async fn write_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<SqliteRow>> {
-        let mut tx = self.begin().await?;
-        let row = Self::tx_opt(&mut tx, sql, args).await?;
-        tx.commit().await.map_err(db)?;
-        Ok(row)
-    }
-
     async fn write(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
         let mut tx = self.begin().await?;
         let n = Self::tx_run(&mut tx, sql, args).await.map_err(db)?;
@@ -151,10 +140,6 @@ impl Backend for SqliteStore {
 
     async fn tx_all(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> Result<Vec<SqliteRow>> {
         statement(sql, args).fetch_all(&mut **tx).await.map_err(db)
-    }
-
-    async fn tx_opt(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> Result<Option<SqliteRow>> {
-        statement(sql, args).fetch_optional(&mut **tx).await.map_err(db)
     }
 
     async fn tx_run(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64> {

@@ -116,9 +116,8 @@ impl MemoryStore for PgStore {
         query: &str,
         k: usize,
     ) -> Result<Vec<(MemoryId, f64)>> {
-        let hits =
-            self.text_search_impl(search::TextScope::Memories(tenant, filter), query, k).await?;
-        Ok(hits.into_iter().map(|(id, s)| (MemoryId(id), s)).collect())
+        let scope = search::TextScope::Memories(tenant, filter);
+        self.text_search_impl(scope, query, k, MemoryId).await
     }
 
     async fn touch_memories(

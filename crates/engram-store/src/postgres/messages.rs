@@ -49,9 +49,8 @@ impl MessageStore for PgStore {
         query: &str,
         k: usize,
     ) -> Result<Vec<(MessageId, f64)>> {
-        let hits =
-            self.text_search_impl(search::TextScope::Messages(tenant, user), query, k).await?;
-        Ok(hits.into_iter().map(|(id, s)| (MessageId(id), s)).collect())
+        let scope = search::TextScope::Messages(tenant, user);
+        self.text_search_impl(scope, query, k, MessageId).await
     }
 
     async fn messages_needing_vectors(

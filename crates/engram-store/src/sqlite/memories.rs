@@ -143,23 +143,10 @@ impl MemoryStore for SqliteStore {
         query: &str,
         k: usize,
     ) -> Result<Vec<(MemoryId, f64)>> {
-        let Some(fq) = self.informative_query(query, "memories_fts_vocab", "memories").await?
-        else {
-            return Ok(vec![]);
-        };
         let now = ts(OffsetDateTime::now_utc());
-        let mut q = QueryBuilder::<Sqlite>::new(
-            "SELECT m.id AS id, bm25(memories_fts) AS score FROM memories_fts CROSS JOIN memories m ON m.rowid = memories_fts.rowid \
-             WHERE memories_fts MATCH ",
-        );
-        q.push_bind(fq).push(" AND m.tenant_id = ").push_bind(tenant.as_str().to_string());
         // Column names are unqualified in push_filter; they are unambiguous (fts has only `content`).
-        push_filter(&mut q, filter, now);
-        q.push(" ORDER BY score LIMIT ").push_bind(k as i64);
-        let rows = q.build().fetch_all(&self.read).await.map_err(db)?;
-        rows.iter()
-            .map(|r| Ok((MemoryId::parse(r.get("id"))?, -r.get::<f64, _>("score"))))
-            .collect()
+        let narrow = |q: &mut QueryBuilder<Sqlite>| push_filter(q, filter, now);
+        self.fts_search("memories", tenant, query, k, narrow, MemoryId).await
     }
 
     async fn touch_memories(

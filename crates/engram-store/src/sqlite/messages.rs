@@ -49,24 +49,10 @@ impl MessageStore for SqliteStore {
         query: &str,
         k: usize,
     ) -> Result<Vec<(MessageId, f64)>> {
-        let Some(fq) = self.informative_query(query, "messages_fts_vocab", "messages").await?
-        else {
-            return Ok(vec![]);
+        let narrow = |q: &mut QueryBuilder<Sqlite>| {
+            q.push(" AND m.user_id = ").push_bind(user.as_str().to_string());
         };
-        let rows = sqlx::query(
-            "SELECT m.id AS id, bm25(messages_fts) AS score FROM messages_fts CROSS JOIN messages m ON m.rowid = messages_fts.rowid \
-             WHERE messages_fts MATCH ? AND m.tenant_id = ? AND m.user_id = ? ORDER BY score LIMIT ?",
-        )
-        .bind(fq)
-        .bind(tenant.as_str())
-        .bind(user.as_str())
-        .bind(k as i64)
-        .fetch_all(&self.read)
-        .await
-        .map_err(db)?;
-        rows.iter()
-            .map(|r| Ok((MessageId::parse(r.get("id"))?, -r.get::<f64, _>("score"))))
-            .collect()
+        self.fts_search("messages", tenant, query, k, narrow, MessageId).await
     }
 
     async fn messages_needing_vectors(

@@ -295,6 +295,33 @@ impl SqliteStore {
         self.write.begin_with("BEGIN IMMEDIATE").await.map_err(db)
     }
 
+    /// BM25 keyword search in `table` (`memories` or `messages`, through its FTS5 index):
+    /// the ids (made by `id`) and scores of the best `k` rows of `tenant` that `narrow`
+    /// keeps (it appends conditions on the row, `m`).
+    async fn fts_search<I>(
+        &self,
+        table: &'static str,
+        tenant: &TenantId,
+        query: &str,
+        k: usize,
+        narrow: impl FnOnce(&mut QueryBuilder<Sqlite>),
+        id: fn(uuid::Uuid) -> I,
+    ) -> Result<Vec<(I, f64)>> {
+        let vocab = if table == "memories" { "memories_fts_vocab" } else { "messages_fts_vocab" };
+        let Some(fq) = self.informative_query(query, vocab, table).await? else {
+            return Ok(vec![]);
+        };
+        let mut q = QueryBuilder::<Sqlite>::new(format!(
+            "SELECT m.id AS id, bm25({table}_fts) AS score FROM {table}_fts \
+             CROSS JOIN {table} m ON m.rowid = {table}_fts.rowid WHERE {table}_fts MATCH "
+        ));
+        q.push_bind(fq).push(" AND m.tenant_id = ").push_bind(tenant.as_str().to_string());
+        narrow(&mut q);
+        q.push(" ORDER BY score LIMIT ").push_bind(k as i64);
+        let rows = q.build().fetch_all(&self.read).await.map_err(db)?;
+        rows.iter().map(|r| Ok((id(Self::id(r, "id")?), -col::<f64>(r, "score")?))).collect()
+    }
+
     /// The query's terms ([`match_terms`]: words, or prefixes of longer words) minus those
     /// found in half the indexed rows or more (when the index has at least 4 rows): FTS5 gives
     /// such terms an IDF of 1e-6, so a row matching only them would enter the fusion with a

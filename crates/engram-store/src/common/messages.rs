@@ -123,53 +123,86 @@ fn message_args<'a>(
     ]
 }
 
-pub(crate) async fn list<B: Backend>(
-    b: &B,
-    tenant: &TenantId,
-    conversation: &ConversationId,
-    after_seq: i64,
-    n: usize,
-) -> Result<Vec<Message>> {
-    let rows = b
-        .read_all(
-            "SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? AND seq > ? \
-             ORDER BY seq LIMIT ?",
-            &[Text(tenant.as_str()), Text(conversation.as_str()), Int(after_seq), Int(limit(n))],
-        )
-        .await?;
-    rows.iter().map(B::message).collect()
+/// One conversation of a tenant, for the shared reads and writes of its state.
+pub(crate) struct Conversation<'a, B> {
+    b: &'a B,
+    tenant: &'a TenantId,
+    id: &'a ConversationId,
 }
 
-/// Every message of a conversation, in order.
-pub(crate) async fn conversation<B: Backend>(
-    b: &B,
-    tenant: &TenantId,
-    conversation: &ConversationId,
-) -> Result<Vec<Message>> {
-    let rows = b
-        .read_all(
-            "SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? ORDER BY seq",
-            &[Text(tenant.as_str()), Text(conversation.as_str())],
-        )
-        .await?;
-    rows.iter().map(B::message).collect()
-}
+impl<'a, B: Backend> Conversation<'a, B> {
+    pub(crate) fn new(b: &'a B, tenant: &'a TenantId, id: &'a ConversationId) -> Self {
+        Conversation { b, tenant, id }
+    }
 
-/// The user and agent a conversation belongs to, if it exists.
-pub(crate) async fn owner<B: Backend>(
-    b: &B,
-    tenant: &TenantId,
-    conversation: &ConversationId,
-) -> Result<Option<(UserId, Option<AgentId>)>> {
-    let row = b
-        .read_opt(
-            "SELECT user_id, agent_id FROM conversations WHERE tenant_id = ? AND id = ?",
-            &[Text(tenant.as_str()), Text(conversation.as_str())],
-        )
-        .await?;
-    let Some(r) = row else { return Ok(None) };
-    let agent = B::opt_text(&r, "agent_id")?.map(AgentId::parse).transpose()?;
-    Ok(Some((UserId::parse(B::text(&r, "user_id")?)?, agent)))
+    /// The conversation's key, the first two values of each statement below.
+    fn key(&self) -> [Arg<'a>; 2] {
+        [Text(self.tenant.as_str()), Text(self.id.as_str())]
+    }
+
+    /// Up to `n` messages after number `after_seq`, in order.
+    pub(crate) async fn list(&self, after_seq: i64, n: usize) -> Result<Vec<Message>> {
+        let sql = "SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? \
+                   AND seq > ? ORDER BY seq LIMIT ?";
+        let [tenant, conv] = self.key();
+        let rows = self.b.read_all(sql, &[tenant, conv, Int(after_seq), Int(limit(n))]).await?;
+        rows.iter().map(B::message).collect()
+    }
+
+    /// Every message, in order.
+    pub(crate) async fn messages(&self) -> Result<Vec<Message>> {
+        let sql = "SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? ORDER BY seq";
+        let rows = self.b.read_all(sql, &self.key()).await?;
+        rows.iter().map(B::message).collect()
+    }
+
+    /// The user and agent the conversation belongs to, if it exists.
+    pub(crate) async fn owner(&self) -> Result<Option<(UserId, Option<AgentId>)>> {
+        let sql = "SELECT user_id, agent_id FROM conversations WHERE tenant_id = ? AND id = ?";
+        let Some(r) = self.b.read_opt(sql, &self.key()).await? else { return Ok(None) };
+        let agent = B::opt_text(&r, "agent_id")?.map(AgentId::parse).transpose()?;
+        Ok(Some((UserId::parse(B::text(&r, "user_id")?)?, agent)))
+    }
+
+    /// Up to `n` messages with content and no vector of `model_id`: (id, seq).
+    pub(crate) async fn needing_vectors(
+        &self,
+        model_id: &str,
+        n: usize,
+    ) -> Result<Vec<(MessageId, i64)>> {
+        let sql = "SELECT id, seq FROM messages WHERE tenant_id = ? AND conversation_id = ? \
+                   AND content != '' AND (embedding IS NULL OR embedding_model IS DISTINCT FROM ?) \
+                   ORDER BY seq LIMIT ?";
+        let [tenant, conv] = self.key();
+        let rows = self.b.read_all(sql, &[tenant, conv, Text(model_id), Int(limit(n))]).await?;
+        rows.iter().map(|r| Ok((MessageId(B::id(r, "id")?), B::int(r, "seq")?))).collect()
+    }
+
+    /// Where extraction stopped, if it ran.
+    pub(crate) async fn extraction_cursor(&self) -> Result<Option<String>> {
+        let sql =
+            "SELECT last_hash FROM extraction_cursors WHERE tenant_id = ? AND conversation_id = ?";
+        let row = self.b.read_opt(sql, &self.key()).await?;
+        row.map(|r| B::text(&r, "last_hash")).transpose()
+    }
+
+    /// The rolling summary and the user turns it covers (`(None, 0)` before the first).
+    pub(crate) async fn rolling_summary(&self) -> Result<(Option<String>, i64)> {
+        let sql = "SELECT rolling_summary, summary_user_turns FROM conversations \
+                   WHERE tenant_id = ? AND id = ?";
+        match self.b.read_opt(sql, &self.key()).await? {
+            Some(r) => Ok((B::opt_text(&r, "rolling_summary")?, B::int(&r, "summary_user_turns")?)),
+            None => Ok((None, 0)),
+        }
+    }
+
+    pub(crate) async fn set_rolling_summary(&self, summary: &str, user_turns: i64) -> Result<()> {
+        let sql = "UPDATE conversations SET rolling_summary = ?, summary_user_turns = ? \
+                   WHERE tenant_id = ? AND id = ?";
+        let [tenant, conv] = self.key();
+        self.b.write(sql, &[Text(summary), Int(user_turns), tenant, conv]).await?;
+        Ok(())
+    }
 }
 
 pub(crate) async fn get<B: Backend>(
@@ -216,25 +249,6 @@ pub(crate) async fn rate<B: Backend>(
     B::int(&r, "rating")
 }
 
-/// The messages of a conversation with content and no vector of `model_id`: (id, seq).
-pub(crate) async fn needing_vectors<B: Backend>(
-    b: &B,
-    tenant: &TenantId,
-    conversation: &ConversationId,
-    model_id: &str,
-    n: usize,
-) -> Result<Vec<(MessageId, i64)>> {
-    let rows = b
-        .read_all(
-            "SELECT id, seq FROM messages WHERE tenant_id = ? AND conversation_id = ? \
-             AND content != '' AND (embedding IS NULL OR embedding_model IS DISTINCT FROM ?) \
-             ORDER BY seq LIMIT ?",
-            &[Text(tenant.as_str()), Text(conversation.as_str()), Text(model_id), Int(limit(n))],
-        )
-        .await?;
-    rows.iter().map(|r| Ok((MessageId(B::id(r, "id")?), B::int(r, "seq")?))).collect()
-}
-
 /// The conversations with messages needing a vector of `model_id`.
 pub(crate) async fn conversations_needing_vectors<B: Backend>(
     b: &B,
@@ -250,55 +264,6 @@ pub(crate) async fn conversations_needing_vectors<B: Backend>(
         )
         .await?;
     rows.iter().map(|r| ConversationId::parse(B::text(r, "conversation_id")?)).collect()
-}
-
-pub(crate) async fn extraction_cursor<B: Backend>(
-    b: &B,
-    tenant: &TenantId,
-    conversation: &ConversationId,
-) -> Result<Option<String>> {
-    let row = b
-        .read_opt(
-            "SELECT last_hash FROM extraction_cursors WHERE tenant_id = ? AND conversation_id = ?",
-            &[Text(tenant.as_str()), Text(conversation.as_str())],
-        )
-        .await?;
-    row.map(|r| B::text(&r, "last_hash")).transpose()
-}
-
-/// The rolling summary and the user turns it covers (`(None, 0)` before the first).
-pub(crate) async fn rolling_summary<B: Backend>(
-    b: &B,
-    tenant: &TenantId,
-    conversation: &ConversationId,
-) -> Result<(Option<String>, i64)> {
-    let row = b
-        .read_opt(
-            "SELECT rolling_summary, summary_user_turns FROM conversations \
-             WHERE tenant_id = ? AND id = ?",
-            &[Text(tenant.as_str()), Text(conversation.as_str())],
-        )
-        .await?;
-    match row {
-        Some(r) => Ok((B::opt_text(&r, "rolling_summary")?, B::int(&r, "summary_user_turns")?)),
-        None => Ok((None, 0)),
-    }
-}
-
-pub(crate) async fn set_rolling_summary<B: Backend>(
-    b: &B,
-    tenant: &TenantId,
-    conversation: &ConversationId,
-    summary: &str,
-    user_turns: i64,
-) -> Result<()> {
-    b.write(
-        "UPDATE conversations SET rolling_summary = ?, summary_user_turns = ? \
-         WHERE tenant_id = ? AND id = ?",
-        &[Text(summary), Int(user_turns), Text(tenant.as_str()), Text(conversation.as_str())],
-    )
-    .await?;
-    Ok(())
 }
 
 /// Refuse an append whose messages name another agent than the one that started the

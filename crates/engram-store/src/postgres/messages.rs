@@ -1,6 +1,7 @@
 //! PostgreSQL: the [`engram_core::store::MessageStore`] part of the store. The transcript: appending and reading messages, their ratings, keyword and vector search, their vectors, and the conversation state extraction keeps (cursor, rolling summary, the extraction batch).
 
 use super::*;
+use crate::common::messages::Conversation;
 
 #[async_trait]
 impl MessageStore for PgStore {
@@ -19,7 +20,7 @@ impl MessageStore for PgStore {
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<Message>> {
-        common::messages::list(&self.pool, tenant, conversation, after_seq, limit).await
+        Conversation::new(&self.pool, tenant, conversation).list(after_seq, limit).await
     }
 
     async fn conversation_owner(
@@ -27,7 +28,7 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<(UserId, Option<AgentId>)>> {
-        common::messages::owner(&self.pool, tenant, conversation).await
+        Conversation::new(&self.pool, tenant, conversation).owner().await
     }
 
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>> {
@@ -60,7 +61,7 @@ impl MessageStore for PgStore {
         model_id: &str,
         limit: usize,
     ) -> Result<Vec<(MessageId, i64)>> {
-        common::messages::needing_vectors(&self.pool, tenant, conversation, model_id, limit).await
+        Conversation::new(&self.pool, tenant, conversation).needing_vectors(model_id, limit).await
     }
 
     async fn conversations_needing_message_vectors(
@@ -132,7 +133,7 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Vec<Message>> {
-        common::messages::conversation(&self.pool, tenant, conversation).await
+        Conversation::new(&self.pool, tenant, conversation).messages().await
     }
 
     async fn extraction_cursor(
@@ -140,7 +141,7 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<String>> {
-        common::messages::extraction_cursor(&self.pool, tenant, conversation).await
+        Conversation::new(&self.pool, tenant, conversation).extraction_cursor().await
     }
 
     async fn rolling_summary(
@@ -148,7 +149,7 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<(Option<String>, i64)> {
-        common::messages::rolling_summary(&self.pool, tenant, conversation).await
+        Conversation::new(&self.pool, tenant, conversation).rolling_summary().await
     }
 
     async fn set_rolling_summary(
@@ -158,7 +159,8 @@ impl MessageStore for PgStore {
         summary: &str,
         user_turns: i64,
     ) -> Result<()> {
-        common::messages::set_rolling_summary(&self.pool, tenant, conversation, summary, user_turns)
+        Conversation::new(&self.pool, tenant, conversation)
+            .set_rolling_summary(summary, user_turns)
             .await
     }
 

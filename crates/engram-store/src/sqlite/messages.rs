@@ -1,6 +1,7 @@
 //! SQLite: the [`engram_core::store::MessageStore`] part of the store. The transcript: appending and reading messages, their ratings, keyword and vector search, their vectors, and the conversation state extraction keeps (cursor, rolling summary, the extraction batch).
 
 use super::*;
+use crate::common::messages::Conversation;
 
 #[async_trait]
 impl MessageStore for SqliteStore {
@@ -19,7 +20,7 @@ impl MessageStore for SqliteStore {
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<Message>> {
-        common::messages::list(self, tenant, conversation, after_seq, limit).await
+        Conversation::new(self, tenant, conversation).list(after_seq, limit).await
     }
 
     async fn conversation_owner(
@@ -27,7 +28,7 @@ impl MessageStore for SqliteStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<(UserId, Option<AgentId>)>> {
-        common::messages::owner(self, tenant, conversation).await
+        Conversation::new(self, tenant, conversation).owner().await
     }
 
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>> {
@@ -62,7 +63,7 @@ impl MessageStore for SqliteStore {
         model_id: &str,
         limit: usize,
     ) -> Result<Vec<(MessageId, i64)>> {
-        common::messages::needing_vectors(self, tenant, conversation, model_id, limit).await
+        Conversation::new(self, tenant, conversation).needing_vectors(model_id, limit).await
     }
 
     async fn conversations_needing_message_vectors(
@@ -133,7 +134,7 @@ impl MessageStore for SqliteStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Vec<Message>> {
-        common::messages::conversation(self, tenant, conversation).await
+        Conversation::new(self, tenant, conversation).messages().await
     }
 
     async fn extraction_cursor(
@@ -141,7 +142,7 @@ impl MessageStore for SqliteStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<String>> {
-        common::messages::extraction_cursor(self, tenant, conversation).await
+        Conversation::new(self, tenant, conversation).extraction_cursor().await
     }
 
     async fn rolling_summary(
@@ -149,7 +150,7 @@ impl MessageStore for SqliteStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<(Option<String>, i64)> {
-        common::messages::rolling_summary(self, tenant, conversation).await
+        Conversation::new(self, tenant, conversation).rolling_summary().await
     }
 
     async fn set_rolling_summary(
@@ -159,7 +160,7 @@ impl MessageStore for SqliteStore {
         summary: &str,
         user_turns: i64,
     ) -> Result<()> {
-        common::messages::set_rolling_summary(self, tenant, conversation, summary, user_turns).await
+        Conversation::new(self, tenant, conversation).set_rolling_summary(summary, user_turns).await
     }
 
     async fn apply_extraction(

@@ -8,6 +8,7 @@ use time::OffsetDateTime;
 
 use super::Arg::{Bool, Json, OptText, Real, Text, Texts, Ts};
 use super::Backend;
+use super::rows::{self, Columns};
 
 pub(crate) async fn create_api_key<B: Backend>(
     b: &B,
@@ -48,7 +49,7 @@ pub(crate) async fn list_api_keys<B: Backend>(
         B::BYTE_ORDER
     );
     let rows = b.read_all(&sql, &[OptText(tenant.map(TenantId::as_str))]).await?;
-    rows.iter().map(B::api_key).collect()
+    rows.iter().map(rows::api_key).collect()
 }
 
 pub(crate) async fn revoke_api_key<B: Backend>(b: &B, id: &str) -> Result<()> {
@@ -67,13 +68,13 @@ pub(crate) async fn revoke_api_key<B: Backend>(b: &B, id: &str) -> Result<()> {
 pub(crate) async fn find_api_key<B: Backend>(b: &B, secret_hash: &str) -> Result<Option<ApiKey>> {
     let sql = "SELECT * FROM api_keys WHERE secret_hash = ? AND revoked_at IS NULL";
     let row = b.read_opt(sql, &[Text(secret_hash)]).await?;
-    row.as_ref().map(B::api_key).transpose()
+    row.as_ref().map(rows::api_key).transpose()
 }
 
 pub(crate) async fn count_active_api_keys<B: Backend>(b: &B) -> Result<u64> {
     let sql = "SELECT count(*) AS n FROM api_keys WHERE revoked_at IS NULL";
     let row = b.read_opt(sql, &[]).await?;
-    Ok(row.map(|r| B::int(&r, "n")).transpose()?.unwrap_or(0).max(0) as u64)
+    Ok(row.map(|r| r.int("n")).transpose()?.unwrap_or(0).max(0) as u64)
 }
 
 pub(crate) async fn get_agent<B: Backend>(
@@ -83,7 +84,7 @@ pub(crate) async fn get_agent<B: Backend>(
 ) -> Result<Option<Agent>> {
     let sql = "SELECT * FROM agents WHERE tenant_id = ? AND id = ?";
     let row = b.read_opt(sql, &[Text(tenant.as_str()), Text(id.as_str())]).await?;
-    row.as_ref().map(B::agent).transpose()
+    row.as_ref().map(rows::agent).transpose()
 }
 
 /// The agents of a tenant among `ids`, in any order.
@@ -96,7 +97,7 @@ pub(crate) async fn get_agents<B: Backend>(
         return Ok(vec![]);
     }
     let ids = Texts(ids.iter().map(AgentId::as_str).collect());
-    super::by_ids(b, "SELECT * FROM agents", tenant.as_str(), ids, B::agent).await
+    super::by_ids(b, "SELECT * FROM agents", tenant.as_str(), ids, rows::agent).await
 }
 
 /// Create or update an agent's settings (its creation time stays).

@@ -8,6 +8,7 @@ use engram_core::model::{Job, JobStatus, TenantId, UserId};
 use time::OffsetDateTime;
 
 use super::Arg::{Int, Json, OptText, Text, Ts};
+use super::rows;
 use super::{Backend, limit};
 
 /// Add a pending job; false when a pending job of the same tenant and dedup key exists.
@@ -117,7 +118,7 @@ pub(crate) async fn list<B: Backend>(
         Int(limit(n)),
     ];
     let rows = b.read_all(&sql, &args).await?;
-    rows.iter().map(B::job).collect()
+    rows.iter().map(rows::job).collect()
 }
 
 /// Put a failed job back to pending, due now, with its attempts reset.

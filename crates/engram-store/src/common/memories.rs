@@ -18,6 +18,7 @@ use std::collections::{BTreeSet, HashMap};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use super::rows::{self, Columns};
 use super::{Arg, Backend, limit};
 
 /// The columns of `memories` that a backend's memory decoder reads.
@@ -131,7 +132,7 @@ pub(crate) async fn set_vectors<B: Backend>(
     let ids = Ids(rows.iter().map(|r| r.0.0).collect());
     let mut owner: HashMap<Uuid, String> = HashMap::new();
     for r in B::tx_all(&mut tx, &sql, &[Text(tenant.as_str()), ids]).await? {
-        owner.insert(B::id(&r, "id")?, B::text(&r, "user_id")?);
+        owner.insert(r.id("id")?, r.text("user_id")?);
     }
     let versions = bump_users::<B>(&mut tx, tenant, owner.values().cloned().collect()).await?;
     for (id, v) in &rows {
@@ -207,7 +208,7 @@ pub(crate) async fn get<B: Backend>(
 ) -> Result<Option<Memory>> {
     let sql = format!("SELECT {MEMORY_COLS} FROM memories WHERE tenant_id = ? AND id = ?");
     let row = b.read_opt(&sql, &[Text(tenant.as_str()), Id(id.0)]).await?;
-    row.as_ref().map(B::memory).transpose()
+    row.as_ref().map(rows::memory).transpose()
 }
 
 /// The memories of a tenant among `ids`, in any order.
@@ -221,7 +222,7 @@ pub(crate) async fn get_many<B: Backend>(
     }
     let select = format!("SELECT {MEMORY_COLS} FROM memories");
     let ids = Ids(ids.iter().map(|i| i.0).collect());
-    super::by_ids(b, &select, tenant.as_str(), ids, B::memory).await
+    super::by_ids(b, &select, tenant.as_str(), ids, rows::memory).await
 }
 
 /// Count an access to each of `ids` at `at`.
@@ -273,7 +274,7 @@ async fn owner<B: Backend>(tx: &mut B::Tx, tenant: &TenantId, id: MemoryId) -> R
     let sql = "SELECT user_id FROM memories WHERE tenant_id = ? AND id = ?";
     let row = B::tx_opt(tx, sql, &[Text(tenant.as_str()), Id(id.0)]).await?;
     let row = row.ok_or_else(|| Error::not_found(format!("memory {id}")))?;
-    B::text(&row, "user_id")
+    row.text("user_id")
 }
 
 /// Add `delta` to a memory's rating and record `event`; the new rating.
@@ -292,7 +293,7 @@ pub(crate) async fn rate<B: Backend>(
     )
     .await?
     .ok_or_else(|| Error::not_found(format!("memory {id}")))?;
-    let (user, rating) = (B::text(&row, "user_id")?, B::int(&row, "rating")?);
+    let (user, rating) = (row.text("user_id")?, row.int("rating")?);
     insert_event::<B>(&mut tx, tenant.as_str(), &user, event).await?;
     B::commit(tx).await?;
     Ok(rating)
@@ -357,7 +358,7 @@ pub(crate) async fn supersede_in<B: Backend>(
     let row = B::tx_opt(tx, &sql, &[Text(tenant.as_str()), Id(old.0)])
         .await?
         .ok_or_else(|| Error::not_found(format!("memory {old}")))?;
-    if !B::is_null(&row, "superseded_at")? {
+    if !row.is_null("superseded_at")? {
         return Err(Error::Conflict(format!("memory {old} is already superseded")));
     }
     if let Some(n) = new {
@@ -410,7 +411,7 @@ pub(crate) async fn confirm_in<B: Backend>(
     )
     .await?
     .ok_or_else(|| Error::not_found(format!("memory {id}")))?;
-    let user = B::text(&row, "user_id")?;
+    let user = row.text("user_id")?;
     insert_event::<B>(tx, tenant.as_str(), &user, event).await
 }
 
@@ -474,7 +475,7 @@ pub(crate) async fn chain<B: Backend>(
     );
     for _ in 0..10_000 {
         let Some(p) = b.read_opt(&sql, &[Text(tenant.as_str()), Id(cur.0)]).await? else { break };
-        let m = B::memory(&p)?;
+        let m = rows::memory(&p)?;
         cur = m.id;
         chain.insert(0, m);
     }
@@ -504,7 +505,7 @@ pub(crate) async fn find_profile<B: Backend>(
     );
     let args = [Text(tenant.as_str()), Text(user.as_str()), Text(key), OptText(pool)];
     let row = b.read_opt(&sql, &args).await?;
-    row.as_ref().map(B::memory).transpose()
+    row.as_ref().map(rows::memory).transpose()
 }
 
 /// The memories recalled for a turn, in the order they were recorded.
@@ -520,7 +521,7 @@ pub(crate) async fn recalled<B: Backend>(
             &[Text(tenant.as_str()), Text(turn_id)],
         )
         .await?;
-    rows.iter().map(|r| Ok(MemoryId(B::id(r, "memory_id")?))).collect()
+    rows.iter().map(|r| Ok(MemoryId(r.id("memory_id")?))).collect()
 }
 
 pub(crate) async fn get_context_session<B: Backend>(
@@ -544,12 +545,12 @@ pub(crate) async fn get_context_session<B: Backend>(
         .await?;
     let Some(r) = row else { return Ok(None) };
     Ok(Some(ContextSession {
-        session_id: B::text(&r, "session_id")?,
-        user_id: UserId::parse(B::text(&r, "user_id")?)?,
-        pool: Some(B::text(&r, "pool")?).filter(|p| !p.is_empty()),
-        text: B::text(&r, "text")?,
-        memory_ids: B::ids(&r, "memory_ids")?.into_iter().map(MemoryId).collect(),
-        created_at: B::ts(&r, "created_at")?,
+        session_id: r.text("session_id")?,
+        user_id: UserId::parse(r.text("user_id")?)?,
+        pool: Some(r.text("pool")?).filter(|p| !p.is_empty()),
+        text: r.text("text")?,
+        memory_ids: r.ids("memory_ids")?.into_iter().map(MemoryId).collect(),
+        created_at: r.ts("created_at")?,
     }))
 }
 
@@ -591,7 +592,7 @@ pub(crate) async fn needing_vectors<B: Backend>(
             &[Text(tenant.as_str()), Text(model_id), Int(limit(n))],
         )
         .await?;
-    rows.iter().map(|r| Ok((MemoryId(B::id(r, "id")?), B::text(r, "content")?))).collect()
+    rows.iter().map(|r| Ok((MemoryId(r.id("id")?), r.text("content")?))).collect()
 }
 
 /// Every tenant with memories or messages, in byte order.
@@ -602,7 +603,7 @@ pub(crate) async fn tenants<B: Backend>(b: &B) -> Result<Vec<TenantId>> {
         B::BYTE_ORDER
     );
     let rows = b.read_all(&sql, &[]).await?;
-    rows.iter().map(|r| TenantId::parse(B::text(r, "tenant_id")?)).collect()
+    rows.iter().map(|r| TenantId::parse(r.text("tenant_id")?)).collect()
 }
 
 /// Every user of a tenant with memories or conversations, in byte order.
@@ -613,7 +614,7 @@ pub(crate) async fn users<B: Backend>(b: &B, tenant: &TenantId) -> Result<Vec<Us
         B::BYTE_ORDER
     );
     let rows = b.read_all(&sql, &[Text(tenant.as_str())]).await?;
-    rows.iter().map(|r| UserId::parse(B::text(r, "user_id")?)).collect()
+    rows.iter().map(|r| UserId::parse(r.text("user_id")?)).collect()
 }
 
 /// A user's messages, by conversation and sequence (GDPR export).
@@ -628,7 +629,7 @@ pub(crate) async fn user_messages<B: Backend>(
         B::BYTE_ORDER
     );
     let rows = b.read_all(&sql, &[Text(tenant.as_str()), Text(user.as_str())]).await?;
-    rows.iter().map(B::message).collect()
+    rows.iter().map(rows::message).collect()
 }
 
 /// A user's memories by id and their events by time (GDPR export).
@@ -642,10 +643,10 @@ pub(crate) async fn user_memories<B: Backend>(
         "SELECT {MEMORY_COLS} FROM memories WHERE tenant_id = ? AND user_id = ? ORDER BY id"
     );
     let rows = b.read_all(&sql, &key).await?;
-    let memories = rows.iter().map(B::memory).collect::<Result<Vec<_>>>()?;
+    let memories = rows.iter().map(rows::memory).collect::<Result<Vec<_>>>()?;
     let sql = "SELECT * FROM memory_events WHERE tenant_id = ? AND user_id = ? ORDER BY at, id";
     let rows = b.read_all(sql, &key).await?;
-    let events = rows.iter().map(B::event).collect::<Result<Vec<_>>>()?;
+    let events = rows.iter().map(rows::event).collect::<Result<Vec<_>>>()?;
     Ok((memories, events))
 }
 
@@ -679,7 +680,7 @@ pub(crate) async fn stats<B: Backend>(
         )
         .await?
         .ok_or_else(|| Error::internal("database: statistics returned no row"))?;
-    let g = |c: &str| -> Result<u64> { Ok(B::int(&r, c)?.max(0) as u64) };
+    let g = |c: &str| -> Result<u64> { Ok(r.int(c)?.max(0) as u64) };
     Ok(StoreStats {
         memories_active: g("active")?,
         memories_superseded: g("superseded")?,

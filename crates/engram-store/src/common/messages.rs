@@ -8,6 +8,7 @@ use engram_core::model::{AgentId, ConversationId, Message, MessageId, TenantId, 
 use super::Arg::{Id, Int, Json, OptJson, OptText, Text, Ts};
 use time::OffsetDateTime;
 
+use super::rows::{self, Columns};
 use super::{Arg, Backend, limit};
 
 /// A message's columns but the backend's own ([`Backend::message_index`]), in the order
@@ -47,11 +48,11 @@ pub(crate) async fn append<B: Backend>(
     )
     .await?
     .ok_or_else(|| Error::internal("database: conversation upsert returned no row"))?;
-    if B::text(&r, "user_id")? != user.as_str() {
+    if r.text("user_id")? != user.as_str() {
         return Err(Error::Conflict(format!("conversation '{conv}' belongs to another user")));
     }
-    check_conversation_agent(&conv, B::opt_text(&r, "agent_id")?.as_deref(), &messages)?;
-    let seq = B::int(&r, "last_seq")?;
+    check_conversation_agent(&conv, r.opt_text("agent_id")?.as_deref(), &messages)?;
+    let seq = r.int("last_seq")?;
     let out = insert_after::<B>(&mut tx, tenant, &conv, &user, messages, seq, now).await?;
     B::commit(tx).await?;
     Ok(out)
@@ -146,22 +147,22 @@ impl<'a, B: Backend> Conversation<'a, B> {
                    AND seq > ? ORDER BY seq LIMIT ?";
         let [tenant, conv] = self.key();
         let rows = self.b.read_all(sql, &[tenant, conv, Int(after_seq), Int(limit(n))]).await?;
-        rows.iter().map(B::message).collect()
+        rows.iter().map(rows::message).collect()
     }
 
     /// Every message, in order.
     pub(crate) async fn messages(&self) -> Result<Vec<Message>> {
         let sql = "SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? ORDER BY seq";
         let rows = self.b.read_all(sql, &self.key()).await?;
-        rows.iter().map(B::message).collect()
+        rows.iter().map(rows::message).collect()
     }
 
     /// The user and agent the conversation belongs to, if it exists.
     pub(crate) async fn owner(&self) -> Result<Option<(UserId, Option<AgentId>)>> {
         let sql = "SELECT user_id, agent_id FROM conversations WHERE tenant_id = ? AND id = ?";
         let Some(r) = self.b.read_opt(sql, &self.key()).await? else { return Ok(None) };
-        let agent = B::opt_text(&r, "agent_id")?.map(AgentId::parse).transpose()?;
-        Ok(Some((UserId::parse(B::text(&r, "user_id")?)?, agent)))
+        let agent = r.opt_text("agent_id")?.map(AgentId::parse).transpose()?;
+        Ok(Some((UserId::parse(r.text("user_id")?)?, agent)))
     }
 
     /// Up to `n` messages with content and no vector of `model_id`: (id, seq).
@@ -175,7 +176,7 @@ impl<'a, B: Backend> Conversation<'a, B> {
                    ORDER BY seq LIMIT ?";
         let [tenant, conv] = self.key();
         let rows = self.b.read_all(sql, &[tenant, conv, Text(model_id), Int(limit(n))]).await?;
-        rows.iter().map(|r| Ok((MessageId(B::id(r, "id")?), B::int(r, "seq")?))).collect()
+        rows.iter().map(|r| Ok((MessageId(r.id("id")?), r.int("seq")?))).collect()
     }
 
     /// Where extraction stopped, if it ran.
@@ -183,7 +184,7 @@ impl<'a, B: Backend> Conversation<'a, B> {
         let sql =
             "SELECT last_hash FROM extraction_cursors WHERE tenant_id = ? AND conversation_id = ?";
         let row = self.b.read_opt(sql, &self.key()).await?;
-        row.map(|r| B::text(&r, "last_hash")).transpose()
+        row.map(|r| r.text("last_hash")).transpose()
     }
 
     /// The rolling summary and the user turns it covers (`(None, 0)` before the first).
@@ -191,7 +192,7 @@ impl<'a, B: Backend> Conversation<'a, B> {
         let sql = "SELECT rolling_summary, summary_user_turns FROM conversations \
                    WHERE tenant_id = ? AND id = ?";
         match self.b.read_opt(sql, &self.key()).await? {
-            Some(r) => Ok((B::opt_text(&r, "rolling_summary")?, B::int(&r, "summary_user_turns")?)),
+            Some(r) => Ok((r.opt_text("rolling_summary")?, r.int("summary_user_turns")?)),
             None => Ok((None, 0)),
         }
     }
@@ -216,7 +217,7 @@ pub(crate) async fn get<B: Backend>(
             &[Text(tenant.as_str()), Id(id.0)],
         )
         .await?;
-    row.as_ref().map(B::message).transpose()
+    row.as_ref().map(rows::message).transpose()
 }
 
 /// The messages of a tenant among `ids`, in any order.
@@ -229,7 +230,7 @@ pub(crate) async fn get_many<B: Backend>(
         return Ok(vec![]);
     }
     let ids = Arg::Ids(ids.iter().map(|i| i.0).collect());
-    super::by_ids(b, "SELECT * FROM messages", tenant.as_str(), ids, B::message).await
+    super::by_ids(b, "SELECT * FROM messages", tenant.as_str(), ids, rows::message).await
 }
 
 /// Add `delta` to a message's rating; the new rating.
@@ -246,7 +247,7 @@ pub(crate) async fn rate<B: Backend>(
         )
         .await?
         .ok_or_else(|| Error::not_found(format!("message {id}")))?;
-    B::int(&r, "rating")
+    r.int("rating")
 }
 
 /// The conversations with messages needing a vector of `model_id`.
@@ -263,7 +264,7 @@ pub(crate) async fn conversations_needing_vectors<B: Backend>(
             &[Text(tenant.as_str()), Text(model_id), Int(limit(n))],
         )
         .await?;
-    rows.iter().map(|r| ConversationId::parse(B::text(r, "conversation_id")?)).collect()
+    rows.iter().map(|r| ConversationId::parse(r.text("conversation_id")?)).collect()
 }
 
 /// Refuse an append whose messages name another agent than the one that started the

@@ -4,19 +4,20 @@
 //! is the same on SQLite and PostgreSQL ([`messages`], [`memories`], [`access`], [`jobs`]), written once over
 //! [`Backend`].
 //!
-//! A backend implements [`Backend`]: how it binds an [`Arg`], where it reads and writes (the
-//! SQLite store writes through its one writer connection with `BEGIN IMMEDIATE`, PostgreSQL
-//! through its pool), and how it reads a column of its rows.
+//! A backend implements [`Backend`]: how it binds an [`Arg`] and where it reads and writes
+//! (the SQLite store writes through its one writer connection with `BEGIN IMMEDIATE`,
+//! PostgreSQL through its pool); its row type implements [`rows::Columns`], how it reads a
+//! column, so that rows become domain types once ([`rows`]).
 
 pub(crate) mod access;
 pub(crate) mod jobs;
 pub(crate) mod memories;
 pub(crate) mod messages;
+pub(crate) mod rows;
 
 use async_trait::async_trait;
 use engram_core::error::{Error, Result};
-use engram_core::model::{Agent, Job, Memory, MemoryEvent, Message};
-use engram_core::store::ApiKey;
+use engram_core::model::{Memory, Message};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -98,7 +99,7 @@ pub(crate) fn numbered(sql: &str) -> String {
 /// caller's), so they are taken as `&str`.
 #[async_trait]
 pub(crate) trait Backend: Send + Sync {
-    type Row: Send + Sync;
+    type Row: rows::Columns + Send + Sync;
     /// A write transaction.
     type Tx: Send;
 
@@ -157,21 +158,6 @@ pub(crate) trait Backend: Send + Sync {
     fn memory_index(m: &Memory) -> (&'static str, &'static str, Vec<Arg<'static>>);
     /// The same for a new message.
     fn message_index(m: &Message) -> (&'static str, &'static str, Vec<Arg<'static>>);
-
-    fn text(r: &Self::Row, col: &str) -> Result<String>;
-    fn opt_text(r: &Self::Row, col: &str) -> Result<Option<String>>;
-    fn int(r: &Self::Row, col: &str) -> Result<i64>;
-    fn id(r: &Self::Row, col: &str) -> Result<Uuid>;
-    fn is_null(r: &Self::Row, col: &str) -> Result<bool>;
-    fn ts(r: &Self::Row, col: &str) -> Result<OffsetDateTime>;
-    /// A list of ids (unreadable entries of SQLite's JSON text are skipped).
-    fn ids(r: &Self::Row, col: &str) -> Result<Vec<Uuid>>;
-    fn message(r: &Self::Row) -> Result<Message>;
-    fn memory(r: &Self::Row) -> Result<Memory>;
-    fn event(r: &Self::Row) -> Result<MemoryEvent>;
-    fn api_key(r: &Self::Row) -> Result<ApiKey>;
-    fn agent(r: &Self::Row) -> Result<Agent>;
-    fn job(r: &Self::Row) -> Result<Job>;
 }
 
 #[cfg(test)]

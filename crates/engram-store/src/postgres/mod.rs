@@ -178,58 +178,6 @@ impl Backend for PgPool {
         let text = index_text(&[&m.content, m.tool_name.as_deref().unwrap_or("")]);
         (", fts_text", ", ?", vec![Arg::Owned(text)])
     }
-
-    fn text(r: &PgRow, name: &str) -> Result<String> {
-        col(r, name)
-    }
-
-    fn opt_text(r: &PgRow, name: &str) -> Result<Option<String>> {
-        col(r, name)
-    }
-
-    fn int(r: &PgRow, name: &str) -> Result<i64> {
-        col(r, name)
-    }
-
-    fn id(r: &PgRow, name: &str) -> Result<Uuid> {
-        col(r, name)
-    }
-
-    fn is_null(r: &PgRow, name: &str) -> Result<bool> {
-        Ok(col::<Option<OffsetDateTime>>(r, name)?.is_none())
-    }
-
-    fn ts(r: &PgRow, name: &str) -> Result<OffsetDateTime> {
-        col(r, name)
-    }
-
-    fn ids(r: &PgRow, name: &str) -> Result<Vec<Uuid>> {
-        col(r, name)
-    }
-
-    fn message(r: &PgRow) -> Result<Message> {
-        rows::message(r)
-    }
-
-    fn memory(r: &PgRow) -> Result<Memory> {
-        rows::memory(r)
-    }
-
-    fn event(r: &PgRow) -> Result<MemoryEvent> {
-        rows::event(r)
-    }
-
-    fn api_key(r: &PgRow) -> Result<ApiKey> {
-        rows::api_key(r)
-    }
-
-    fn agent(r: &PgRow) -> Result<Agent> {
-        rows::agent(r)
-    }
-
-    fn job(r: &PgRow) -> Result<engram_core::model::Job> {
-        rows::job(r)
-    }
 }
 
 /// The PostgreSQL store.

@@ -32,7 +32,7 @@ impl JobStore for SqliteStore {
         .await
         .map_err(db)?;
         tx.commit().await.map_err(db)?;
-        row.as_ref().map(job_from_row).transpose()
+        row.as_ref().map(common::rows::job).transpose()
     }
 
     async fn heartbeat_job(&self, id: &str, lease_until: OffsetDateTime) -> Result<()> {

@@ -40,7 +40,7 @@ impl MemoryStore for SqliteStore {
         }
         q.push(" ORDER BY id DESC LIMIT ").push_bind((limit + 1) as i64);
         let rows = q.build().fetch_all(&self.read).await.map_err(db)?;
-        let mut memories = rows.iter().map(memory_from_row).collect::<Result<Vec<_>>>()?;
+        let mut memories = rows.iter().map(common::rows::memory).collect::<Result<Vec<_>>>()?;
         let next_cursor = if memories.len() > limit {
             memories.truncate(limit);
             memories.last().map(|m| m.id)
@@ -60,7 +60,7 @@ impl MemoryStore for SqliteStore {
         push_filter(&mut q, &f, now);
         q.push(" ORDER BY observed_at, id");
         let rows = q.build().fetch_all(&self.read).await.map_err(db)?;
-        rows.iter().map(memory_from_row).collect()
+        rows.iter().map(common::rows::memory).collect()
     }
 
     async fn supersede(
@@ -113,7 +113,7 @@ impl MemoryStore for SqliteStore {
             .await
             .map_err(db)?;
             for r in rows {
-                events.push(event_from_row(&r)?);
+                events.push(common::rows::event(&r)?);
             }
         }
         events.sort_by_key(|e| e.at);

@@ -21,9 +21,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use engram_core::error::{Error, Result};
 use engram_core::model::{
-    Agent, AgentId, Category, ConversationId, EventKind, Importance, Job, JobKind, JobStatus,
-    KeyRole, Kind, Memory, MemoryEvent, MemoryId, Message, MessageId, MessageRole, Source,
-    SourceKind, TenantId, UserId,
+    Agent, AgentId, Category, ConversationId, Job, JobKind, JobStatus, Kind, Memory, MemoryEvent,
+    MemoryId, Message, MessageId, TenantId, UserId,
 };
 use engram_core::store::prelude::*;
 use engram_core::store::{
@@ -38,6 +37,7 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use time::OffsetDateTime;
 
+use crate::common::rows::Columns;
 use crate::common::{self, Arg, Backend};
 pub use crate::fault::sqlite as db;
 pub use crate::text::{MatchTerm, fts_query, match_terms, query_terms};
@@ -169,59 +169,60 @@ impl Backend for SqliteStore {
     fn message_index(_: &Message) -> (&'static str, &'static str, Vec<Arg<'static>>) {
         ("", "", vec![])
     }
+}
 
-    fn text(r: &SqliteRow, name: &str) -> Result<String> {
-        col(r, name)
+/// Columns as SQLite stores them: ids as text, timestamps as unix nanoseconds, JSON and id
+/// lists as text, flags as 0/1.
+impl Columns for SqliteRow {
+    fn text(&self, name: &str) -> Result<String> {
+        col(self, name)
     }
 
-    fn opt_text(r: &SqliteRow, name: &str) -> Result<Option<String>> {
-        col(r, name)
+    fn opt_text(&self, name: &str) -> Result<Option<String>> {
+        col(self, name)
     }
 
-    fn int(r: &SqliteRow, name: &str) -> Result<i64> {
-        col(r, name)
+    fn int(&self, name: &str) -> Result<i64> {
+        col(self, name)
     }
 
-    fn id(r: &SqliteRow, name: &str) -> Result<uuid::Uuid> {
-        uuid::Uuid::parse_str(col(r, name)?)
+    fn real(&self, name: &str) -> Result<f64> {
+        col(self, name)
+    }
+
+    fn flag(&self, name: &str) -> Result<bool> {
+        Ok(col::<i64>(self, name)? != 0)
+    }
+
+    fn id(&self, name: &str) -> Result<uuid::Uuid> {
+        uuid::Uuid::parse_str(col(self, name)?)
             .map_err(|e| Error::internal(format!("database: column {name}: {e}")))
     }
 
-    fn is_null(r: &SqliteRow, name: &str) -> Result<bool> {
-        Ok(col::<Option<i64>>(r, name)?.is_none())
+    fn opt_id(&self, name: &str) -> Result<Option<uuid::Uuid>> {
+        if self.is_null(name)? { Ok(None) } else { self.id(name).map(Some) }
     }
 
-    fn ts(r: &SqliteRow, name: &str) -> Result<OffsetDateTime> {
-        Ok(from_ts(col(r, name)?))
-    }
-
-    fn ids(r: &SqliteRow, name: &str) -> Result<Vec<uuid::Uuid>> {
-        let ids: Vec<String> = serde_json::from_str(col(r, name)?).unwrap_or_default();
+    fn ids(&self, name: &str) -> Result<Vec<uuid::Uuid>> {
+        let ids: Vec<String> = serde_json::from_str(col(self, name)?).unwrap_or_default();
         Ok(ids.iter().filter_map(|s| uuid::Uuid::parse_str(s).ok()).collect())
     }
 
-    fn message(r: &SqliteRow) -> Result<Message> {
-        message_from_row(r)
+    fn ts(&self, name: &str) -> Result<OffsetDateTime> {
+        Ok(from_ts(col(self, name)?))
     }
 
-    fn memory(r: &SqliteRow) -> Result<Memory> {
-        memory_from_row(r)
+    fn opt_ts(&self, name: &str) -> Result<Option<OffsetDateTime>> {
+        Ok(opt_ts(col(self, name)?))
     }
 
-    fn event(r: &SqliteRow) -> Result<MemoryEvent> {
-        event_from_row(r)
+    fn opt_json(&self, name: &str) -> Result<Option<serde_json::Value>> {
+        Ok(col::<Option<&str>>(self, name)?.and_then(|s| serde_json::from_str(s).ok()))
     }
 
-    fn api_key(r: &SqliteRow) -> Result<ApiKey> {
-        key_from_row(r)
-    }
-
-    fn agent(r: &SqliteRow) -> Result<Agent> {
-        agent_from_row(r)
-    }
-
-    fn job(r: &SqliteRow) -> Result<Job> {
-        job_from_row(r)
+    fn is_null(&self, name: &str) -> Result<bool> {
+        use sqlx::ValueRef;
+        Ok(self.try_get_raw(name).map_err(db)?.is_null())
     }
 }
 
@@ -319,7 +320,7 @@ impl SqliteStore {
         narrow(&mut q);
         q.push(" ORDER BY score LIMIT ").push_bind(k as i64);
         let rows = q.build().fetch_all(&self.read).await.map_err(db)?;
-        rows.iter().map(|r| Ok((id(Self::id(r, "id")?), -col::<f64>(r, "score")?))).collect()
+        rows.iter().map(|r| Ok((id(r.id("id")?), -r.real("score")?))).collect()
     }
 
     /// The query's terms ([`match_terms`]: words, or prefixes of longer words) minus those
@@ -469,131 +470,6 @@ impl SqliteStore {
         drop(guard);
         Ok(idx)
     }
-}
-
-fn memory_from_row(r: &SqliteRow) -> Result<Memory> {
-    let ids: Vec<String> =
-        serde_json::from_str(r.get::<&str, _>("source_message_ids")).unwrap_or_default();
-    Ok(Memory {
-        id: MemoryId::parse(r.get("id"))?,
-        tenant_id: TenantId::parse(r.get::<String, _>("tenant_id"))?,
-        user_id: UserId::parse(r.get::<String, _>("user_id"))?,
-        agent_id: r.get::<Option<String>, _>("agent_id").map(AgentId::parse).transpose()?,
-        pool: r.get("pool"),
-        kind: Kind::parse(r.get("kind"))?,
-        key: r.get("key"),
-        category: Category::parse(r.get("category"))?,
-        importance: Importance::clamped(r.get("importance")),
-        rating: r.get("rating"),
-        content: r.get("content"),
-        source: Source {
-            kind: SourceKind::parse(r.get("source_kind"))?,
-            conversation_id: r
-                .get::<Option<String>, _>("source_conversation_id")
-                .map(ConversationId::parse)
-                .transpose()?,
-            message_ids: ids.iter().filter_map(|s| MessageId::parse(s).ok()).collect(),
-        },
-        observed_at: from_ts(r.get("observed_at")),
-        created_at: from_ts(r.get("created_at")),
-        updated_at: from_ts(r.get("updated_at")),
-        last_accessed_at: opt_ts(r.get("last_accessed_at")),
-        access_count: r.get("access_count"),
-        mention_count: r.get("mention_count"),
-        expires_at: opt_ts(r.get("expires_at")),
-        superseded_at: opt_ts(r.get("superseded_at")),
-        superseded_by: r
-            .get::<Option<&str>, _>("superseded_by")
-            .map(MemoryId::parse)
-            .transpose()?,
-        metadata: serde_json::from_str(r.get::<&str, _>("metadata"))
-            .unwrap_or_else(|_| serde_json::json!({})),
-        embedding_model: r.get("embedding_model"),
-    })
-}
-
-fn event_from_row(r: &SqliteRow) -> Result<MemoryEvent> {
-    Ok(MemoryEvent {
-        memory_id: MemoryId::parse(r.get("memory_id"))?,
-        event: EventKind::parse(r.get("event"))?,
-        related_id: r.get::<Option<&str>, _>("related_id").map(MemoryId::parse).transpose()?,
-        actor: r.get("actor"),
-        detail: serde_json::from_str(r.get::<&str, _>("detail"))
-            .unwrap_or_else(|_| serde_json::json!({})),
-        at: from_ts(r.get("at")),
-    })
-}
-
-fn message_from_row(r: &SqliteRow) -> Result<Message> {
-    Ok(Message {
-        id: MessageId::parse(r.get("id"))?,
-        tenant_id: TenantId::parse(r.get::<String, _>("tenant_id"))?,
-        conversation_id: ConversationId::parse(r.get::<String, _>("conversation_id"))?,
-        user_id: UserId::parse(r.get::<String, _>("user_id"))?,
-        agent_id: r.get::<Option<String>, _>("agent_id").map(AgentId::parse).transpose()?,
-        seq: r.get("seq"),
-        role: MessageRole::parse(r.get("role"))?,
-        content: r.get("content"),
-        tool_name: r.get("tool_name"),
-        tool_args: r.get::<Option<&str>, _>("tool_args").and_then(|s| serde_json::from_str(s).ok()),
-        tool_result: r.get("tool_result"),
-        turn_id: r.get("turn_id"),
-        metadata: serde_json::from_str(r.get::<&str, _>("metadata"))
-            .unwrap_or_else(|_| serde_json::json!({})),
-        created_at: from_ts(r.get("created_at")),
-        rating: r.get("rating"),
-    })
-}
-
-fn agent_from_row(r: &SqliteRow) -> Result<Agent> {
-    Ok(Agent {
-        tenant_id: TenantId::parse(r.get::<String, _>("tenant_id"))?,
-        id: AgentId::parse(r.get::<String, _>("id"))?,
-        memory_enabled: r.get::<i64, _>("memory_enabled") != 0,
-        cluster_id: r.get("cluster_id"),
-        dedup_threshold: r.get::<f64, _>("dedup_threshold") as f32,
-        settings: serde_json::from_str(r.get::<&str, _>("settings"))
-            .unwrap_or_else(|_| serde_json::json!({})),
-        created_at: from_ts(r.get("created_at")),
-        updated_at: from_ts(r.get("updated_at")),
-    })
-}
-
-fn key_from_row(r: &SqliteRow) -> Result<ApiKey> {
-    let role = match r.get::<&str, _>("role") {
-        "admin" => KeyRole::Admin,
-        "agent" => KeyRole::Agent(AgentId::parse(r.get::<String, _>("agent_id"))?),
-        _ => KeyRole::User(UserId::parse(r.get::<String, _>("user_id"))?),
-    };
-    Ok(ApiKey {
-        id: r.get("id"),
-        tenant: TenantId::parse(r.get::<String, _>("tenant_id"))?,
-        role,
-        prefix: r.get("prefix"),
-        created_at: from_ts(r.get("created_at")),
-        revoked_at: opt_ts(r.get("revoked_at")),
-    })
-}
-
-fn job_from_row(r: &SqliteRow) -> Result<Job> {
-    Ok(Job {
-        id: r.get("id"),
-        tenant_id: TenantId::parse(r.get::<String, _>("tenant_id"))?,
-        user_id: r.get::<Option<String>, _>("user_id").map(UserId::parse).transpose()?,
-        kind: JobKind::parse(r.get("kind"))?,
-        dedup_key: r.get("dedup_key"),
-        lock_key: r.get("lock_key"),
-        payload: serde_json::from_str(r.get::<&str, _>("payload"))
-            .unwrap_or_else(|_| serde_json::json!({})),
-        status: JobStatus::parse(r.get("status"))?,
-        attempts: r.get("attempts"),
-        max_attempts: r.get("max_attempts"),
-        run_after: from_ts(r.get("run_after")),
-        lease_until: opt_ts(r.get("lease_until")),
-        last_error: r.get("last_error"),
-        created_at: from_ts(r.get("created_at")),
-        updated_at: from_ts(r.get("updated_at")),
-    })
 }
 
 /// Append the WHERE conditions of a memory filter (the query already has `WHERE tenant_id = ?`).

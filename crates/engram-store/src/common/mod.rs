@@ -1,8 +1,8 @@
 //! What the two stores share: statements written once, with `?` placeholders (PostgreSQL
 //! numbers them, [`numbered`]), the values they bind ([`Arg`], each represented per backend
 //! the way [`crate::tables::Ty`] describes), and the parts of the store contract whose logic
-//! is the same on SQLite and PostgreSQL ([`messages`], [`memories`], [`access`], [`jobs`]), written once over
-//! [`Backend`].
+//! is the same on SQLite and PostgreSQL ([`messages`], [`memories`], [`access`], [`jobs`]),
+//! written once over [`Backend`].
 //!
 //! A backend implements [`Backend`]: how it binds an [`Arg`] and where it reads and writes
 //! (the SQLite store writes through its one writer connection with `BEGIN IMMEDIATE`,

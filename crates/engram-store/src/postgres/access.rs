@@ -1,4 +1,7 @@
 //! PostgreSQL: the [`engram_core::store::AccessStore`] part of the store. Who may call: API keys (stored hashed) and agent settings.
+//!
+//! What both backends do alike is written once in [`crate::common::access`]; this file holds
+//! the rest and calls it.
 
 use super::*;
 

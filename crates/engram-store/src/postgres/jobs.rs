@@ -1,6 +1,7 @@
 //! The durable job queue on PostgreSQL, shared by every worker process.
 //!
-//! Same rules as the SQLite store (the conformance suite checks both):
+//! Same rules as the SQLite store (the conformance suite checks both; all but the claim are
+//! written once for both, in `crate::common::jobs`):
 //!
 //! - **Dedup.** At most one *pending* job per `(tenant, dedup_key)`: a partial unique index,
 //!   and `INSERT … ON CONFLICT DO NOTHING` reports a duplicate as `false`.

@@ -1,5 +1,5 @@
-//! Rows to domain types for the PostgreSQL store: how it reads a column ([`Columns`] for
-//! its rows), and the shared decoders ([`crate::common::rows`]) for its rows.
+//! Rows to domain types for the PostgreSQL store: how it reads a column (`Columns` for its
+//! rows), and the decoders both stores share (`crate::common::rows`) for its rows.
 //!
 //! Every column is read with `try_get`: a row that does not decode is an internal error,
 //! never a panic.

@@ -1,4 +1,7 @@
 //! SQLite: the [`engram_core::store::JobStore`] part of the store. Durable background jobs: enqueue (deduplicated), claim with a lease, heartbeat, finish, fail or retry, list.
+//!
+//! What both backends do alike is written once in [`crate::common::jobs`]; this file holds
+//! the rest and calls it.
 
 use super::*;
 

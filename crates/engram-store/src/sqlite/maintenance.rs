@@ -1,4 +1,7 @@
 //! SQLite: the [`engram_core::store::MaintenanceStore`] part of the store. Operator and tenant-wide work: the embedding space and re-embedding, tenants and users, GDPR erasure and export, statistics, backup and restore.
+//!
+//! What both backends do alike is written once in [`crate::common::memories`]; this file holds
+//! the rest and calls it.
 
 use super::*;
 

@@ -1,4 +1,7 @@
 //! SQLite: the [`engram_core::store::MemoryStore`] part of the store. Facts: insert, read, list, supersede, confirm, rate, purge, history, vector and keyword search, access counts, profile lookup; and the read side around them (recalls, context sessions).
+//!
+//! What both backends do alike is written once in [`crate::common::memories`]; this file holds
+//! the rest and calls it.
 
 use super::*;
 

@@ -1,4 +1,7 @@
 //! SQLite: the [`engram_core::store::MessageStore`] part of the store. The transcript: appending and reading messages, their ratings, keyword and vector search, their vectors, and the conversation state extraction keeps (cursor, rolling summary, the extraction batch).
+//!
+//! What both backends do alike is written once in [`crate::common::messages`]; this file holds
+//! the rest and calls it.
 
 use super::*;
 use crate::common::messages::Conversation;

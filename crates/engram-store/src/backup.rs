@@ -45,7 +45,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
-use crate::tables::{TABLES, Table, Ty};
+use crate::tables::{TABLES, Table, Ty, Val, bind_pg, blob_to_vec, vec_to_blob};
 use crate::text::index_text;
 
 /// The tables of a backup, in restore order.
@@ -105,20 +105,6 @@ fn scope_binds(scope: &BackupScope) -> Vec<String> {
     }
 }
 
-/// One value, between a backend and the neutral form.
-#[derive(Debug, Clone, PartialEq)]
-enum Val {
-    Text(Option<String>),
-    Int(Option<i64>),
-    Real(f64),
-    Bool(bool),
-    Ts(Option<OffsetDateTime>),
-    Uuid(Option<Uuid>),
-    Json(Option<Value>),
-    Uuids(Vec<Uuid>),
-    Vector(Option<Vec<f32>>),
-}
-
 fn bad(table: &str, col: &str, what: impl std::fmt::Display) -> Error {
     Error::Unprocessable(format!("{table}.{col}: {what}"))
 }
@@ -141,8 +127,7 @@ impl Val {
             Val::Json(v) => v.unwrap_or(Value::Null),
             Val::Uuids(v) => Value::Array(v.iter().map(|u| Value::String(u.to_string())).collect()),
             Val::Vector(v) => v.map_or(Value::Null, |v| {
-                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+                Value::String(base64::engine::general_purpose::STANDARD.encode(vec_to_blob(&v)))
             }),
         }
     }
@@ -238,10 +223,7 @@ impl Val {
                     if bytes.is_empty() || bytes.len() % 4 != 0 {
                         return Err(bad(table, col, "not a list of 32-bit floats"));
                     }
-                    let v: Vec<f32> = bytes
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect();
+                    let v = blob_to_vec(&bytes);
                     if v.iter().any(|x| !x.is_finite()) {
                         return Err(bad(table, col, "holds a value that is not a finite number"));
                     }
@@ -461,9 +443,9 @@ fn read_sqlite(r: &SqliteRow, table: &str, col: &str, ty: Ty) -> Result<Val> {
             })?;
             Val::Uuids(ids.iter().map(|s| uuid(s)).collect::<Result<_>>()?)
         }
-        Ty::Vector => Val::Vector(r.try_get::<Option<Vec<u8>>, _>(col).map_err(e)?.map(|b| {
-            b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-        })),
+        Ty::Vector => {
+            Val::Vector(r.try_get::<Option<Vec<u8>>, _>(col).map_err(e)?.map(|b| blob_to_vec(&b)))
+        }
     })
 }
 
@@ -480,9 +462,7 @@ fn bind_sqlite(q: &mut Separated<'_, Sqlite, &'static str>, v: Val) {
         Val::Uuids(v) => q.push_bind(
             Value::Array(v.iter().map(|u| Value::String(u.to_string())).collect()).to_string(),
         ),
-        Val::Vector(v) => {
-            q.push_bind(v.map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()))
-        }
+        Val::Vector(v) => q.push_bind(v.map(|v| vec_to_blob(&v))),
     };
 }
 
@@ -675,20 +655,6 @@ fn read_pg(r: &PgRow, table: &str, col: &str, ty: Ty) -> Result<Val> {
             r.try_get::<Option<pgvector::Vector>, _>(col).map_err(e)?.map(|v| v.to_vec()),
         ),
     })
-}
-
-fn bind_pg(q: &mut Separated<'_, Postgres, &'static str>, v: Val) {
-    match v {
-        Val::Text(v) => q.push_bind(v),
-        Val::Int(v) => q.push_bind(v),
-        Val::Real(v) => q.push_bind(v),
-        Val::Bool(v) => q.push_bind(v),
-        Val::Ts(v) => q.push_bind(v),
-        Val::Uuid(v) => q.push_bind(v),
-        Val::Json(v) => q.push_bind(v),
-        Val::Uuids(v) => q.push_bind(v),
-        Val::Vector(v) => q.push_bind(v.map(pgvector::Vector::from)),
-    };
 }
 
 /// [`engram_core::store::Store::backup`] on PostgreSQL: one repeatable-read transaction.

@@ -37,9 +37,11 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use time::OffsetDateTime;
 
+use crate::common::memories::MEMORY_COLS;
 use crate::common::rows::Columns;
 use crate::common::{self, Arg, Backend};
 pub use crate::fault::sqlite as db;
+use crate::tables::{blob_to_vec, vec_to_blob};
 pub use crate::text::{MatchTerm, fts_query, match_terms, query_terms};
 use vectors::{Entry, VectorCache};
 
@@ -65,16 +67,6 @@ fn from_ts(n: i64) -> OffsetDateTime {
 fn opt_ts(n: Option<i64>) -> Option<OffsetDateTime> {
     n.map(from_ts)
 }
-
-fn vec_to_blob(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn blob_to_vec(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-}
-
-use common::memories::MEMORY_COLS;
 
 /// A shared statement ([`crate::common`]) with its values bound as SQLite stores them.
 fn statement(sql: &str, args: &[Arg<'_>]) -> Query<'static, Sqlite, SqliteArguments> {

@@ -409,27 +409,16 @@ impl SqliteStore {
             self.vectors.drop_user(tenant, user);
             return Box::pin(self.catch_up(tenant, user)).await;
         }
-        let rows = sqlx::query(
+        // What changed since the version the index has: rows written, rows purged.
+        let changed = "tenant_id = ? AND user_id = ? AND version > ? AND version <= ?";
+        let since = [Arg::Text(tenant), Arg::Text(user), Arg::Int(have), Arg::Int(db_version)];
+        let written = format!(
             "SELECT id, pool, kind, category, observed_at, expires_at, superseded_at, embedding \
-             FROM memories WHERE tenant_id = ? AND user_id = ? AND version > ? AND version <= ?",
-        )
-        .bind(tenant)
-        .bind(user)
-        .bind(have)
-        .bind(db_version)
-        .fetch_all(&self.read)
-        .await
-        .map_err(db)?;
-        let tombs = sqlx::query(
-            "SELECT memory_id FROM memory_tombstones WHERE tenant_id = ? AND user_id = ? AND version > ? AND version <= ?",
-        )
-        .bind(tenant)
-        .bind(user)
-        .bind(have)
-        .bind(db_version)
-        .fetch_all(&self.read)
-        .await
-        .map_err(db)?;
+             FROM memories WHERE {changed}"
+        );
+        let rows = self.read_all(&written, &since).await?;
+        let purged = format!("SELECT memory_id FROM memory_tombstones WHERE {changed}");
+        let tombs = self.read_all(&purged, &since).await?;
         let mut guard = idx.lock().unwrap_or_else(|e| e.into_inner());
         if guard.version != have {
             // Someone else caught up meanwhile; their result is at least as new.

@@ -34,15 +34,7 @@ impl MaintenanceStore for SqliteStore {
             }
             return Ok(());
         }
-        let mut tx = self.begin().await?;
-        sqlx::query("INSERT OR IGNORE INTO meta (key, value) VALUES ('embedding_model', ?), ('embedding_dims', ?)")
-            .bind(model_id)
-            .bind(dims.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        tx.commit().await.map_err(db)?;
-        Ok(())
+        self.set_space(false, model_id, dims).await
     }
 
     async fn list_tenants(&self) -> Result<Vec<TenantId>> {
@@ -68,14 +60,7 @@ impl MaintenanceStore for SqliteStore {
     }
 
     async fn reset_embedding_space(&self, model_id: &str, dims: usize) -> Result<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query("INSERT OR REPLACE INTO meta (key, value) VALUES ('embedding_model', ?), ('embedding_dims', ?)")
-            .bind(model_id)
-            .bind(dims.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        tx.commit().await.map_err(db)
+        self.set_space(true, model_id, dims).await
     }
 
     async fn list_users(&self, tenant: &TenantId) -> Result<Vec<UserId>> {

@@ -284,6 +284,17 @@ impl SqliteStore {
         Ok(Self { read, write, vectors: VectorCache::default() })
     }
 
+    /// Record the embedding space in `meta`; an existing record stays unless `replace`.
+    async fn set_space(&self, replace: bool, model_id: &str, dims: usize) -> Result<()> {
+        let conflict = if replace { "OR REPLACE" } else { "OR IGNORE" };
+        let sql = format!(
+            "INSERT {conflict} INTO meta (key, value) \
+             VALUES ('embedding_model', ?), ('embedding_dims', ?)"
+        );
+        self.write(&sql, &[Arg::Text(model_id), Arg::Owned(dims.to_string())]).await?;
+        Ok(())
+    }
+
     async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
         self.write.begin_with("BEGIN IMMEDIATE").await.map_err(db)
     }

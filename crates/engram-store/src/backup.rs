@@ -38,13 +38,14 @@ use engram_core::store::{BackupRow, BackupScope, RestoreState};
 use futures_util::TryStreamExt;
 use serde_json::{Map, Value};
 use sqlx::postgres::PgRow;
+use sqlx::query_builder::Separated;
 use sqlx::sqlite::SqliteRow;
-use sqlx::{PgPool, Postgres, QueryBuilder, Row, Sqlite, SqlitePool};
+use sqlx::{PgPool, Postgres, QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
-use crate::tables::{TABLES, Table, Ty};
+use crate::tables::{TABLES, Table, Ty, Val, bind_pg, blob_to_vec, vec_to_blob};
 use crate::text::index_text;
 
 /// The tables of a backup, in restore order.
@@ -104,20 +105,6 @@ fn scope_binds(scope: &BackupScope) -> Vec<String> {
     }
 }
 
-/// One value, between a backend and the neutral form.
-#[derive(Debug, Clone, PartialEq)]
-enum Val {
-    Text(Option<String>),
-    Int(Option<i64>),
-    Real(f64),
-    Bool(bool),
-    Ts(Option<OffsetDateTime>),
-    Uuid(Option<Uuid>),
-    Json(Option<Value>),
-    Uuids(Vec<Uuid>),
-    Vector(Option<Vec<f32>>),
-}
-
 fn bad(table: &str, col: &str, what: impl std::fmt::Display) -> Error {
     Error::Unprocessable(format!("{table}.{col}: {what}"))
 }
@@ -140,8 +127,7 @@ impl Val {
             Val::Json(v) => v.unwrap_or(Value::Null),
             Val::Uuids(v) => Value::Array(v.iter().map(|u| Value::String(u.to_string())).collect()),
             Val::Vector(v) => v.map_or(Value::Null, |v| {
-                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+                Value::String(base64::engine::general_purpose::STANDARD.encode(vec_to_blob(&v)))
             }),
         }
     }
@@ -237,10 +223,7 @@ impl Val {
                     if bytes.is_empty() || bytes.len() % 4 != 0 {
                         return Err(bad(table, col, "not a list of 32-bit floats"));
                     }
-                    let v: Vec<f32> = bytes
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect();
+                    let v = blob_to_vec(&bytes);
                     if v.iter().any(|x| !x.is_finite()) {
                         return Err(bad(table, col, "holds a value that is not a finite number"));
                     }
@@ -383,6 +366,49 @@ fn pg_p(i: usize) -> String {
     format!("${i}")
 }
 
+/// Every row of `scope`, table by table in restore order, read inside `tx` (the backend's
+/// read transaction) and handed to `sink` in the neutral form; the number of rows. `p`
+/// numbers placeholders, `select` names a column in the select list, `read` decodes one.
+async fn backup_tables<DB: sqlx::Database>(
+    tx: &mut Transaction<'static, DB>,
+    scope: &BackupScope,
+    sink: &mut (dyn FnMut(BackupRow) -> Result<()> + Send),
+    p: fn(usize) -> String,
+    select: impl Fn(&str, Ty) -> String,
+    read: fn(&DB::Row, &str, &str, Ty) -> Result<Val>,
+) -> Result<u64>
+where
+    for<'e> &'e mut DB::Connection: sqlx::Executor<'e, Database = DB>,
+    for<'q> String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+{
+    let mut n = 0u64;
+    for t in tables() {
+        let Some(filter) = scope_where(t, scope, p) else { continue };
+        let cols: Vec<String> = columns(t).map(|(c, ty)| select(c, *ty)).collect();
+        let sql = format!(
+            "SELECT {} FROM {}{filter} ORDER BY {}",
+            cols.join(", "),
+            t.name,
+            order_by(t.name)
+        );
+        let mut q = sqlx::query::<DB>(sqlx::AssertSqlSafe(sql));
+        for b in scope_binds(scope) {
+            q = q.bind(b);
+        }
+        let mut rows = q.fetch(&mut **tx);
+        while let Some(r) = rows.try_next().await.map_err(|e| store_err(t.name, e))? {
+            let mut row = Map::new();
+            for (col, ty) in columns(t) {
+                row.insert((*col).to_string(), read(&r, t.name, col, *ty)?.into_json());
+            }
+            sink(BackupRow { table: t.name.to_string(), row })?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 // ---- SQLite ----
 
 fn read_sqlite(r: &SqliteRow, table: &str, col: &str, ty: Ty) -> Result<Val> {
@@ -417,13 +443,13 @@ fn read_sqlite(r: &SqliteRow, table: &str, col: &str, ty: Ty) -> Result<Val> {
             })?;
             Val::Uuids(ids.iter().map(|s| uuid(s)).collect::<Result<_>>()?)
         }
-        Ty::Vector => Val::Vector(r.try_get::<Option<Vec<u8>>, _>(col).map_err(e)?.map(|b| {
-            b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-        })),
+        Ty::Vector => {
+            Val::Vector(r.try_get::<Option<Vec<u8>>, _>(col).map_err(e)?.map(|b| blob_to_vec(&b)))
+        }
     })
 }
 
-fn bind_sqlite(q: &mut QueryBuilder<Sqlite>, v: Val) {
+fn bind_sqlite(q: &mut Separated<'_, Sqlite, &'static str>, v: Val) {
     let nanos = |t: OffsetDateTime| i64::try_from(t.unix_timestamp_nanos()).unwrap_or(i64::MAX);
     match v {
         Val::Text(v) => q.push_bind(v),
@@ -436,9 +462,7 @@ fn bind_sqlite(q: &mut QueryBuilder<Sqlite>, v: Val) {
         Val::Uuids(v) => q.push_bind(
             Value::Array(v.iter().map(|u| Value::String(u.to_string())).collect()).to_string(),
         ),
-        Val::Vector(v) => {
-            q.push_bind(v.map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()))
-        }
+        Val::Vector(v) => q.push_bind(v.map(|v| vec_to_blob(&v))),
     };
 }
 
@@ -449,31 +473,7 @@ pub(crate) async fn sqlite_backup(
     sink: &mut (dyn FnMut(BackupRow) -> Result<()> + Send),
 ) -> Result<u64> {
     let mut tx = pool.begin().await.map_err(|e| store_err("store", e))?;
-    let mut n = 0u64;
-    for t in tables() {
-        let Some(filter) = scope_where(t, scope, sqlite_p) else { continue };
-        let cols: Vec<&str> = columns(t).map(|c| c.0).collect();
-        let sql = format!(
-            "SELECT {} FROM {}{filter} ORDER BY {}",
-            cols.join(", "),
-            t.name,
-            order_by(t.name)
-        );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
-        for b in scope_binds(scope) {
-            q = q.bind(b);
-        }
-        let mut rows = q.fetch(&mut *tx);
-        while let Some(r) = rows.try_next().await.map_err(|e| store_err(t.name, e))? {
-            let mut row = Map::new();
-            for (col, ty) in columns(t) {
-                row.insert((*col).to_string(), read_sqlite(&r, t.name, col, *ty)?.into_json());
-            }
-            sink(BackupRow { table: t.name.to_string(), row })?;
-            n += 1;
-        }
-    }
-    Ok(n)
+    backup_tables(&mut tx, scope, sink, sqlite_p, |c, _| c.to_string(), read_sqlite).await
 }
 
 /// [`engram_core::store::Store::restore`] on SQLite: one write transaction.
@@ -482,73 +482,109 @@ pub(crate) async fn sqlite_restore(
     rows: &[BackupRow],
     state: &mut RestoreState,
 ) -> Result<()> {
-    let decoded: Vec<Decoded> =
-        rows.iter().map(|r| decode(r, state.target.as_ref())).collect::<Result<_>>()?;
+    let decoded = decode_batch(rows, state)?;
     // What this batch adds, merged into `state` only once it is committed (a batch that
     // fails leaves the state as it was; nothing large is copied per batch).
     let mut next = RestoreState::default();
-    let mut versions: HashMap<(String, String), i64> = HashMap::new();
     let mut tx = write.begin_with("BEGIN IMMEDIATE").await.map_err(crate::fault::sqlite)?;
+    let mut versions = HashMap::new();
+    for key in memory_users(&decoded) {
+        let v = crate::versions::bump_sqlite(&mut tx, &key.0, &key.1).await?;
+        versions.insert(key, v);
+    }
     for mut d in decoded {
+        let Some(extra) = prepare(&mut d, state, &mut next, &versions) else { continue };
         let name = d.table.name;
-        let tenant = d.text("tenant_id");
-        if !prepare(&mut d, state, &mut next) {
-            continue;
-        }
-        let mut extra: Vec<(&str, Val)> = Vec::new();
-        if name == "memories" {
-            let key = (tenant.clone(), d.text("user_id"));
-            let v = match versions.get(&key) {
-                Some(v) => *v,
-                None => {
-                    let v = crate::versions::bump_sqlite(&mut tx, &key.0, &key.1).await?;
-                    versions.insert(key, v);
-                    v
-                }
-            };
-            extra.push(("version", Val::Int(Some(v))));
-        }
-        let insert = |d: &Decoded, extra: &[(&str, Val)], skip_id: bool| {
-            let cols: Vec<_> =
-                d.vals.iter().filter(|c| !(skip_id && c.0 == "id")).cloned().collect();
-            let mut q = QueryBuilder::<Sqlite>::new(format!(
-                "INSERT INTO {name} ({}) VALUES (",
-                cols.iter()
-                    .map(|c| c.0)
-                    .chain(extra.iter().map(|e| e.0))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-            let mut first = true;
-            for v in cols.into_iter().map(|c| c.2).chain(extra.iter().map(|e| e.1.clone())) {
-                if !first {
-                    q.push(", ");
-                }
-                first = false;
-                bind_sqlite(&mut q, v);
-            }
+        let insert = |skip_id: bool| {
+            let mut q = insert_values::<Sqlite>(
+                &d,
+                &extra,
+                |c| skip_id && c == "id",
+                ("", &[]),
+                bind_sqlite,
+            );
             q.push(") ON CONFLICT DO NOTHING");
             q
         };
-        let mut q = insert(&d, &extra, false);
         let mut written =
-            q.build().execute(&mut *tx).await.map_err(|e| store_err(name, e))?.rows_affected();
-        if written == 0 && name == "memory_events" {
+            insert(false).build().execute(&mut *tx).await.map_err(|e| store_err(name, e))?;
+        if written.rows_affected() == 0 && name == "memory_events" {
             // The id is taken (another tenant's history): a new id, same order.
-            let mut q = insert(&d, &extra, true);
             written =
-                q.build().execute(&mut *tx).await.map_err(|e| store_err(name, e))?.rows_affected();
+                insert(true).build().execute(&mut *tx).await.map_err(|e| store_err(name, e))?;
         }
-        count(&d, &tenant, written > 0, &mut next);
+        count(&d, written.rows_affected() > 0, &mut next);
     }
     tx.commit().await.map_err(|e| store_err("store", e))?;
     merge(state, next);
     Ok(())
 }
 
-/// Decide what to do with a row before writing it; false: not written (counted in `batch`).
+/// A batch, decoded and checked in full before anything is written.
+fn decode_batch(rows: &[BackupRow], state: &RestoreState) -> Result<Vec<Decoded>> {
+    rows.iter().map(|r| decode(r, state.target.as_ref())).collect()
+}
+
+/// The (tenant, user) of every memory the batch holds, once each, in order: a restore bumps
+/// their change counters (on PostgreSQL the users' locks) before it writes.
+fn memory_users(decoded: &[Decoded]) -> Vec<(String, String)> {
+    let mut users: Vec<(String, String)> = Vec::new();
+    for d in decoded.iter().filter(|d| d.table.name == "memories") {
+        let key = (d.text("tenant_id"), d.text("user_id"));
+        if !users.contains(&key) {
+            users.push(key);
+        }
+    }
+    users
+}
+
+/// `INSERT INTO table (columns) VALUES (values`, open for what a backend adds: the row's
+/// values but those `skip` names, then `extra`, each bound by `bind`; `overriding` follows
+/// the column list, which ends with the `computed` columns whose values the caller adds.
+fn insert_values<DB: sqlx::Database>(
+    d: &Decoded,
+    extra: &[(&str, Val)],
+    skip: impl Fn(&str) -> bool,
+    (overriding, computed): (&str, &[&str]),
+    bind: fn(&mut Separated<'_, DB, &'static str>, Val),
+) -> QueryBuilder<DB> {
+    let cols: Vec<_> = d.vals.iter().filter(|c| !skip(c.0)).cloned().collect();
+    let names: Vec<&str> = cols.iter().map(|c| c.0).chain(extra.iter().map(|e| e.0)).collect();
+    let names: Vec<&str> = names.into_iter().chain(computed.iter().copied()).collect();
+    let mut q = QueryBuilder::<DB>::new(format!(
+        "INSERT INTO {} ({}){overriding} VALUES (",
+        d.table.name,
+        names.join(", ")
+    ));
+    let mut s = q.separated(", ");
+    for v in cols.into_iter().map(|c| c.2).chain(extra.iter().map(|e| e.1.clone())) {
+        bind(&mut s, v);
+    }
+    q
+}
+
+/// Decide what to do with a row before writing it: None, not written (counted in `batch`);
+/// else the columns to write besides the row's own (a memory's version, from `versions`).
 /// `done`: what earlier batches of the restore did; `batch`: what this one does so far.
-fn prepare(d: &mut Decoded, done: &RestoreState, batch: &mut RestoreState) -> bool {
+fn prepare(
+    d: &mut Decoded,
+    done: &RestoreState,
+    batch: &mut RestoreState,
+    versions: &HashMap<(String, String), i64>,
+) -> Option<Vec<(&'static str, Val)>> {
+    if !keep(d, done, batch) {
+        return None;
+    }
+    let mut extra = Vec::new();
+    if d.table.name == "memories" {
+        let v = versions.get(&(d.text("tenant_id"), d.text("user_id"))).copied();
+        extra.push(("version", Val::Int(v)));
+    }
+    Some(extra)
+}
+
+/// Whether to write a row at all (a row not written is counted in `batch`).
+fn keep(d: &mut Decoded, done: &RestoreState, batch: &mut RestoreState) -> bool {
     let name = d.table.name;
     match name {
         "api_keys" if d.retargeted => {
@@ -584,8 +620,9 @@ fn merge(state: &mut RestoreState, batch: RestoreState) {
     state.skipped_memories.extend(batch.skipped_memories);
 }
 
-fn count(d: &Decoded, tenant: &str, written: bool, state: &mut RestoreState) {
+fn count(d: &Decoded, written: bool, state: &mut RestoreState) {
     let name = d.table.name.to_string();
+    let tenant = d.text("tenant_id");
     if written {
         *state.report.restored.entry(name).or_default() += 1;
     } else {
@@ -620,20 +657,6 @@ fn read_pg(r: &PgRow, table: &str, col: &str, ty: Ty) -> Result<Val> {
     })
 }
 
-fn bind_pg(q: &mut QueryBuilder<Postgres>, v: Val) {
-    match v {
-        Val::Text(v) => q.push_bind(v),
-        Val::Int(v) => q.push_bind(v),
-        Val::Real(v) => q.push_bind(v),
-        Val::Bool(v) => q.push_bind(v),
-        Val::Ts(v) => q.push_bind(v),
-        Val::Uuid(v) => q.push_bind(v),
-        Val::Json(v) => q.push_bind(v),
-        Val::Uuids(v) => q.push_bind(v),
-        Val::Vector(v) => q.push_bind(v.map(pgvector::Vector::from)),
-    };
-}
-
 /// [`engram_core::store::Store::backup`] on PostgreSQL: one repeatable-read transaction.
 pub(crate) async fn pg_backup(
     pool: &PgPool,
@@ -645,41 +668,17 @@ pub(crate) async fn pg_backup(
         .execute(&mut *tx)
         .await
         .map_err(|e| store_err("store", e))?;
-    let mut n = 0u64;
-    for t in tables() {
-        let Some(filter) = scope_where(t, scope, pg_p) else { continue };
-        let cols: Vec<String> = columns(t)
-            .map(|(c, ty)| {
-                if *ty == Ty::Int {
-                    format!("{c}::int8 AS {c}")
-                } else if *ty == Ty::Real {
-                    format!("{c}::float8 AS {c}")
-                } else {
-                    (*c).to_string()
-                }
-            })
-            .collect();
-        let sql = format!(
-            "SELECT {} FROM {}{filter} ORDER BY {}",
-            cols.join(", "),
-            t.name,
-            order_by(t.name)
-        );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
-        for b in scope_binds(scope) {
-            q = q.bind(b);
+    // Integers and reals are read at their widest.
+    let select = |c: &str, ty: Ty| {
+        if ty == Ty::Int {
+            format!("{c}::int8 AS {c}")
+        } else if ty == Ty::Real {
+            format!("{c}::float8 AS {c}")
+        } else {
+            c.to_string()
         }
-        let mut rows = q.fetch(&mut *tx);
-        while let Some(r) = rows.try_next().await.map_err(|e| store_err(t.name, e))? {
-            let mut row = Map::new();
-            for (col, ty) in columns(t) {
-                row.insert((*col).to_string(), read_pg(&r, t.name, col, *ty)?.into_json());
-            }
-            sink(BackupRow { table: t.name.to_string(), row })?;
-            n += 1;
-        }
-    }
-    Ok(n)
+    };
+    backup_tables(&mut tx, scope, sink, pg_p, select, read_pg).await
 }
 
 /// [`engram_core::store::Store::restore`] on PostgreSQL: one transaction.
@@ -688,93 +687,54 @@ pub(crate) async fn pg_restore(
     rows: &[BackupRow],
     state: &mut RestoreState,
 ) -> Result<()> {
-    let decoded: Vec<Decoded> =
-        rows.iter().map(|r| decode(r, state.target.as_ref())).collect::<Result<_>>()?;
+    let decoded = decode_batch(rows, state)?;
     // What this batch adds, merged into `state` only once it is committed (a batch that
     // fails leaves the state as it was; nothing large is copied per batch).
     let mut next = RestoreState::default();
-    let mut versions: HashMap<(String, String), i64> = HashMap::new();
     let mut tx = pool.begin().await.map_err(|e| store_err("store", e))?;
+    let mut versions = HashMap::new();
+    for key in memory_users(&decoded) {
+        let v = crate::versions::bump_postgres(&mut tx, &key.0, &key.1).await?;
+        versions.insert(key, v);
+    }
     let mut events_with_ids = false;
     for mut d in decoded {
+        let Some(mut extra) = prepare(&mut d, state, &mut next, &versions) else { continue };
         let name = d.table.name;
-        let tenant = d.text("tenant_id");
-        if !prepare(&mut d, state, &mut next) {
-            continue;
-        }
-        let mut extra: Vec<(&str, Val)> = Vec::new();
-        if name == "memories" {
-            let key = (tenant.clone(), d.text("user_id"));
-            let v = match versions.get(&key) {
-                Some(v) => *v,
-                None => {
-                    let v = crate::versions::bump_postgres(&mut tx, &key.0, &key.1).await?;
-                    versions.insert(key, v);
-                    v
-                }
-            };
-            extra.push(("version", Val::Int(Some(v))));
-        }
         if !d.table.fts.is_empty() {
             let parts: Vec<String> = d.table.fts.iter().map(|c| d.text(c)).collect();
             let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
             extra.push(("fts_text", Val::Text(Some(index_text(&parts)))));
         }
-        let insert = |d: &Decoded, extra: &[(&str, Val)], with_id: bool| {
-            let cols: Vec<_> = d
-                .vals
-                .iter()
-                .filter(|c| with_id || !(name == "memory_events" && c.0 == "id"))
-                .cloned()
-                .collect();
-            let fts_len = name == "memories";
-            let mut names: Vec<&str> =
-                cols.iter().map(|c| c.0).chain(extra.iter().map(|e| e.0)).collect();
-            if fts_len {
-                names.push("fts_len");
-            }
-            let mut q = QueryBuilder::<Postgres>::new(format!(
-                "INSERT INTO {name} ({}){} VALUES (",
-                names.join(", "),
-                if name == "memory_events" && with_id { " OVERRIDING SYSTEM VALUE" } else { "" }
-            ));
-            let mut first = true;
-            for v in cols.into_iter().map(|c| c.2).chain(extra.iter().map(|e| e.1.clone())) {
-                if !first {
-                    q.push(", ");
-                }
-                first = false;
-                bind_pg(&mut q, v);
-            }
-            if fts_len {
-                let text = extra
-                    .iter()
-                    .find(|e| e.0 == "fts_text")
-                    .and_then(|e| e.1.text().map(str::to_string))
-                    .unwrap_or_default();
+        let insert = |with_id: bool| {
+            let events = name == "memory_events";
+            let skip = |c: &str| events && !with_id && c == "id";
+            let overriding = if events && with_id { " OVERRIDING SYSTEM VALUE" } else { "" };
+            let computed: &[&str] = if name == "memories" { &["fts_len"] } else { &[] };
+            let mut q =
+                insert_values::<Postgres>(&d, &extra, skip, (overriding, computed), bind_pg);
+            if name == "memories" {
+                let text = extra.iter().find(|e| e.0 == "fts_text").and_then(|e| e.1.text());
                 q.push(", length(to_tsvector('simple'::regconfig, ");
-                q.push_bind(text);
+                q.push_bind(text.unwrap_or_default().to_string());
                 q.push("))");
             }
             q.push(") ON CONFLICT DO NOTHING");
             q
         };
-        let mut q = insert(&d, &extra, true);
         let mut written =
-            q.build().execute(&mut *tx).await.map_err(|e| store_err(name, e))?.rows_affected();
+            insert(true).build().execute(&mut *tx).await.map_err(|e| store_err(name, e))?;
         if name == "memory_events" {
             events_with_ids = true;
-            if written == 0 {
-                let mut q = insert(&d, &extra, false);
-                written = q
+            if written.rows_affected() == 0 {
+                written = insert(false)
                     .build()
                     .execute(&mut *tx)
                     .await
-                    .map_err(|e| store_err(name, e))?
-                    .rows_affected();
+                    .map_err(|e| store_err(name, e))?;
             }
         }
-        count(&d, &tenant, written > 0, &mut next);
+        count(&d, written.rows_affected() > 0, &mut next);
     }
     if events_with_ids {
         // New events continue after the restored ids.

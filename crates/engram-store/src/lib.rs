@@ -14,6 +14,7 @@
 //! [`migrate`]; a database newer than the binary is refused.
 
 pub mod backup;
+mod common;
 pub mod fault;
 pub mod migrate;
 pub mod postgres;
@@ -44,21 +45,4 @@ pub async fn open_postgres_with(
     options: postgres::PgOptions,
 ) -> Result<Arc<postgres::PgStore>> {
     Ok(Arc::new(postgres::PgStore::open_with(url, options).await?))
-}
-
-/// Refuse an append whose messages name another agent than the one that started the
-/// conversation (both backends, inside the append's transaction, so two agents racing to
-/// start one conversation id cannot both write into it).
-pub(crate) fn check_conversation_agent(
-    conv: &engram_core::model::ConversationId,
-    owner_agent: Option<&str>,
-    messages: &[engram_core::model::Message],
-) -> Result<()> {
-    let Some(owner) = owner_agent else { return Ok(()) };
-    if messages.iter().any(|m| m.agent_id.as_ref().is_some_and(|a| a.as_str() != owner)) {
-        return Err(engram_core::Error::Conflict(format!(
-            "conversation '{conv}' belongs to another agent"
-        )));
-    }
-    Ok(())
 }

@@ -32,6 +32,24 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).
 pub const PG_MIGRATION_LOCK: i64 = 0x656e_6772_616d_0001;
 
+/// The newest version `migrations` reach; a database already at a newer `current` one is
+/// refused (an older binary must not write to a newer schema).
+fn newest_known(migrations: &[(i64, &str, &str)], current: i64) -> Result<i64> {
+    let newest = migrations.last().map_or(0, |m| m.0);
+    if current > newest {
+        return Err(Error::Unprocessable(format!(
+            "the database schema is version {current} but this engram knows only up to {newest}; \
+             upgrade engram"
+        )));
+    }
+    Ok(newest)
+}
+
+/// A migration script that did not run.
+fn failed(version: i64, name: &str, e: sqlx::Error) -> Error {
+    Error::internal(format!("migration {version} ({name}) failed: {e}"))
+}
+
 /// Apply pending migrations; returns the schema version.
 pub async fn run_sqlite(pool: &SqlitePool) -> Result<i64> {
     sqlx::query(
@@ -45,19 +63,13 @@ pub async fn run_sqlite(pool: &SqlitePool) -> Result<i64> {
         .await
         .map_err(crate::fault::sqlite)?
         .get("v");
-    let newest = SQLITE.last().map_or(0, |m| m.0);
-    if current > newest {
-        return Err(Error::Unprocessable(format!(
-            "the database schema is version {current} but this engram knows only up to {newest}; \
-             upgrade engram"
-        )));
-    }
+    let newest = newest_known(SQLITE, current)?;
     for (version, name, sql) in SQLITE.iter().filter(|m| m.0 > current) {
         let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(crate::fault::sqlite)?;
         sqlx::raw_sql(sqlx::AssertSqlSafe(*sql))
             .execute(&mut *tx)
             .await
-            .map_err(|e| Error::internal(format!("migration {version} ({name}) failed: {e}")))?;
+            .map_err(|e| failed(*version, name, e))?;
         sqlx::query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)")
             .bind(version)
             .bind(name)
@@ -95,18 +107,12 @@ pub async fn run_postgres(pool: &PgPool) -> Result<i64> {
         .map_err(db)?
         .try_get("v")
         .map_err(db)?;
-    let newest = POSTGRES.last().map_or(0, |m| m.0);
-    if current > newest {
-        return Err(Error::Unprocessable(format!(
-            "the database schema is version {current} but this engram knows only up to {newest}; \
-             upgrade engram"
-        )));
-    }
+    let newest = newest_known(POSTGRES, current)?;
     for (version, name, sql) in POSTGRES.iter().filter(|m| m.0 > current) {
         sqlx::raw_sql(sqlx::AssertSqlSafe(*sql))
             .execute(&mut *tx)
             .await
-            .map_err(|e| Error::internal(format!("migration {version} ({name}) failed: {e}")))?;
+            .map_err(|e| failed(*version, name, e))?;
         sqlx::query(
             "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, now())",
         )

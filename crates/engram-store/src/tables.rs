@@ -3,6 +3,10 @@
 //! one list `engram migrate` ([`crate::transfer`]) copies and `engram export` / `import`
 //! ([`crate::backup`]) carry, so a new table is added once for both.
 
+use sqlx::Postgres;
+use sqlx::query_builder::Separated;
+use time::OffsetDateTime;
+
 /// How a column is represented on each side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ty {
@@ -312,6 +316,46 @@ pub(crate) fn count_erased(counts: &mut engram_core::store::EraseCounts, table: 
         "context_sessions" => counts.context_sessions += n,
         _ => {}
     }
+}
+
+/// One value of a column ([`Ty`]) between a backend and another, or the neutral form of
+/// a backup: what [`crate::backup`] and [`crate::transfer`] read and bind.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Val {
+    Text(Option<String>),
+    Int(Option<i64>),
+    Real(f64),
+    Bool(bool),
+    Ts(Option<OffsetDateTime>),
+    Uuid(Option<uuid::Uuid>),
+    Json(Option<serde_json::Value>),
+    Uuids(Vec<uuid::Uuid>),
+    Vector(Option<Vec<f32>>),
+}
+
+/// Bind one value for PostgreSQL.
+pub(crate) fn bind_pg(q: &mut Separated<'_, Postgres, &'static str>, v: Val) {
+    match v {
+        Val::Text(v) => q.push_bind(v),
+        Val::Int(v) => q.push_bind(v),
+        Val::Real(v) => q.push_bind(v),
+        Val::Bool(v) => q.push_bind(v),
+        Val::Ts(v) => q.push_bind(v),
+        Val::Uuid(v) => q.push_bind(v),
+        Val::Json(v) => q.push_bind(v),
+        Val::Uuids(v) => q.push_bind(v),
+        Val::Vector(v) => q.push_bind(v.map(pgvector::Vector::from)),
+    };
+}
+
+/// A vector as SQLite stores it (and a backup carries it, in base64): little-endian f32s.
+pub(crate) fn vec_to_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// The vector a [`vec_to_blob`] blob holds (a trailing partial float is dropped).
+pub(crate) fn blob_to_vec(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 #[cfg(test)]

@@ -58,7 +58,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::postgres::PgStore;
-use crate::tables::{TABLES, Ty};
+use crate::tables::{TABLES, Ty, Val, bind_pg, blob_to_vec, vec_to_blob};
 use crate::text::index_text;
 use Ty::*;
 
@@ -69,19 +69,6 @@ pub fn copied_tables() -> Vec<&'static str> {
 
 /// PostgreSQL accepts at most 65535 bind parameters per statement.
 const PG_MAX_BINDS: usize = 65_535;
-
-/// A value read from SQLite, ready to bind for PostgreSQL.
-enum Val {
-    Text(Option<String>),
-    Int(Option<i64>),
-    Real(f64),
-    Bool(bool),
-    Ts(Option<OffsetDateTime>),
-    Uuid(Option<Uuid>),
-    Json(Option<serde_json::Value>),
-    Uuids(Vec<Uuid>),
-    Vector(Option<pgvector::Vector>),
-}
 
 fn sqlite_err(e: sqlx::Error) -> Error {
     Error::internal(format!("source (SQLite): {e}"))
@@ -142,27 +129,9 @@ fn read_val(r: &SqliteRow, table: &str, col: &str, ty: Ty) -> Result<Val> {
         }
         Vector => {
             let b: Option<Vec<u8>> = r.try_get(col).map_err(get_err)?;
-            Val::Vector(b.map(|b| pgvector::Vector::from(blob_to_vec(&b))))
+            Val::Vector(b.map(|b| blob_to_vec(&b)))
         }
     })
-}
-
-fn blob_to_vec(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-}
-
-fn push_val(q: &mut sqlx::query_builder::Separated<'_, Postgres, &str>, v: Val) {
-    match v {
-        Val::Text(v) => q.push_bind(v),
-        Val::Int(v) => q.push_bind(v),
-        Val::Real(v) => q.push_bind(v),
-        Val::Bool(v) => q.push_bind(v),
-        Val::Ts(v) => q.push_bind(v),
-        Val::Uuid(v) => q.push_bind(v),
-        Val::Json(v) => q.push_bind(v),
-        Val::Uuids(v) => q.push_bind(v),
-        Val::Vector(v) => q.push_bind(v),
-    };
 }
 
 /// Rows of one table: in the source, in the target, and written by this run.
@@ -537,7 +506,7 @@ pub async fn copy(
             let mut q = QueryBuilder::<Postgres>::new(insert_head.clone());
             q.push_values(values, |mut b, row| {
                 for v in row {
-                    push_val(&mut b, v);
+                    bind_pg(&mut b, v);
                 }
             });
             q.push(" ON CONFLICT DO NOTHING");
@@ -636,9 +605,7 @@ pub async fn compare_vectors(
                 let what = match dst.get(&id) {
                     None => Some("the row or its vector is missing in the target".to_string()),
                     Some((v, m)) => {
-                        let bytes: Option<Vec<u8>> = v
-                            .as_ref()
-                            .map(|v| v.as_slice().iter().flat_map(|x| x.to_le_bytes()).collect());
+                        let bytes = v.as_ref().map(|v| vec_to_blob(v.as_slice()));
                         if *m != model {
                             Some(format!("model {m:?} instead of {model:?}"))
                         } else if bytes != blob {

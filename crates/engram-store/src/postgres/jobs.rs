@@ -1,6 +1,7 @@
 //! The durable job queue on PostgreSQL, shared by every worker process.
 //!
-//! Same rules as the SQLite store (the conformance suite checks both):
+//! Same rules as the SQLite store (the conformance suite checks both; all but the claim are
+//! written once for both, in `crate::common::jobs`):
 //!
 //! - **Dedup.** At most one *pending* job per `(tenant, dedup_key)`: a partial unique index,
 //!   and `INSERT … ON CONFLICT DO NOTHING` reports a duplicate as `false`.
@@ -18,40 +19,21 @@
 //!   job took the dedup key meanwhile, that one covers the same data and this one is closed
 //!   as done (a savepoint catches the unique violation).
 
-use engram_core::error::{Error, Result};
-use engram_core::model::{Job, JobKind, JobStatus, TenantId, UserId};
+use engram_core::error::Result;
+use engram_core::model::{Job, JobKind, JobStatus, TenantId};
 use sqlx::PgPool;
 use sqlx::postgres::PgRow;
 use time::OffsetDateTime;
 
+use super::db;
 use super::rows::{self, col};
-use super::{db, is_unique_violation};
+use crate::common;
 
 /// Claims that lose a lock-key race are retried with the next job this many times.
 const CLAIM_ATTEMPTS: usize = 8;
 
 pub async fn enqueue(pool: &PgPool, job: &Job) -> Result<bool> {
-    let n = sqlx::query(
-        "INSERT INTO jobs (tenant_id, id, user_id, kind, dedup_key, lock_key, payload, status, attempts, \
-         max_attempts, run_after, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', 0, $8, $9, $10, $11) ON CONFLICT DO NOTHING",
-    )
-    .bind(job.tenant_id.as_str())
-    .bind(&job.id)
-    .bind(job.user_id.as_ref().map(UserId::as_str))
-    .bind(job.kind.as_str())
-    .bind(job.dedup_key.as_deref())
-    .bind(job.lock_key.as_deref())
-    .bind(&job.payload)
-    .bind(job.max_attempts)
-    .bind(job.run_after)
-    .bind(job.created_at)
-    .bind(job.updated_at)
-    .execute(pool)
-    .await
-    .map_err(db)?
-    .rows_affected();
-    Ok(n == 1)
+    common::jobs::enqueue(pool, job).await
 }
 
 pub async fn claim(
@@ -114,24 +96,11 @@ pub async fn claim(
 }
 
 pub async fn heartbeat(pool: &PgPool, id: &str, lease_until: OffsetDateTime) -> Result<()> {
-    sqlx::query("UPDATE jobs SET lease_until = $1 WHERE id = $2 AND status = 'running'")
-        .bind(lease_until)
-        .bind(id)
-        .execute(pool)
-        .await
-        .map_err(db)?;
-    Ok(())
+    common::jobs::heartbeat(pool, id, lease_until).await
 }
 
 pub async fn complete(pool: &PgPool, id: &str) -> Result<()> {
-    sqlx::query(
-        "UPDATE jobs SET status = 'done', lease_until = NULL, last_error = NULL, updated_at = now() WHERE id = $1",
-    )
-    .bind(id)
-    .execute(pool)
-    .await
-    .map_err(db)?;
-    Ok(())
+    common::jobs::complete(pool, id).await
 }
 
 pub async fn fail(
@@ -140,59 +109,7 @@ pub async fn fail(
     error: &str,
     retry_at: Option<OffsetDateTime>,
 ) -> Result<()> {
-    let now = OffsetDateTime::now_utc();
-    let mut tx = pool.begin().await.map_err(db)?;
-    match retry_at {
-        Some(at) => {
-            let requeued = {
-                let mut sp = sqlx::Acquire::begin(&mut *tx).await.map_err(db)?;
-                let r = sqlx::query(
-                    "UPDATE jobs SET status = 'pending', run_after = $1, lease_until = NULL, last_error = $2, \
-                     updated_at = $3 WHERE id = $4",
-                )
-                .bind(at)
-                .bind(error)
-                .bind(now)
-                .bind(id)
-                .execute(&mut *sp)
-                .await;
-                match r {
-                    Ok(_) => {
-                        sp.commit().await.map_err(db)?;
-                        true
-                    }
-                    Err(e) if is_unique_violation(&e) => {
-                        sp.rollback().await.map_err(db)?;
-                        false
-                    }
-                    Err(e) => return Err(db(e)),
-                }
-            };
-            if !requeued {
-                sqlx::query(
-                    "UPDATE jobs SET status = 'done', lease_until = NULL, last_error = $1, updated_at = $2 WHERE id = $3",
-                )
-                .bind(format!("superseded by a newer pending job after: {error}"))
-                .bind(now)
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-            }
-        }
-        None => {
-            sqlx::query(
-                "UPDATE jobs SET status = 'failed', lease_until = NULL, last_error = $1, updated_at = $2 WHERE id = $3",
-            )
-            .bind(error)
-            .bind(now)
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        }
-    }
-    tx.commit().await.map_err(db)
+    common::jobs::fail(pool, id, error, retry_at).await
 }
 
 pub async fn list(
@@ -201,41 +118,11 @@ pub async fn list(
     status: Option<JobStatus>,
     limit: usize,
 ) -> Result<Vec<Job>> {
-    let rows = sqlx::query(
-        "SELECT * FROM jobs WHERE ($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR status = $2) \
-         ORDER BY created_at DESC, id COLLATE \"C\" DESC LIMIT $3",
-    )
-    .bind(tenant.map(TenantId::as_str))
-    .bind(status.map(JobStatus::as_str))
-    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-    .fetch_all(pool)
-    .await
-    .map_err(db)?;
-    rows.iter().map(rows::job).collect()
+    common::jobs::list(pool, tenant, status, limit).await
 }
 
 pub async fn retry(pool: &PgPool, tenant: Option<&TenantId>, id: &str) -> Result<()> {
-    let r = sqlx::query(
-        "UPDATE jobs SET status = 'pending', attempts = 0, run_after = $3, last_error = NULL, updated_at = $3 \
-         WHERE id = $1 AND status = 'failed' AND ($2::text IS NULL OR tenant_id = $2)",
-    )
-    .bind(id)
-    .bind(tenant.map(TenantId::as_str))
-    // The application's clock, like the `now` that claims compare with.
-    .bind(OffsetDateTime::now_utc())
-    .execute(pool)
-    .await;
-    let n = match r {
-        Ok(r) => r.rows_affected(),
-        // Another pending job holds the dedup key: as with SQLite's UPDATE OR IGNORE, the
-        // failed job stays failed.
-        Err(e) if is_unique_violation(&e) => 0,
-        Err(e) => return Err(db(e)),
-    };
-    if n == 0 {
-        return Err(Error::not_found(format!("failed job {id}")));
-    }
-    Ok(())
+    common::jobs::retry(pool, tenant, id).await
 }
 
 // ---- the JobStore part of the store, over the functions above ----

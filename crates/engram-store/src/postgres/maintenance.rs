@@ -1,4 +1,7 @@
 //! PostgreSQL: the [`engram_core::store::MaintenanceStore`] part of the store. Operator and tenant-wide work: the embedding space and re-embedding, tenants and users, GDPR erasure and export, statistics, backup and restore.
+//!
+//! What both backends do alike is written once in [`crate::common::memories`]; this file holds
+//! the rest and calls it.
 
 use super::*;
 
@@ -13,14 +16,7 @@ impl MaintenanceStore for PgStore {
     }
 
     async fn list_tenants(&self) -> Result<Vec<TenantId>> {
-        let rows = sqlx::query(
-            "SELECT tenant_id FROM (SELECT tenant_id FROM memories UNION SELECT tenant_id FROM messages) t \
-             ORDER BY tenant_id COLLATE \"C\"",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
-        rows.iter().map(|r| TenantId::parse(col::<String>(r, "tenant_id")?)).collect()
+        common::memories::tenants(&self.pool).await
     }
 
     async fn rows_needing_vectors(
@@ -29,17 +25,7 @@ impl MaintenanceStore for PgStore {
         model_id: &str,
         limit: usize,
     ) -> Result<Vec<(MemoryId, String)>> {
-        let rows = sqlx::query(
-            "SELECT id, content FROM memories WHERE tenant_id = $1 AND kind <> 'profile' \
-             AND (embedding IS NULL OR embedding_model IS NULL OR embedding_model <> $2) ORDER BY id LIMIT $3",
-        )
-        .bind(tenant.as_str())
-        .bind(model_id)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
-        rows.iter().map(|r| Ok((MemoryId(col(r, "id")?), col::<String>(r, "content")?))).collect()
+        common::memories::needing_vectors(&self.pool, tenant, model_id, limit).await
     }
 
     async fn set_vectors(
@@ -48,37 +34,7 @@ impl MaintenanceStore for PgStore {
         model_id: &str,
         rows: Vec<(MemoryId, Vec<f32>)>,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        let ids: Vec<Uuid> = rows.iter().map(|r| r.0.0).collect();
-        let owners =
-            sqlx::query("SELECT id, user_id FROM memories WHERE tenant_id = $1 AND id = ANY($2)")
-                .bind(tenant.as_str())
-                .bind(&ids)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db)?;
-        let mut owner: HashMap<Uuid, String> = HashMap::new();
-        for r in &owners {
-            owner.insert(col(r, "id")?, col(r, "user_id")?);
-        }
-        let versions =
-            Self::bump_all(&mut tx, tenant.as_str(), owner.values().cloned().collect()).await?;
-        for (id, v) in rows {
-            let Some(user) = owner.get(&id.0) else { continue };
-            let version = versions.get(user).copied().unwrap_or_default();
-            sqlx::query(
-                "UPDATE memories SET embedding = $1, embedding_model = $2, version = $3 WHERE tenant_id = $4 AND id = $5",
-            )
-            .bind(pgvector::Vector::from(v))
-            .bind(model_id)
-            .bind(version)
-            .bind(tenant.as_str())
-            .bind(id.0)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        }
-        tx.commit().await.map_err(db)
+        common::memories::set_vectors(&self.pool, tenant, model_id, rows).await
     }
 
     async fn reset_embedding_space(&self, model_id: &str, dims: usize) -> Result<()> {
@@ -86,15 +42,7 @@ impl MaintenanceStore for PgStore {
     }
 
     async fn list_users(&self, tenant: &TenantId) -> Result<Vec<UserId>> {
-        let rows = sqlx::query(
-            "SELECT user_id FROM (SELECT user_id FROM memories WHERE tenant_id = $1 \
-             UNION SELECT user_id FROM conversations WHERE tenant_id = $1) u ORDER BY user_id COLLATE \"C\"",
-        )
-        .bind(tenant.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
-        rows.iter().map(|r| UserId::parse(col::<String>(r, "user_id")?)).collect()
+        common::memories::users(&self.pool, tenant).await
     }
 
     async fn erase_user(&self, tenant: &TenantId, user: &UserId) -> Result<EraseCounts> {
@@ -119,15 +67,7 @@ impl MaintenanceStore for PgStore {
     }
 
     async fn user_messages(&self, tenant: &TenantId, user: &UserId) -> Result<Vec<Message>> {
-        let rows = sqlx::query(
-            "SELECT * FROM messages WHERE tenant_id = $1 AND user_id = $2 ORDER BY conversation_id COLLATE \"C\", seq",
-        )
-        .bind(tenant.as_str())
-        .bind(user.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
-        rows.iter().map(rows::message).collect()
+        common::memories::user_messages(&self.pool, tenant, user).await
     }
 
     async fn user_memories(
@@ -135,75 +75,11 @@ impl MaintenanceStore for PgStore {
         tenant: &TenantId,
         user: &UserId,
     ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)> {
-        let sql = format!(
-            "SELECT {MEMORY_COLS} FROM memories WHERE tenant_id = $1 AND user_id = $2 ORDER BY id"
-        );
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(tenant.as_str())
-            .bind(user.as_str())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db)?;
-        let memories = rows.iter().map(rows::memory).collect::<Result<Vec<_>>>()?;
-        let rows = sqlx::query(
-            "SELECT * FROM memory_events WHERE tenant_id = $1 AND user_id = $2 ORDER BY at, id",
-        )
-        .bind(tenant.as_str())
-        .bind(user.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
-        let events = rows.iter().map(rows::event).collect::<Result<Vec<_>>>()?;
-        Ok((memories, events))
+        common::memories::user_memories(&self.pool, tenant, user).await
     }
 
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {
-        let r = sqlx::query(
-            "SELECT \
-              (SELECT count(*) FROM memories WHERE tenant_id = $1 AND superseded_at IS NULL) AS active, \
-              (SELECT count(*) FROM memories WHERE tenant_id = $1 AND superseded_at IS NOT NULL) AS superseded, \
-              (SELECT count(*) FROM memories WHERE tenant_id = $1 AND (embedding IS NOT NULL OR kind = 'profile') AND superseded_at IS NULL) AS with_vec, \
-              (SELECT count(DISTINCT user_id) FROM memories WHERE tenant_id = $1) AS users, \
-              (SELECT count(*) FROM conversations WHERE tenant_id = $1) AS convs, \
-              (SELECT count(*) FROM messages WHERE tenant_id = $1) AS msgs, \
-              (SELECT count(*) FROM messages WHERE tenant_id = $1 AND embedding IS NOT NULL) AS msgs_vec, \
-              (SELECT count(*) FROM messages m WHERE tenant_id = $1 AND NOT EXISTS \
-                 (SELECT 1 FROM summary_sources s WHERE s.tenant_id = $1 AND s.source_id = m.id::text)) AS unsummarized, \
-              (SELECT count(*) FROM summaries WHERE tenant_id = $1) AS summaries, \
-              (SELECT coalesce(max(depth) + 1, 0) FROM summaries WHERE tenant_id = $1) AS depth, \
-              (SELECT count(*) FROM jobs WHERE tenant_id = $1 AND status = 'pending') AS pending, \
-              (SELECT count(*) FROM jobs WHERE tenant_id = $1 AND status = 'running') AS running, \
-              (SELECT count(*) FROM jobs WHERE tenant_id = $1 AND status = 'failed') AS failed, \
-              (SELECT count(*) FROM jobs WHERE tenant_id = $1 AND status = 'done') AS done, \
-              (SELECT count(*) FROM jobs WHERE tenant_id = $1 AND kind = 'extract' AND status = 'done') AS ex_done, \
-              (SELECT count(*) FROM jobs WHERE tenant_id = $1 AND kind = 'extract' AND status = 'failed') AS ex_failed",
-        )
-        .bind(tenant.as_str())
-        .fetch_one(&self.pool)
-        .await
-        .map_err(db)?;
-        let g = |c: &str| -> Result<u64> { Ok(col::<i64>(&r, c)?.max(0) as u64) };
-        let space = self.embedding_space().await?;
-        Ok(StoreStats {
-            memories_active: g("active")?,
-            memories_superseded: g("superseded")?,
-            memories_with_vector: g("with_vec")?,
-            users: g("users")?,
-            conversations: g("convs")?,
-            messages: g("msgs")?,
-            messages_with_vector: g("msgs_vec")?,
-            messages_unsummarized: g("unsummarized")?,
-            summaries: g("summaries")?,
-            summary_depth: g("depth")?,
-            jobs_pending: g("pending")?,
-            jobs_running: g("running")?,
-            jobs_failed: g("failed")?,
-            jobs_done: g("done")?,
-            extractions_done: g("ex_done")?,
-            extractions_failed: g("ex_failed")?,
-            embedding_model: space.as_ref().map(|s| s.0.clone()),
-            embedding_dims: space.map(|s| s.1 as u64),
-        })
+        common::memories::stats(&self.pool, tenant, self.embedding_space().await?).await
     }
 
     async fn backup(

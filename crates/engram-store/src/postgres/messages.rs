@@ -1,6 +1,10 @@
 //! PostgreSQL: the [`engram_core::store::MessageStore`] part of the store. The transcript: appending and reading messages, their ratings, keyword and vector search, their vectors, and the conversation state extraction keeps (cursor, rolling summary, the extraction batch).
+//!
+//! What both backends do alike is written once in [`crate::common::messages`]; this file holds
+//! the rest and calls it.
 
 use super::*;
+use crate::common::messages::Conversation;
 
 #[async_trait]
 impl MessageStore for PgStore {
@@ -9,82 +13,7 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         messages: Vec<Message>,
     ) -> Result<Vec<Message>> {
-        let Some(first) = messages.first() else { return Ok(vec![]) };
-        let conv = first.conversation_id.clone();
-        let user = first.user_id.clone();
-        let agent = first.agent_id.clone();
-        let now = OffsetDateTime::now_utc();
-        let mut tx = self.begin().await?;
-        // Creates the conversation or locks its row until commit: one appender at a time.
-        let r = sqlx::query(
-            "INSERT INTO conversations (tenant_id, id, user_id, agent_id, last_seq, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, 0, $5, $5) \
-             ON CONFLICT (tenant_id, id) DO UPDATE SET updated_at = excluded.updated_at \
-             RETURNING user_id, agent_id, last_seq",
-        )
-        .bind(tenant.as_str())
-        .bind(conv.as_str())
-        .bind(user.as_str())
-        .bind(agent.as_ref().map(AgentId::as_str))
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db)?;
-        if col::<String>(&r, "user_id")? != user.as_str() {
-            return Err(Error::Conflict(format!("conversation '{conv}' belongs to another user")));
-        }
-        crate::check_conversation_agent(
-            &conv,
-            col::<Option<String>>(&r, "agent_id")?.as_deref(),
-            &messages,
-        )?;
-        let mut seq: i64 = col(&r, "last_seq")?;
-        let mut out = Vec::with_capacity(messages.len());
-        for mut m in messages {
-            seq += 1;
-            m.seq = seq;
-            sqlx::query(
-                "INSERT INTO messages (tenant_id, id, conversation_id, user_id, agent_id, seq, role, content, tool_name, \
-                 tool_args, tool_result, turn_id, metadata, created_at, fts_text) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-            )
-            .bind(tenant.as_str())
-            .bind(m.id.0)
-            .bind(conv.as_str())
-            .bind(user.as_str())
-            .bind(m.agent_id.as_ref().map(AgentId::as_str))
-            .bind(seq)
-            .bind(m.role.as_str())
-            .bind(&m.content)
-            .bind(m.tool_name.as_deref())
-            .bind(m.tool_args.as_ref())
-            .bind(m.tool_result.as_deref())
-            .bind(m.turn_id.as_deref())
-            .bind(&m.metadata)
-            .bind(m.created_at)
-            .bind(index_text(&[&m.content, m.tool_name.as_deref().unwrap_or("")]))
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| {
-                if is_unique_violation(&e) {
-                    return Error::Conflict(format!("message {} already exists", m.id));
-                }
-                db(e)
-            })?;
-            out.push(m);
-        }
-        sqlx::query(
-            "UPDATE conversations SET last_seq = $1, updated_at = $2 WHERE tenant_id = $3 AND id = $4",
-        )
-        .bind(seq)
-        .bind(now)
-        .bind(tenant.as_str())
-        .bind(conv.as_str())
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-        tx.commit().await.map_err(db)?;
-        Ok(out)
+        common::messages::append(&self.pool, tenant, messages).await
     }
 
     async fn list_messages(
@@ -94,17 +23,7 @@ impl MessageStore for PgStore {
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<Message>> {
-        let rows = sqlx::query(
-            "SELECT * FROM messages WHERE tenant_id = $1 AND conversation_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .bind(after_seq)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
-        rows.iter().map(rows::message).collect()
+        Conversation::new(&self.pool, tenant, conversation).list(after_seq, limit).await
     }
 
     async fn conversation_owner(
@@ -112,59 +31,19 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<(UserId, Option<AgentId>)>> {
-        let row = sqlx::query(
-            "SELECT user_id, agent_id FROM conversations WHERE tenant_id = $1 AND id = $2",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db)?;
-        row.map(|r| {
-            Ok((
-                UserId::parse(col::<String>(&r, "user_id")?)?,
-                col::<Option<String>>(&r, "agent_id")?.map(AgentId::parse).transpose()?,
-            ))
-        })
-        .transpose()
+        Conversation::new(&self.pool, tenant, conversation).owner().await
     }
 
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>> {
-        let row = sqlx::query("SELECT * FROM messages WHERE tenant_id = $1 AND id = $2")
-            .bind(tenant.as_str())
-            .bind(id.0)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db)?;
-        row.as_ref().map(rows::message).transpose()
+        common::messages::get(&self.pool, tenant, id).await
     }
 
     async fn get_messages(&self, tenant: &TenantId, ids: &[MessageId]) -> Result<Vec<Message>> {
-        if ids.is_empty() {
-            return Ok(vec![]);
-        }
-        let ids: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
-        let rows = sqlx::query("SELECT * FROM messages WHERE tenant_id = $1 AND id = ANY($2)")
-            .bind(tenant.as_str())
-            .bind(&ids)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db)?;
-        rows.iter().map(rows::message).collect()
+        common::messages::get_many(&self.pool, tenant, ids).await
     }
 
     async fn rate_message(&self, tenant: &TenantId, id: MessageId, delta: i64) -> Result<i64> {
-        let r = sqlx::query(
-            "UPDATE messages SET rating = rating + $1 WHERE tenant_id = $2 AND id = $3 RETURNING rating",
-        )
-        .bind(delta)
-        .bind(tenant.as_str())
-        .bind(id.0)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| Error::not_found(format!("message {id}")))?;
-        col(&r, "rating")
+        common::messages::rate(&self.pool, tenant, id, delta).await
     }
 
     async fn text_search_messages(
@@ -174,9 +53,8 @@ impl MessageStore for PgStore {
         query: &str,
         k: usize,
     ) -> Result<Vec<(MessageId, f64)>> {
-        let hits =
-            self.text_search_impl(search::TextScope::Messages(tenant, user), query, k).await?;
-        Ok(hits.into_iter().map(|(id, s)| (MessageId(id), s)).collect())
+        let scope = search::TextScope::Messages(tenant, user);
+        self.text_search_impl(scope, query, k, MessageId).await
     }
 
     async fn messages_needing_vectors(
@@ -186,19 +64,7 @@ impl MessageStore for PgStore {
         model_id: &str,
         limit: usize,
     ) -> Result<Vec<(MessageId, i64)>> {
-        let rows = sqlx::query(
-            "SELECT id, seq FROM messages WHERE tenant_id = $1 AND conversation_id = $2 \
-             AND content != '' AND (embedding IS NULL OR embedding_model IS DISTINCT FROM $3) \
-             ORDER BY seq LIMIT $4",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .bind(model_id)
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
-        rows.iter().map(|r| Ok((MessageId(col(r, "id")?), col::<i64>(r, "seq")?))).collect()
+        Conversation::new(&self.pool, tenant, conversation).needing_vectors(model_id, limit).await
     }
 
     async fn conversations_needing_message_vectors(
@@ -207,18 +73,7 @@ impl MessageStore for PgStore {
         model_id: &str,
         limit: usize,
     ) -> Result<Vec<ConversationId>> {
-        let rows = sqlx::query(
-            "SELECT DISTINCT conversation_id FROM messages WHERE tenant_id = $1 AND content != '' \
-             AND (embedding IS NULL OR embedding_model IS DISTINCT FROM $2) \
-             ORDER BY 1 LIMIT $3",
-        )
-        .bind(tenant.as_str())
-        .bind(model_id)
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
-        rows.iter().map(|r| ConversationId::parse(col::<String>(r, "conversation_id")?)).collect()
+        common::messages::conversations_needing_vectors(&self.pool, tenant, model_id, limit).await
     }
 
     async fn set_message_vectors(
@@ -281,15 +136,7 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Vec<Message>> {
-        let rows = sqlx::query(
-            "SELECT * FROM messages WHERE tenant_id = $1 AND conversation_id = $2 ORDER BY seq",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
-        rows.iter().map(rows::message).collect()
+        Conversation::new(&self.pool, tenant, conversation).messages().await
     }
 
     async fn extraction_cursor(
@@ -297,15 +144,7 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<String>> {
-        let r = sqlx::query(
-            "SELECT last_hash FROM extraction_cursors WHERE tenant_id = $1 AND conversation_id = $2",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db)?;
-        r.map(|r| col(&r, "last_hash")).transpose()
+        Conversation::new(&self.pool, tenant, conversation).extraction_cursor().await
     }
 
     async fn rolling_summary(
@@ -313,18 +152,7 @@ impl MessageStore for PgStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<(Option<String>, i64)> {
-        let r = sqlx::query(
-            "SELECT rolling_summary, summary_user_turns FROM conversations WHERE tenant_id = $1 AND id = $2",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db)?;
-        match r {
-            Some(r) => Ok((col(&r, "rolling_summary")?, col(&r, "summary_user_turns")?)),
-            None => Ok((None, 0)),
-        }
+        Conversation::new(&self.pool, tenant, conversation).rolling_summary().await
     }
 
     async fn set_rolling_summary(
@@ -334,17 +162,9 @@ impl MessageStore for PgStore {
         summary: &str,
         user_turns: i64,
     ) -> Result<()> {
-        sqlx::query(
-            "UPDATE conversations SET rolling_summary = $1, summary_user_turns = $2 WHERE tenant_id = $3 AND id = $4",
-        )
-        .bind(summary)
-        .bind(user_turns)
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .execute(&self.pool)
-        .await
-        .map_err(db)?;
-        Ok(())
+        Conversation::new(&self.pool, tenant, conversation)
+            .set_rolling_summary(summary, user_turns)
+            .await
     }
 
     async fn apply_extraction(
@@ -354,34 +174,7 @@ impl MessageStore for PgStore {
         user: &UserId,
         batch: ExtractionBatch,
     ) -> Result<()> {
-        if batch.adds.iter().any(|r| r.memory.tenant_id != *tenant || r.memory.user_id != *user) {
-            return Err(Error::internal("extracted memory of another tenant or user"));
-        }
-        let mut tx = self.begin().await?;
-        // The user's lock first, whatever the batch holds.
-        let v = crate::versions::bump_postgres(&mut tx, tenant.as_str(), user.as_str()).await?;
-        for row in &batch.adds {
-            Self::insert_row(&mut tx, row, v).await?;
-        }
-        for (old, new, event) in &batch.supersedes {
-            Self::supersede_tx(&mut tx, tenant, *old, new.as_ref(), event).await?;
-        }
-        for (id, event) in &batch.confirms {
-            Self::confirm_tx(&mut tx, tenant, *id, event).await?;
-        }
-        sqlx::query(
-            "INSERT INTO extraction_cursors (tenant_id, conversation_id, user_id, last_hash, updated_at) \
-             VALUES ($1, $2, $3, $4, now()) ON CONFLICT (tenant_id, conversation_id) DO UPDATE SET \
-             last_hash = excluded.last_hash, updated_at = excluded.updated_at",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .bind(user.as_str())
-        .bind(&batch.cursor)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-        tx.commit().await.map_err(db)
+        common::memories::apply_extraction(&self.pool, tenant, conversation, user, batch).await
     }
 
     async fn set_message_content(

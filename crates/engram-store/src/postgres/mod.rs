@@ -49,7 +49,7 @@ mod messages;
 pub mod rows;
 pub mod search;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -57,19 +57,21 @@ use std::time::Duration;
 use async_trait::async_trait;
 use engram_core::error::{Error, Result};
 use engram_core::model::{
-    Agent, AgentId, ConversationId, KeyRole, Memory, MemoryEvent, MemoryId, Message, MessageId,
-    TenantId, UserId,
+    Agent, AgentId, ConversationId, Memory, MemoryEvent, MemoryId, Message, MessageId, TenantId,
+    UserId,
 };
 use engram_core::store::prelude::*;
 use engram_core::store::{
     ApiKey, BackupRow, BackupScope, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter,
     MemoryPage, NewMemory, RestoreState, StoreStats,
 };
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgPoolOptions, PgRow};
+use sqlx::query::Query;
 use sqlx::{Connection, PgPool, Postgres, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::common::{self, Arg, Backend};
 use crate::fault::is_unique_violation;
 pub use crate::fault::postgres as db;
 use crate::text::index_text;
@@ -79,6 +81,104 @@ type Tx = Transaction<'static, Postgres>;
 
 /// Rows per `INSERT … SELECT FROM unnest(…)` of a batch insert.
 const INSERT_CHUNK: usize = 1000;
+
+/// A shared statement ([`crate::common`]) with numbered placeholders and its values bound as
+/// PostgreSQL stores them.
+fn statement(sql: &str, args: &[Arg<'_>]) -> Query<'static, Postgres, PgArguments> {
+    let q = sqlx::query(sqlx::AssertSqlSafe(common::numbered(sql)));
+    args.iter().fold(q, |q, a| match a {
+        Arg::Text(v) => q.bind(*v),
+        Arg::OptText(v) => q.bind(*v),
+        Arg::Owned(v) => q.bind(v.clone()),
+        Arg::Int(v) => q.bind(*v),
+        Arg::Bool(v) => q.bind(*v),
+        Arg::Real(v) => q.bind(*v),
+        Arg::Small(v) => q.bind(*v),
+        Arg::Id(v) => q.bind(*v),
+        Arg::OptId(v) => q.bind(*v),
+        Arg::Ids(v) => q.bind(v.clone()),
+        Arg::Texts(v) => q.bind(v.clone()),
+        Arg::Ts(v) => q.bind(*v),
+        Arg::OptTs(v) => q.bind(*v),
+        Arg::Json(v) => q.bind(*v),
+        Arg::OptJson(v) => q.bind(*v),
+        Arg::OptVector(v) => q.bind(v.map(|v| pgvector::Vector::from(v.to_vec()))),
+    })
+}
+
+/// The shared code ([`crate::common`]) runs on the pool: the PostgreSQL store has nothing
+/// else it needs, and the job queue's functions ([`jobs`]) are given only a pool.
+#[async_trait]
+impl Backend for PgPool {
+    type Row = PgRow;
+    type Tx = Tx;
+
+    const BYTE_ORDER: &'static str = " COLLATE \"C\"";
+    const IN_LIST: &'static str = " = ANY(?)";
+    const USER_LOCK: bool = true;
+    const LOCK: &'static str = " FOR UPDATE";
+
+    async fn read_all(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<PgRow>> {
+        statement(sql, args).fetch_all(self).await.map_err(db)
+    }
+
+    async fn write(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+        Ok(statement(sql, args).execute(self).await.map_err(db)?.rows_affected())
+    }
+
+    async fn begin_write(&self) -> Result<Tx> {
+        self.begin().await.map_err(db)
+    }
+
+    async fn commit(tx: Tx) -> Result<()> {
+        tx.commit().await.map_err(db)
+    }
+
+    async fn tx_all(tx: &mut Tx, sql: &str, args: &[Arg<'_>]) -> Result<Vec<PgRow>> {
+        statement(sql, args).fetch_all(&mut **tx).await.map_err(db)
+    }
+
+    async fn tx_run(tx: &mut Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64> {
+        Ok(statement(sql, args).execute(&mut **tx).await?.rows_affected())
+    }
+
+    async fn tx_attempt(tx: &mut Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64> {
+        let mut savepoint = sqlx::Acquire::begin(&mut **tx).await?;
+        match statement(sql, args).execute(&mut *savepoint).await {
+            Ok(r) => {
+                savepoint.commit().await?;
+                Ok(r.rows_affected())
+            }
+            Err(e) => {
+                savepoint.rollback().await?;
+                Err(e)
+            }
+        }
+    }
+
+    async fn bump(tx: &mut Tx, tenant: &str, user: &str) -> Result<i64> {
+        crate::versions::bump_postgres(tx, tenant, user).await
+    }
+
+    fn fault(e: sqlx::Error) -> Error {
+        db(e)
+    }
+
+    fn is_duplicate(e: &sqlx::Error) -> bool {
+        is_unique_violation(e)
+    }
+
+    fn memory_index(m: &Memory) -> (&'static str, &'static str, Vec<Arg<'static>>) {
+        let text = index_text(&[&m.content]);
+        let values = ", ?, length(to_tsvector('simple'::regconfig, ?))";
+        (", fts_text, fts_len", values, vec![Arg::Owned(text.clone()), Arg::Owned(text)])
+    }
+
+    fn message_index(m: &Message) -> (&'static str, &'static str, Vec<Arg<'static>>) {
+        let text = index_text(&[&m.content, m.tool_name.as_deref().unwrap_or("")]);
+        (", fts_text", ", ?", vec![Arg::Owned(text)])
+    }
+}
 
 /// The PostgreSQL store.
 pub struct PgStore {
@@ -185,93 +285,6 @@ impl PgStore {
 
     async fn begin(&self) -> Result<Tx> {
         self.pool.begin().await.map_err(db)
-    }
-
-    /// Bump several users, in a fixed order (so two transactions never wait on each other
-    /// in a cycle); returns each user's new version.
-    async fn bump_all(
-        tx: &mut Tx,
-        tenant: &str,
-        users: BTreeSet<String>,
-    ) -> Result<HashMap<String, i64>> {
-        let mut out = HashMap::with_capacity(users.len());
-        for u in users {
-            let v = crate::versions::bump_postgres(tx, tenant, &u).await?;
-            out.insert(u, v);
-        }
-        Ok(out)
-    }
-
-    async fn insert_event(tx: &mut Tx, tenant: &str, user: &str, e: &MemoryEvent) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO memory_events (tenant_id, user_id, memory_id, event, related_id, actor, detail, at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(tenant)
-        .bind(user)
-        .bind(e.memory_id.0)
-        .bind(e.event.as_str())
-        .bind(e.related_id.map(|r| r.0))
-        .bind(&e.actor)
-        .bind(&e.detail)
-        .bind(e.at)
-        .execute(&mut **tx)
-        .await
-        .map_err(db)?;
-        Ok(())
-    }
-
-    async fn insert_row(tx: &mut Tx, row: &NewMemory, version: i64) -> Result<()> {
-        let m = &row.memory;
-        let ids: Vec<Uuid> = m.source.message_ids.iter().map(|i| i.0).collect();
-        sqlx::query(
-            "INSERT INTO memories (tenant_id, id, user_id, agent_id, pool, kind, key, category, importance, rating, \
-             content, source_kind, source_conversation_id, source_message_ids, observed_at, created_at, updated_at, \
-             last_accessed_at, access_count, mention_count, expires_at, superseded_at, superseded_by, metadata, \
-             embedding, embedding_model, version, fts_text, fts_len) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, \
-             $21, $22, $23, $24, $25, $26, $27, $28, length(to_tsvector('simple'::regconfig, $28)))",
-        )
-        .bind(m.tenant_id.as_str())
-        .bind(m.id.0)
-        .bind(m.user_id.as_str())
-        .bind(m.agent_id.as_ref().map(AgentId::as_str))
-        .bind(m.pool.as_deref())
-        .bind(m.kind.as_str())
-        .bind(m.key.as_deref())
-        .bind(m.category.as_str())
-        .bind(i16::from(m.importance.get()))
-        .bind(m.rating)
-        .bind(&m.content)
-        .bind(m.source.kind.as_str())
-        .bind(m.source.conversation_id.as_ref().map(ConversationId::as_str))
-        .bind(ids)
-        .bind(m.observed_at)
-        .bind(m.created_at)
-        .bind(m.updated_at)
-        .bind(m.last_accessed_at)
-        .bind(m.access_count)
-        .bind(m.mention_count)
-        .bind(m.expires_at)
-        .bind(m.superseded_at)
-        .bind(m.superseded_by.map(|s| s.0))
-        .bind(&m.metadata)
-        .bind(row.vector.as_ref().map(|v| pgvector::Vector::from(v.clone())))
-        .bind(m.embedding_model.as_deref())
-        .bind(version)
-        .bind(index_text(&[&m.content]))
-        .execute(&mut **tx)
-        .await
-        .map_err(|e| {
-            if is_unique_violation(&e) {
-                return Error::Conflict(format!("memory {} already exists", m.id));
-            }
-            db(e)
-        })?;
-        for e in &row.events {
-            Self::insert_event(tx, m.tenant_id.as_str(), m.user_id.as_str(), e).await?;
-        }
-        Ok(())
     }
 
     /// Insert many rows and their events with one `INSERT … SELECT FROM unnest(…)` per table
@@ -446,85 +459,6 @@ impl PgStore {
         .await
         .map_err(db)?;
         Ok(())
-    }
-
-    /// The owner of a memory row (owners never change, so this needs no lock).
-    async fn memory_user(tx: &mut Tx, tenant: &TenantId, id: MemoryId) -> Result<Option<String>> {
-        let r = sqlx::query("SELECT user_id FROM memories WHERE tenant_id = $1 AND id = $2")
-            .bind(tenant.as_str())
-            .bind(id.0)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(db)?;
-        r.map(|r| col(&r, "user_id")).transpose()
-    }
-
-    /// Supersede `old` inside a write transaction (see `Store::supersede`).
-    async fn supersede_tx(
-        tx: &mut Tx,
-        tenant: &TenantId,
-        old: MemoryId,
-        new: Option<&NewMemory>,
-        event: &MemoryEvent,
-    ) -> Result<()> {
-        let user = Self::memory_user(tx, tenant, old)
-            .await?
-            .ok_or_else(|| Error::not_found(format!("memory {old}")))?;
-        // User lock first, then the row: the order every writer uses.
-        let v = crate::versions::bump_postgres(tx, tenant.as_str(), &user).await?;
-        let row = sqlx::query(
-            "SELECT superseded_at FROM memories WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
-        )
-        .bind(tenant.as_str())
-        .bind(old.0)
-        .fetch_optional(&mut **tx)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| Error::not_found(format!("memory {old}")))?;
-        if col::<Option<OffsetDateTime>>(&row, "superseded_at")?.is_some() {
-            return Err(Error::Conflict(format!("memory {old} is already superseded")));
-        }
-        if let Some(n) = new {
-            if n.memory.tenant_id != *tenant || n.memory.user_id.as_str() != user {
-                return Err(Error::internal("successor of another tenant or user"));
-            }
-            Self::insert_row(tx, n, v).await?;
-        }
-        sqlx::query(
-            "UPDATE memories SET superseded_at = $1, superseded_by = $2, updated_at = $1, version = $3 \
-             WHERE tenant_id = $4 AND id = $5",
-        )
-        .bind(event.at)
-        .bind(new.map(|n| n.memory.id.0))
-        .bind(v)
-        .bind(tenant.as_str())
-        .bind(old.0)
-        .execute(&mut **tx)
-        .await
-        .map_err(db)?;
-        Self::insert_event(tx, tenant.as_str(), &user, event).await
-    }
-
-    /// Confirm a restated fact inside a write transaction.
-    async fn confirm_tx(
-        tx: &mut Tx,
-        tenant: &TenantId,
-        id: MemoryId,
-        event: &MemoryEvent,
-    ) -> Result<()> {
-        let r = sqlx::query(
-            "UPDATE memories SET updated_at = $1, mention_count = mention_count + 1 \
-             WHERE tenant_id = $2 AND id = $3 RETURNING user_id",
-        )
-        .bind(event.at)
-        .bind(tenant.as_str())
-        .bind(id.0)
-        .fetch_optional(&mut **tx)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| Error::not_found(format!("memory {id}")))?;
-        let user: String = col(&r, "user_id")?;
-        Self::insert_event(tx, tenant.as_str(), &user, event).await
     }
 
     async fn select_memories(

@@ -670,12 +670,14 @@ impl PgStore {
         build_scope_index(&self.pool, tenant, user, dims, true).await
     }
 
-    pub(super) async fn text_search_impl(
+    /// Keyword search in `scope`: the ids (made by `id`) and scores of the best `k` rows.
+    pub(super) async fn text_search_impl<I>(
         &self,
         scope: TextScope<'_>,
         query: &str,
         k: usize,
-    ) -> Result<Vec<(Uuid, f64)>> {
+        id: fn(Uuid) -> I,
+    ) -> Result<Vec<(I, f64)>> {
         // Diacritics folded first (the index is folded), then cut like the SQLite store cuts
         // (a prefix of a long word, `crate::text::match_term`).
         let mut terms: Vec<String> = Vec::new();
@@ -830,6 +832,6 @@ impl PgStore {
         q.push(") SELECT h.id, h.score FROM hits h ORDER BY h.score DESC, h.id LIMIT ")
             .push_bind(i64::try_from(k).unwrap_or(i64::MAX));
         let rows = q.build().fetch_all(&self.pool).await.map_err(db)?;
-        rows.iter().map(|r| Ok((col::<Uuid>(r, "id")?, col::<f64>(r, "score")?))).collect()
+        rows.iter().map(|r| Ok((id(col(r, "id")?), col::<f64>(r, "score")?))).collect()
     }
 }

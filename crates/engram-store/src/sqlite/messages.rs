@@ -1,6 +1,10 @@
 //! SQLite: the [`engram_core::store::MessageStore`] part of the store. The transcript: appending and reading messages, their ratings, keyword and vector search, their vectors, and the conversation state extraction keeps (cursor, rolling summary, the extraction batch).
+//!
+//! What both backends do alike is written once in [`crate::common::messages`]; this file holds
+//! the rest and calls it.
 
 use super::*;
+use crate::common::messages::Conversation;
 
 #[async_trait]
 impl MessageStore for SqliteStore {
@@ -9,89 +13,7 @@ impl MessageStore for SqliteStore {
         tenant: &TenantId,
         messages: Vec<Message>,
     ) -> Result<Vec<Message>> {
-        let Some(first) = messages.first() else { return Ok(vec![]) };
-        let conv = first.conversation_id.clone();
-        let user = first.user_id.clone();
-        let agent = first.agent_id.clone();
-        let now = ts(OffsetDateTime::now_utc());
-        let mut tx = self.begin().await?;
-        let existing = sqlx::query(
-            "SELECT user_id, agent_id, last_seq FROM conversations WHERE tenant_id = ? AND id = ?",
-        )
-        .bind(tenant.as_str())
-        .bind(conv.as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db)?;
-        let mut seq = match existing {
-            Some(r) => {
-                if r.get::<&str, _>("user_id") != user.as_str() {
-                    return Err(Error::Conflict(format!(
-                        "conversation '{conv}' belongs to another user"
-                    )));
-                }
-                crate::check_conversation_agent(
-                    &conv,
-                    r.get::<Option<&str>, _>("agent_id"),
-                    &messages,
-                )?;
-                r.get::<i64, _>("last_seq")
-            }
-            None => {
-                sqlx::query(
-                    "INSERT INTO conversations (tenant_id, id, user_id, agent_id, last_seq, created_at, updated_at) VALUES (?, ?, ?, ?, 0, ?, ?)",
-                )
-                .bind(tenant.as_str())
-                .bind(conv.as_str())
-                .bind(user.as_str())
-                .bind(agent.as_ref().map(AgentId::as_str))
-                .bind(now)
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-                0
-            }
-        };
-        let mut out = Vec::with_capacity(messages.len());
-        for mut m in messages {
-            seq += 1;
-            m.seq = seq;
-            sqlx::query(
-                "INSERT INTO messages (id, tenant_id, conversation_id, user_id, agent_id, seq, role, content, tool_name, \
-                 tool_args, tool_result, turn_id, metadata, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(m.id.to_string())
-            .bind(tenant.as_str())
-            .bind(conv.as_str())
-            .bind(user.as_str())
-            .bind(m.agent_id.as_ref().map(AgentId::as_str))
-            .bind(seq)
-            .bind(m.role.as_str())
-            .bind(&m.content)
-            .bind(m.tool_name.as_deref())
-            .bind(m.tool_args.as_ref().map(ToString::to_string))
-            .bind(m.tool_result.as_deref())
-            .bind(m.turn_id.as_deref())
-            .bind(m.metadata.to_string())
-            .bind(ts(m.created_at))
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-            out.push(m);
-        }
-        sqlx::query(
-            "UPDATE conversations SET last_seq = ?, updated_at = ? WHERE tenant_id = ? AND id = ?",
-        )
-        .bind(seq)
-        .bind(now)
-        .bind(tenant.as_str())
-        .bind(conv.as_str())
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-        tx.commit().await.map_err(db)?;
-        Ok(out)
+        common::messages::append(self, tenant, messages).await
     }
 
     async fn list_messages(
@@ -101,15 +23,7 @@ impl MessageStore for SqliteStore {
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<Message>> {
-        let rows = sqlx::query("SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? AND seq > ? ORDER BY seq LIMIT ?")
-            .bind(tenant.as_str())
-            .bind(conversation.as_str())
-            .bind(after_seq)
-            .bind(limit as i64)
-            .fetch_all(&self.read)
-            .await
-            .map_err(db)?;
-        rows.iter().map(message_from_row).collect()
+        Conversation::new(self, tenant, conversation).list(after_seq, limit).await
     }
 
     async fn conversation_owner(
@@ -117,51 +31,19 @@ impl MessageStore for SqliteStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<(UserId, Option<AgentId>)>> {
-        let row = sqlx::query(
-            "SELECT user_id, agent_id FROM conversations WHERE tenant_id = ? AND id = ?",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .fetch_optional(&self.read)
-        .await
-        .map_err(db)?;
-        row.map(|r| {
-            Ok((
-                UserId::parse(r.get::<String, _>(0))?,
-                r.get::<Option<String>, _>(1).map(AgentId::parse).transpose()?,
-            ))
-        })
-        .transpose()
+        Conversation::new(self, tenant, conversation).owner().await
     }
 
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>> {
-        let row = sqlx::query("SELECT * FROM messages WHERE tenant_id = ? AND id = ?")
-            .bind(tenant.as_str())
-            .bind(id.to_string())
-            .fetch_optional(&self.read)
-            .await
-            .map_err(db)?;
-        row.as_ref().map(message_from_row).transpose()
+        common::messages::get(self, tenant, id).await
     }
 
     async fn get_messages(&self, tenant: &TenantId, ids: &[MessageId]) -> Result<Vec<Message>> {
-        let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
-        self.select_by_ids("SELECT * FROM messages", tenant, &ids, message_from_row).await
+        common::messages::get_many(self, tenant, ids).await
     }
 
     async fn rate_message(&self, tenant: &TenantId, id: MessageId, delta: i64) -> Result<i64> {
-        let mut tx = self.begin().await?;
-        let r: i64 = sqlx::query("UPDATE messages SET rating = rating + ? WHERE tenant_id = ? AND id = ? RETURNING rating")
-            .bind(delta)
-            .bind(tenant.as_str())
-            .bind(id.to_string())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db)?
-            .ok_or_else(|| Error::not_found(format!("message {id}")))?
-            .get(0);
-        tx.commit().await.map_err(db)?;
-        Ok(r)
+        common::messages::rate(self, tenant, id, delta).await
     }
 
     async fn text_search_messages(
@@ -171,24 +53,10 @@ impl MessageStore for SqliteStore {
         query: &str,
         k: usize,
     ) -> Result<Vec<(MessageId, f64)>> {
-        let Some(fq) = self.informative_query(query, "messages_fts_vocab", "messages").await?
-        else {
-            return Ok(vec![]);
+        let narrow = |q: &mut QueryBuilder<Sqlite>| {
+            q.push(" AND m.user_id = ").push_bind(user.as_str().to_string());
         };
-        let rows = sqlx::query(
-            "SELECT m.id AS id, bm25(messages_fts) AS score FROM messages_fts CROSS JOIN messages m ON m.rowid = messages_fts.rowid \
-             WHERE messages_fts MATCH ? AND m.tenant_id = ? AND m.user_id = ? ORDER BY score LIMIT ?",
-        )
-        .bind(fq)
-        .bind(tenant.as_str())
-        .bind(user.as_str())
-        .bind(k as i64)
-        .fetch_all(&self.read)
-        .await
-        .map_err(db)?;
-        rows.iter()
-            .map(|r| Ok((MessageId::parse(r.get("id"))?, -r.get::<f64, _>("score"))))
-            .collect()
+        self.fts_search("messages", tenant, query, k, narrow, MessageId).await
     }
 
     async fn messages_needing_vectors(
@@ -198,20 +66,7 @@ impl MessageStore for SqliteStore {
         model_id: &str,
         limit: usize,
     ) -> Result<Vec<(MessageId, i64)>> {
-        let rows = sqlx::query(
-            "SELECT id, seq FROM messages WHERE tenant_id = ? AND conversation_id = ? \
-             AND content != '' AND (embedding IS NULL OR embedding_model IS NOT ?) ORDER BY seq LIMIT ?",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .bind(model_id)
-        .bind(limit as i64)
-        .fetch_all(&self.read)
-        .await
-        .map_err(db)?;
-        rows.iter()
-            .map(|r| Ok((MessageId::parse(r.get::<&str, _>("id"))?, r.get::<i64, _>("seq"))))
-            .collect()
+        Conversation::new(self, tenant, conversation).needing_vectors(model_id, limit).await
     }
 
     async fn conversations_needing_message_vectors(
@@ -220,17 +75,7 @@ impl MessageStore for SqliteStore {
         model_id: &str,
         limit: usize,
     ) -> Result<Vec<ConversationId>> {
-        let rows = sqlx::query(
-            "SELECT DISTINCT conversation_id FROM messages WHERE tenant_id = ? AND content != '' \
-             AND (embedding IS NULL OR embedding_model IS NOT ?) ORDER BY 1 LIMIT ?",
-        )
-        .bind(tenant.as_str())
-        .bind(model_id)
-        .bind(limit as i64)
-        .fetch_all(&self.read)
-        .await
-        .map_err(db)?;
-        rows.iter().map(|r| ConversationId::parse(r.get::<String, _>(0))).collect()
+        common::messages::conversations_needing_vectors(self, tenant, model_id, limit).await
     }
 
     async fn set_message_vectors(
@@ -292,15 +137,7 @@ impl MessageStore for SqliteStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Vec<Message>> {
-        let rows = sqlx::query(
-            "SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? ORDER BY seq",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .fetch_all(&self.read)
-        .await
-        .map_err(db)?;
-        rows.iter().map(message_from_row).collect()
+        Conversation::new(self, tenant, conversation).messages().await
     }
 
     async fn extraction_cursor(
@@ -308,15 +145,7 @@ impl MessageStore for SqliteStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<String>> {
-        Ok(sqlx::query(
-            "SELECT last_hash FROM extraction_cursors WHERE tenant_id = ? AND conversation_id = ?",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .fetch_optional(&self.read)
-        .await
-        .map_err(db)?
-        .map(|r| r.get(0)))
+        Conversation::new(self, tenant, conversation).extraction_cursor().await
     }
 
     async fn rolling_summary(
@@ -324,13 +153,7 @@ impl MessageStore for SqliteStore {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<(Option<String>, i64)> {
-        Ok(sqlx::query("SELECT rolling_summary, summary_user_turns FROM conversations WHERE tenant_id = ? AND id = ?")
-            .bind(tenant.as_str())
-            .bind(conversation.as_str())
-            .fetch_optional(&self.read)
-            .await
-            .map_err(db)?
-            .map_or((None, 0), |r| (r.get(0), r.get(1))))
+        Conversation::new(self, tenant, conversation).rolling_summary().await
     }
 
     async fn set_rolling_summary(
@@ -340,16 +163,7 @@ impl MessageStore for SqliteStore {
         summary: &str,
         user_turns: i64,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query("UPDATE conversations SET rolling_summary = ?, summary_user_turns = ? WHERE tenant_id = ? AND id = ?")
-            .bind(summary)
-            .bind(user_turns)
-            .bind(tenant.as_str())
-            .bind(conversation.as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        tx.commit().await.map_err(db)
+        Conversation::new(self, tenant, conversation).set_rolling_summary(summary, user_turns).await
     }
 
     async fn apply_extraction(
@@ -359,35 +173,7 @@ impl MessageStore for SqliteStore {
         user: &UserId,
         batch: ExtractionBatch,
     ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        if !batch.adds.is_empty() {
-            let v = crate::versions::bump_sqlite(&mut tx, tenant.as_str(), user.as_str()).await?;
-            for row in &batch.adds {
-                if row.memory.tenant_id != *tenant || row.memory.user_id != *user {
-                    return Err(Error::internal("extracted memory of another tenant or user"));
-                }
-                Self::insert_row(&mut tx, row, v).await?;
-            }
-        }
-        for (old, new, event) in &batch.supersedes {
-            Self::supersede_tx(&mut tx, tenant, *old, new.as_ref(), event).await?;
-        }
-        for (id, event) in &batch.confirms {
-            Self::confirm_tx(&mut tx, tenant, *id, event).await?;
-        }
-        sqlx::query(
-            "INSERT INTO extraction_cursors (tenant_id, conversation_id, user_id, last_hash, updated_at) VALUES (?, ?, ?, ?, ?) \
-             ON CONFLICT (tenant_id, conversation_id) DO UPDATE SET last_hash = excluded.last_hash, updated_at = excluded.updated_at",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.as_str())
-        .bind(user.as_str())
-        .bind(&batch.cursor)
-        .bind(ts(OffsetDateTime::now_utc()))
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-        tx.commit().await.map_err(db)
+        common::memories::apply_extraction(self, tenant, conversation, user, batch).await
     }
 
     async fn set_message_content(

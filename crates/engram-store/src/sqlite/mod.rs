@@ -21,22 +21,27 @@ use std::time::Duration;
 use async_trait::async_trait;
 use engram_core::error::{Error, Result};
 use engram_core::model::{
-    Agent, AgentId, Category, ConversationId, EventKind, Importance, Job, JobKind, JobStatus,
-    KeyRole, Kind, Memory, MemoryEvent, MemoryId, Message, MessageId, MessageRole, Source,
-    SourceKind, TenantId, UserId,
+    Agent, AgentId, Category, ConversationId, Job, JobKind, JobStatus, Kind, Memory, MemoryEvent,
+    MemoryId, Message, MessageId, TenantId, UserId,
 };
 use engram_core::store::prelude::*;
 use engram_core::store::{
     ApiKey, BackupRow, BackupScope, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter,
     MemoryPage, NewMemory, RestoreState, StoreStats,
 };
+use sqlx::query::Query;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use time::OffsetDateTime;
 
+use crate::common::memories::MEMORY_COLS;
+use crate::common::rows::Columns;
+use crate::common::{self, Arg, Backend};
 pub use crate::fault::sqlite as db;
+use crate::tables::{blob_to_vec, vec_to_blob};
 pub use crate::text::{MatchTerm, fts_query, match_terms, query_terms};
 use vectors::{Entry, VectorCache};
 
@@ -63,17 +68,155 @@ fn opt_ts(n: Option<i64>) -> Option<OffsetDateTime> {
     n.map(from_ts)
 }
 
-fn vec_to_blob(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+/// A shared statement ([`crate::common`]) with its values bound as SQLite stores them.
+fn statement(sql: &str, args: &[Arg<'_>]) -> Query<'static, Sqlite, SqliteArguments> {
+    args.iter().fold(sqlx::query(sqlx::AssertSqlSafe(sql.to_string())), |q, a| match a {
+        Arg::Text(v) => q.bind(*v),
+        Arg::OptText(v) => q.bind(*v),
+        Arg::Owned(v) => q.bind(v.clone()),
+        Arg::Int(v) => q.bind(*v),
+        Arg::Bool(v) => q.bind(i64::from(*v)),
+        Arg::Real(v) => q.bind(*v),
+        Arg::Small(v) => q.bind(i64::from(*v)),
+        Arg::Id(v) => q.bind(v.to_string()),
+        Arg::OptId(v) => q.bind(v.map(|v| v.to_string())),
+        Arg::Ids(v) => {
+            let ids: Vec<String> = v.iter().map(ToString::to_string).collect();
+            q.bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
+        }
+        Arg::Texts(v) => q.bind(serde_json::to_string(v).unwrap_or_else(|_| "[]".into())),
+        Arg::Ts(v) => q.bind(ts(*v)),
+        Arg::OptTs(v) => q.bind(v.map(ts)),
+        Arg::Json(v) => q.bind(v.to_string()),
+        Arg::OptJson(v) => q.bind(v.map(ToString::to_string)),
+        Arg::OptVector(v) => q.bind(v.map(vec_to_blob)),
+    })
 }
 
-fn blob_to_vec(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+/// One column, decoded: a row that does not decode is an internal error.
+fn col<'r, T>(r: &'r SqliteRow, name: &str) -> Result<T>
+where
+    T: sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite>,
+{
+    r.try_get(name).map_err(|e| Error::internal(format!("database: column {name}: {e}")))
 }
 
-const MEMORY_COLS: &str = "id, tenant_id, user_id, agent_id, pool, kind, key, category, importance, rating, content, \
-     source_kind, source_conversation_id, source_message_ids, observed_at, created_at, updated_at, \
-     last_accessed_at, access_count, mention_count, expires_at, superseded_at, superseded_by, metadata, embedding_model";
+#[async_trait]
+impl Backend for SqliteStore {
+    type Row = SqliteRow;
+    type Tx = Transaction<'static, Sqlite>;
+
+    const BYTE_ORDER: &'static str = "";
+    const IN_LIST: &'static str = " IN (SELECT value FROM json_each(?))";
+    const USER_LOCK: bool = false;
+    const LOCK: &'static str = "";
+
+    async fn read_all(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<SqliteRow>> {
+        statement(sql, args).fetch_all(&self.read).await.map_err(db)
+    }
+
+    async fn write(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+        let mut tx = self.begin().await?;
+        let n = Self::tx_run(&mut tx, sql, args).await.map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(n)
+    }
+
+    async fn begin_write(&self) -> Result<Self::Tx> {
+        self.begin().await
+    }
+
+    async fn commit(tx: Self::Tx) -> Result<()> {
+        tx.commit().await.map_err(db)
+    }
+
+    async fn tx_all(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> Result<Vec<SqliteRow>> {
+        statement(sql, args).fetch_all(&mut **tx).await.map_err(db)
+    }
+
+    async fn tx_run(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64> {
+        Ok(statement(sql, args).execute(&mut **tx).await?.rows_affected())
+    }
+
+    async fn tx_attempt(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64> {
+        Self::tx_run(tx, sql, args).await
+    }
+
+    async fn bump(tx: &mut Self::Tx, tenant: &str, user: &str) -> Result<i64> {
+        crate::versions::bump_sqlite(tx, tenant, user).await
+    }
+
+    fn fault(e: sqlx::Error) -> Error {
+        db(e)
+    }
+
+    fn is_duplicate(e: &sqlx::Error) -> bool {
+        matches!(e, sqlx::Error::Database(d) if d.message().contains("UNIQUE"))
+    }
+
+    fn memory_index(_: &Memory) -> (&'static str, &'static str, Vec<Arg<'static>>) {
+        ("", "", vec![])
+    }
+
+    fn message_index(_: &Message) -> (&'static str, &'static str, Vec<Arg<'static>>) {
+        ("", "", vec![])
+    }
+}
+
+/// Columns as SQLite stores them: ids as text, timestamps as unix nanoseconds, JSON and id
+/// lists as text, flags as 0/1.
+impl Columns for SqliteRow {
+    fn text(&self, name: &str) -> Result<String> {
+        col(self, name)
+    }
+
+    fn opt_text(&self, name: &str) -> Result<Option<String>> {
+        col(self, name)
+    }
+
+    fn int(&self, name: &str) -> Result<i64> {
+        col(self, name)
+    }
+
+    fn real(&self, name: &str) -> Result<f64> {
+        col(self, name)
+    }
+
+    fn flag(&self, name: &str) -> Result<bool> {
+        Ok(col::<i64>(self, name)? != 0)
+    }
+
+    fn id(&self, name: &str) -> Result<uuid::Uuid> {
+        uuid::Uuid::parse_str(col(self, name)?)
+            .map_err(|e| Error::internal(format!("database: column {name}: {e}")))
+    }
+
+    fn opt_id(&self, name: &str) -> Result<Option<uuid::Uuid>> {
+        if self.is_null(name)? { Ok(None) } else { self.id(name).map(Some) }
+    }
+
+    fn ids(&self, name: &str) -> Result<Vec<uuid::Uuid>> {
+        let ids: Vec<String> = serde_json::from_str(col(self, name)?).unwrap_or_default();
+        Ok(ids.iter().filter_map(|s| uuid::Uuid::parse_str(s).ok()).collect())
+    }
+
+    fn ts(&self, name: &str) -> Result<OffsetDateTime> {
+        Ok(from_ts(col(self, name)?))
+    }
+
+    fn opt_ts(&self, name: &str) -> Result<Option<OffsetDateTime>> {
+        Ok(opt_ts(col(self, name)?))
+    }
+
+    fn opt_json(&self, name: &str) -> Result<Option<serde_json::Value>> {
+        Ok(col::<Option<&str>>(self, name)?.and_then(|s| serde_json::from_str(s).ok()))
+    }
+
+    fn is_null(&self, name: &str) -> Result<bool> {
+        use sqlx::ValueRef;
+        Ok(self.try_get_raw(name).map_err(db)?.is_null())
+    }
+}
 
 /// The embedded SQLite store.
 pub struct SqliteStore {
@@ -141,114 +284,46 @@ impl SqliteStore {
         Ok(Self { read, write, vectors: VectorCache::default() })
     }
 
-    /// The rows of one tenant whose `id` is one of `ids`, read with `select` ("SELECT … FROM
-    /// table") in chunks of 500 bound ids, each decoded by `decode`; any order.
-    async fn select_by_ids<T>(
-        &self,
-        select: &str,
-        tenant: &TenantId,
-        ids: &[String],
-        decode: fn(&SqliteRow) -> Result<T>,
-    ) -> Result<Vec<T>> {
-        let mut out = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(500) {
-            let mut q = QueryBuilder::<Sqlite>::new(format!("{select} WHERE tenant_id = "));
-            q.push_bind(tenant.as_str().to_string()).push(" AND id IN (");
-            let mut s = q.separated(", ");
-            for id in chunk {
-                s.push_bind(id.clone());
-            }
-            s.push_unseparated(")");
-            for r in q.build().fetch_all(&self.read).await.map_err(db)? {
-                out.push(decode(&r)?);
-            }
-        }
-        Ok(out)
+    /// Record the embedding space in `meta`; an existing record stays unless `replace`.
+    async fn set_space(&self, replace: bool, model_id: &str, dims: usize) -> Result<()> {
+        let conflict = if replace { "OR REPLACE" } else { "OR IGNORE" };
+        let sql = format!(
+            "INSERT {conflict} INTO meta (key, value) \
+             VALUES ('embedding_model', ?), ('embedding_dims', ?)"
+        );
+        self.write(&sql, &[Arg::Text(model_id), Arg::Owned(dims.to_string())]).await?;
+        Ok(())
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
         self.write.begin_with("BEGIN IMMEDIATE").await.map_err(db)
     }
 
-    async fn insert_event(
-        tx: &mut Transaction<'static, Sqlite>,
-        tenant: &str,
-        user: &str,
-        e: &MemoryEvent,
-    ) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO memory_events (tenant_id, user_id, memory_id, event, related_id, actor, detail, at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(tenant)
-        .bind(user)
-        .bind(e.memory_id.to_string())
-        .bind(e.event.as_str())
-        .bind(e.related_id.map(|r| r.to_string()))
-        .bind(&e.actor)
-        .bind(e.detail.to_string())
-        .bind(ts(e.at))
-        .execute(&mut **tx)
-        .await
-        .map_err(db)?;
-        Ok(())
-    }
-
-    async fn insert_row(
-        tx: &mut Transaction<'static, Sqlite>,
-        row: &NewMemory,
-        version: i64,
-    ) -> Result<()> {
-        let m = &row.memory;
-        let ids: Vec<String> = m.source.message_ids.iter().map(ToString::to_string).collect();
-        sqlx::query(
-            "INSERT INTO memories (id, tenant_id, user_id, agent_id, pool, kind, key, category, importance, rating, \
-             content, source_kind, source_conversation_id, source_message_ids, observed_at, created_at, updated_at, \
-             last_accessed_at, access_count, mention_count, expires_at, superseded_at, superseded_by, metadata, \
-             embedding, embedding_model, version) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(m.id.to_string())
-        .bind(m.tenant_id.as_str())
-        .bind(m.user_id.as_str())
-        .bind(m.agent_id.as_ref().map(AgentId::as_str))
-        .bind(m.pool.as_deref())
-        .bind(m.kind.as_str())
-        .bind(m.key.as_deref())
-        .bind(m.category.as_str())
-        .bind(i64::from(m.importance.get()))
-        .bind(m.rating)
-        .bind(&m.content)
-        .bind(m.source.kind.as_str())
-        .bind(m.source.conversation_id.as_ref().map(ConversationId::as_str))
-        .bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
-        .bind(ts(m.observed_at))
-        .bind(ts(m.created_at))
-        .bind(ts(m.updated_at))
-        .bind(m.last_accessed_at.map(ts))
-        .bind(m.access_count)
-        .bind(m.mention_count)
-        .bind(m.expires_at.map(ts))
-        .bind(m.superseded_at.map(ts))
-        .bind(m.superseded_by.map(|s| s.to_string()))
-        .bind(m.metadata.to_string())
-        .bind(row.vector.as_deref().map(vec_to_blob))
-        .bind(m.embedding_model.as_deref())
-        .bind(version)
-        .execute(&mut **tx)
-        .await
-        .map_err(|e| {
-            if let sqlx::Error::Database(d) = &e
-                && d.message().contains("UNIQUE")
-            {
-                return Error::Conflict(format!("memory {} already exists", m.id));
-            }
-            db(e)
-        })?;
-        for e in &row.events {
-            Self::insert_event(tx, m.tenant_id.as_str(), m.user_id.as_str(), e).await?;
-        }
-        Ok(())
+    /// BM25 keyword search in `table` (`memories` or `messages`, through its FTS5 index):
+    /// the ids (made by `id`) and scores of the best `k` rows of `tenant` that `narrow`
+    /// keeps (it appends conditions on the row, `m`).
+    async fn fts_search<I>(
+        &self,
+        table: &'static str,
+        tenant: &TenantId,
+        query: &str,
+        k: usize,
+        narrow: impl FnOnce(&mut QueryBuilder<Sqlite>),
+        id: fn(uuid::Uuid) -> I,
+    ) -> Result<Vec<(I, f64)>> {
+        let vocab = if table == "memories" { "memories_fts_vocab" } else { "messages_fts_vocab" };
+        let Some(fq) = self.informative_query(query, vocab, table).await? else {
+            return Ok(vec![]);
+        };
+        let mut q = QueryBuilder::<Sqlite>::new(format!(
+            "SELECT m.id AS id, bm25({table}_fts) AS score FROM {table}_fts \
+             CROSS JOIN {table} m ON m.rowid = {table}_fts.rowid WHERE {table}_fts MATCH "
+        ));
+        q.push_bind(fq).push(" AND m.tenant_id = ").push_bind(tenant.as_str().to_string());
+        narrow(&mut q);
+        q.push(" ORDER BY score LIMIT ").push_bind(k as i64);
+        let rows = q.build().fetch_all(&self.read).await.map_err(db)?;
+        rows.iter().map(|r| Ok((id(r.id("id")?), -r.real("score")?))).collect()
     }
 
     /// The query's terms ([`match_terms`]: words, or prefixes of longer words) minus those
@@ -317,71 +392,6 @@ impl SqliteStore {
         Ok(Some(keep.iter().map(MatchTerm::fts5).collect::<Vec<_>>().join(" OR ")))
     }
 
-    /// Supersede `old` inside a write transaction (see `Store::supersede`).
-    async fn supersede_tx(
-        tx: &mut Transaction<'static, Sqlite>,
-        tenant: &TenantId,
-        old: MemoryId,
-        new: Option<&NewMemory>,
-        event: &MemoryEvent,
-    ) -> Result<()> {
-        let row = sqlx::query(
-            "SELECT user_id, superseded_at FROM memories WHERE tenant_id = ? AND id = ?",
-        )
-        .bind(tenant.as_str())
-        .bind(old.to_string())
-        .fetch_optional(&mut **tx)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| Error::not_found(format!("memory {old}")))?;
-        if row.get::<Option<i64>, _>("superseded_at").is_some() {
-            return Err(Error::Conflict(format!("memory {old} is already superseded")));
-        }
-        let user: String = row.get("user_id");
-        let v = crate::versions::bump_sqlite(tx, tenant.as_str(), &user).await?;
-        let now = ts(event.at);
-        if let Some(n) = new {
-            if n.memory.tenant_id != *tenant || n.memory.user_id.as_str() != user {
-                return Err(Error::internal("successor of another tenant or user"));
-            }
-            Self::insert_row(tx, n, v).await?;
-        }
-        sqlx::query(
-            "UPDATE memories SET superseded_at = ?, superseded_by = ?, updated_at = ?, version = ? WHERE tenant_id = ? AND id = ?",
-        )
-        .bind(now)
-        .bind(new.map(|n| n.memory.id.to_string()))
-        .bind(now)
-        .bind(v)
-        .bind(tenant.as_str())
-        .bind(old.to_string())
-        .execute(&mut **tx)
-        .await
-        .map_err(db)?;
-        Self::insert_event(tx, tenant.as_str(), &user, event).await
-    }
-
-    /// Confirm a restated fact inside a write transaction.
-    async fn confirm_tx(
-        tx: &mut Transaction<'static, Sqlite>,
-        tenant: &TenantId,
-        id: MemoryId,
-        event: &MemoryEvent,
-    ) -> Result<()> {
-        let user: Option<String> = sqlx::query(
-            "UPDATE memories SET updated_at = ?, mention_count = mention_count + 1 WHERE tenant_id = ? AND id = ? RETURNING user_id",
-        )
-        .bind(ts(event.at))
-        .bind(tenant.as_str())
-        .bind(id.to_string())
-        .fetch_optional(&mut **tx)
-        .await
-        .map_err(db)?
-        .map(|r| r.get(0));
-        let user = user.ok_or_else(|| Error::not_found(format!("memory {id}")))?;
-        Self::insert_event(tx, tenant.as_str(), &user, event).await
-    }
-
     /// Bring the vector index of one user up to date with the database.
     async fn catch_up(
         &self,
@@ -410,27 +420,16 @@ impl SqliteStore {
             self.vectors.drop_user(tenant, user);
             return Box::pin(self.catch_up(tenant, user)).await;
         }
-        let rows = sqlx::query(
+        // What changed since the version the index has: rows written, rows purged.
+        let changed = "tenant_id = ? AND user_id = ? AND version > ? AND version <= ?";
+        let since = [Arg::Text(tenant), Arg::Text(user), Arg::Int(have), Arg::Int(db_version)];
+        let written = format!(
             "SELECT id, pool, kind, category, observed_at, expires_at, superseded_at, embedding \
-             FROM memories WHERE tenant_id = ? AND user_id = ? AND version > ? AND version <= ?",
-        )
-        .bind(tenant)
-        .bind(user)
-        .bind(have)
-        .bind(db_version)
-        .fetch_all(&self.read)
-        .await
-        .map_err(db)?;
-        let tombs = sqlx::query(
-            "SELECT memory_id FROM memory_tombstones WHERE tenant_id = ? AND user_id = ? AND version > ? AND version <= ?",
-        )
-        .bind(tenant)
-        .bind(user)
-        .bind(have)
-        .bind(db_version)
-        .fetch_all(&self.read)
-        .await
-        .map_err(db)?;
+             FROM memories WHERE {changed}"
+        );
+        let rows = self.read_all(&written, &since).await?;
+        let purged = format!("SELECT memory_id FROM memory_tombstones WHERE {changed}");
+        let tombs = self.read_all(&purged, &since).await?;
         let mut guard = idx.lock().unwrap_or_else(|e| e.into_inner());
         if guard.version != have {
             // Someone else caught up meanwhile; their result is at least as new.
@@ -463,131 +462,6 @@ impl SqliteStore {
         drop(guard);
         Ok(idx)
     }
-}
-
-fn memory_from_row(r: &SqliteRow) -> Result<Memory> {
-    let ids: Vec<String> =
-        serde_json::from_str(r.get::<&str, _>("source_message_ids")).unwrap_or_default();
-    Ok(Memory {
-        id: MemoryId::parse(r.get("id"))?,
-        tenant_id: TenantId::parse(r.get::<String, _>("tenant_id"))?,
-        user_id: UserId::parse(r.get::<String, _>("user_id"))?,
-        agent_id: r.get::<Option<String>, _>("agent_id").map(AgentId::parse).transpose()?,
-        pool: r.get("pool"),
-        kind: Kind::parse(r.get("kind"))?,
-        key: r.get("key"),
-        category: Category::parse(r.get("category"))?,
-        importance: Importance::clamped(r.get("importance")),
-        rating: r.get("rating"),
-        content: r.get("content"),
-        source: Source {
-            kind: SourceKind::parse(r.get("source_kind"))?,
-            conversation_id: r
-                .get::<Option<String>, _>("source_conversation_id")
-                .map(ConversationId::parse)
-                .transpose()?,
-            message_ids: ids.iter().filter_map(|s| MessageId::parse(s).ok()).collect(),
-        },
-        observed_at: from_ts(r.get("observed_at")),
-        created_at: from_ts(r.get("created_at")),
-        updated_at: from_ts(r.get("updated_at")),
-        last_accessed_at: opt_ts(r.get("last_accessed_at")),
-        access_count: r.get("access_count"),
-        mention_count: r.get("mention_count"),
-        expires_at: opt_ts(r.get("expires_at")),
-        superseded_at: opt_ts(r.get("superseded_at")),
-        superseded_by: r
-            .get::<Option<&str>, _>("superseded_by")
-            .map(MemoryId::parse)
-            .transpose()?,
-        metadata: serde_json::from_str(r.get::<&str, _>("metadata"))
-            .unwrap_or_else(|_| serde_json::json!({})),
-        embedding_model: r.get("embedding_model"),
-    })
-}
-
-fn event_from_row(r: &SqliteRow) -> Result<MemoryEvent> {
-    Ok(MemoryEvent {
-        memory_id: MemoryId::parse(r.get("memory_id"))?,
-        event: EventKind::parse(r.get("event"))?,
-        related_id: r.get::<Option<&str>, _>("related_id").map(MemoryId::parse).transpose()?,
-        actor: r.get("actor"),
-        detail: serde_json::from_str(r.get::<&str, _>("detail"))
-            .unwrap_or_else(|_| serde_json::json!({})),
-        at: from_ts(r.get("at")),
-    })
-}
-
-fn message_from_row(r: &SqliteRow) -> Result<Message> {
-    Ok(Message {
-        id: MessageId::parse(r.get("id"))?,
-        tenant_id: TenantId::parse(r.get::<String, _>("tenant_id"))?,
-        conversation_id: ConversationId::parse(r.get::<String, _>("conversation_id"))?,
-        user_id: UserId::parse(r.get::<String, _>("user_id"))?,
-        agent_id: r.get::<Option<String>, _>("agent_id").map(AgentId::parse).transpose()?,
-        seq: r.get("seq"),
-        role: MessageRole::parse(r.get("role"))?,
-        content: r.get("content"),
-        tool_name: r.get("tool_name"),
-        tool_args: r.get::<Option<&str>, _>("tool_args").and_then(|s| serde_json::from_str(s).ok()),
-        tool_result: r.get("tool_result"),
-        turn_id: r.get("turn_id"),
-        metadata: serde_json::from_str(r.get::<&str, _>("metadata"))
-            .unwrap_or_else(|_| serde_json::json!({})),
-        created_at: from_ts(r.get("created_at")),
-        rating: r.get("rating"),
-    })
-}
-
-fn agent_from_row(r: &SqliteRow) -> Result<Agent> {
-    Ok(Agent {
-        tenant_id: TenantId::parse(r.get::<String, _>("tenant_id"))?,
-        id: AgentId::parse(r.get::<String, _>("id"))?,
-        memory_enabled: r.get::<i64, _>("memory_enabled") != 0,
-        cluster_id: r.get("cluster_id"),
-        dedup_threshold: r.get::<f64, _>("dedup_threshold") as f32,
-        settings: serde_json::from_str(r.get::<&str, _>("settings"))
-            .unwrap_or_else(|_| serde_json::json!({})),
-        created_at: from_ts(r.get("created_at")),
-        updated_at: from_ts(r.get("updated_at")),
-    })
-}
-
-fn key_from_row(r: &SqliteRow) -> Result<ApiKey> {
-    let role = match r.get::<&str, _>("role") {
-        "admin" => KeyRole::Admin,
-        "agent" => KeyRole::Agent(AgentId::parse(r.get::<String, _>("agent_id"))?),
-        _ => KeyRole::User(UserId::parse(r.get::<String, _>("user_id"))?),
-    };
-    Ok(ApiKey {
-        id: r.get("id"),
-        tenant: TenantId::parse(r.get::<String, _>("tenant_id"))?,
-        role,
-        prefix: r.get("prefix"),
-        created_at: from_ts(r.get("created_at")),
-        revoked_at: opt_ts(r.get("revoked_at")),
-    })
-}
-
-fn job_from_row(r: &SqliteRow) -> Result<Job> {
-    Ok(Job {
-        id: r.get("id"),
-        tenant_id: TenantId::parse(r.get::<String, _>("tenant_id"))?,
-        user_id: r.get::<Option<String>, _>("user_id").map(UserId::parse).transpose()?,
-        kind: JobKind::parse(r.get("kind"))?,
-        dedup_key: r.get("dedup_key"),
-        lock_key: r.get("lock_key"),
-        payload: serde_json::from_str(r.get::<&str, _>("payload"))
-            .unwrap_or_else(|_| serde_json::json!({})),
-        status: JobStatus::parse(r.get("status"))?,
-        attempts: r.get("attempts"),
-        max_attempts: r.get("max_attempts"),
-        run_after: from_ts(r.get("run_after")),
-        lease_until: opt_ts(r.get("lease_until")),
-        last_error: r.get("last_error"),
-        created_at: from_ts(r.get("created_at")),
-        updated_at: from_ts(r.get("updated_at")),
-    })
 }
 
 /// Append the WHERE conditions of a memory filter (the query already has `WHERE tenant_id = ?`).

@@ -1,0 +1,123 @@
+//! The [`engram_core::store::AccessStore`] methods, the same on both backends: API keys and
+//! agent settings.
+
+use engram_core::error::{Error, Result};
+use engram_core::model::{Agent, AgentId, KeyRole, TenantId};
+use engram_core::store::ApiKey;
+use time::OffsetDateTime;
+
+use super::Arg::{Bool, Json, OptText, Real, Text, Texts, Ts};
+use super::Backend;
+use super::rows::{self, Columns};
+
+pub(crate) async fn create_api_key<B: Backend>(
+    b: &B,
+    key: &ApiKey,
+    secret_hash: &str,
+) -> Result<()> {
+    let (role, agent, user) = match &key.role {
+        KeyRole::Admin => ("admin", None, None),
+        KeyRole::Agent(a) => ("agent", Some(a.as_str()), None),
+        KeyRole::User(u) => ("user", None, Some(u.as_str())),
+    };
+    b.write(
+        "INSERT INTO api_keys (tenant_id, id, role, agent_id, user_id, prefix, secret_hash, created_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        &[
+            Text(key.tenant.as_str()),
+            Text(&key.id),
+            Text(role),
+            OptText(agent),
+            OptText(user),
+            Text(&key.prefix),
+            Text(secret_hash),
+            Ts(key.created_at),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Every key (of one tenant, or of all), oldest first.
+pub(crate) async fn list_api_keys<B: Backend>(
+    b: &B,
+    tenant: Option<&TenantId>,
+) -> Result<Vec<ApiKey>> {
+    let sql = format!(
+        "SELECT * FROM api_keys WHERE (CAST(?1 AS TEXT) IS NULL OR tenant_id = ?1) \
+         ORDER BY created_at, id{}",
+        B::BYTE_ORDER
+    );
+    let rows = b.read_all(&sql, &[OptText(tenant.map(TenantId::as_str))]).await?;
+    rows.iter().map(rows::api_key).collect()
+}
+
+pub(crate) async fn revoke_api_key<B: Backend>(b: &B, id: &str) -> Result<()> {
+    let n = b
+        .write(
+            "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+            &[Ts(OffsetDateTime::now_utc()), Text(id)],
+        )
+        .await?;
+    if n == 0 {
+        return Err(Error::not_found(format!("active key {id}")));
+    }
+    Ok(())
+}
+
+pub(crate) async fn find_api_key<B: Backend>(b: &B, secret_hash: &str) -> Result<Option<ApiKey>> {
+    let sql = "SELECT * FROM api_keys WHERE secret_hash = ? AND revoked_at IS NULL";
+    let row = b.read_opt(sql, &[Text(secret_hash)]).await?;
+    row.as_ref().map(rows::api_key).transpose()
+}
+
+pub(crate) async fn count_active_api_keys<B: Backend>(b: &B) -> Result<u64> {
+    let sql = "SELECT count(*) AS n FROM api_keys WHERE revoked_at IS NULL";
+    let row = b.read_opt(sql, &[]).await?;
+    Ok(row.map(|r| r.int("n")).transpose()?.unwrap_or(0).max(0) as u64)
+}
+
+pub(crate) async fn get_agent<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    id: &AgentId,
+) -> Result<Option<Agent>> {
+    let sql = "SELECT * FROM agents WHERE tenant_id = ? AND id = ?";
+    let row = b.read_opt(sql, &[Text(tenant.as_str()), Text(id.as_str())]).await?;
+    row.as_ref().map(rows::agent).transpose()
+}
+
+/// The agents of a tenant among `ids`, in any order.
+pub(crate) async fn get_agents<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    ids: &[AgentId],
+) -> Result<Vec<Agent>> {
+    if ids.is_empty() {
+        return Ok(vec![]);
+    }
+    let ids = Texts(ids.iter().map(AgentId::as_str).collect());
+    super::by_ids(b, "SELECT * FROM agents", tenant.as_str(), ids, rows::agent).await
+}
+
+/// Create or update an agent's settings (its creation time stays).
+pub(crate) async fn put_agent<B: Backend>(b: &B, a: &Agent) -> Result<()> {
+    b.write(
+        "INSERT INTO agents (tenant_id, id, memory_enabled, cluster_id, dedup_threshold, settings, created_at, updated_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, id) DO UPDATE SET \
+         memory_enabled = excluded.memory_enabled, cluster_id = excluded.cluster_id, \
+         dedup_threshold = excluded.dedup_threshold, settings = excluded.settings, updated_at = excluded.updated_at",
+        &[
+            Text(a.tenant_id.as_str()),
+            Text(a.id.as_str()),
+            Bool(a.memory_enabled),
+            OptText(a.cluster_id.as_deref()),
+            Real(f64::from(a.dedup_threshold)),
+            Json(&a.settings),
+            Ts(a.created_at),
+            Ts(a.updated_at),
+        ],
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,283 @@
+//! The [`engram_core::store::MessageStore`] methods that are the same statement and the same
+//! logic on both backends: reading the transcript and the conversation state extraction
+//! keeps. Appending, search and vectors stay with each backend (locking and indexes differ).
+
+use engram_core::error::{Error, Result};
+use engram_core::model::{AgentId, ConversationId, Message, MessageId, TenantId, UserId};
+
+use super::Arg::{Id, Int, Json, OptJson, OptText, Text, Ts};
+use time::OffsetDateTime;
+
+use super::rows::{self, Columns};
+use super::{Arg, Backend, limit};
+
+/// A message's columns but the backend's own ([`Backend::message_index`]), in the order
+/// of [`message_args`].
+const INSERT_COLS: &str = "tenant_id, id, conversation_id, user_id, agent_id, seq, role, \
+     content, tool_name, tool_args, tool_result, turn_id, metadata, created_at";
+
+/// Append messages to their conversation (every message of a batch goes to the first
+/// one's conversation, user and agent), creating it if new; the messages as stored, with
+/// their numbers.
+pub(crate) async fn append<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    messages: Vec<Message>,
+) -> Result<Vec<Message>> {
+    let Some(first) = messages.first() else { return Ok(vec![]) };
+    let (conv, user) = (first.conversation_id.clone(), first.user_id.clone());
+    let agent = first.agent_id.clone();
+    let now = OffsetDateTime::now_utc();
+    let mut tx = b.begin_write().await?;
+    // Creates the conversation or locks its row until commit (PostgreSQL; SQLite has one
+    // writer): one appender at a time.
+    let r = B::tx_opt(
+        &mut tx,
+        "INSERT INTO conversations (tenant_id, id, user_id, agent_id, last_seq, created_at, updated_at) \
+         VALUES (?, ?, ?, ?, 0, ?, ?) \
+         ON CONFLICT (tenant_id, id) DO UPDATE SET updated_at = excluded.updated_at \
+         RETURNING user_id, agent_id, last_seq",
+        &[
+            Text(tenant.as_str()),
+            Text(conv.as_str()),
+            Text(user.as_str()),
+            OptText(agent.as_ref().map(AgentId::as_str)),
+            Ts(now),
+            Ts(now),
+        ],
+    )
+    .await?
+    .ok_or_else(|| Error::internal("database: conversation upsert returned no row"))?;
+    if r.text("user_id")? != user.as_str() {
+        return Err(Error::Conflict(format!("conversation '{conv}' belongs to another user")));
+    }
+    check_conversation_agent(&conv, r.opt_text("agent_id")?.as_deref(), &messages)?;
+    let seq = r.int("last_seq")?;
+    let out = insert_after::<B>(&mut tx, tenant, &conv, &user, messages, seq, now).await?;
+    B::commit(tx).await?;
+    Ok(out)
+}
+
+/// Write `messages` as the next ones of conversation `conv` of `user` (the last so far is
+/// number `seq`) inside `tx`, numbering them, and move the conversation's counter; the
+/// messages as stored.
+async fn insert_after<B: Backend>(
+    tx: &mut B::Tx,
+    tenant: &TenantId,
+    conv: &ConversationId,
+    user: &UserId,
+    messages: Vec<Message>,
+    mut seq: i64,
+    now: OffsetDateTime,
+) -> Result<Vec<Message>> {
+    let mut out = Vec::with_capacity(messages.len());
+    for mut m in messages {
+        seq += 1;
+        m.seq = seq;
+        let (cols, values, index) = B::message_index(&m);
+        let marks = vec!["?"; INSERT_COLS.split(", ").count()].join(", ");
+        let sql = format!("INSERT INTO messages ({INSERT_COLS}{cols}) VALUES ({marks}{values})");
+        let mut args = message_args(tenant, conv, user, &m, seq);
+        args.extend(index);
+        B::tx_run(tx, &sql, &args).await.map_err(|e| {
+            if B::is_duplicate(&e) {
+                return Error::Conflict(format!("message {} already exists", m.id));
+            }
+            B::fault(e)
+        })?;
+        out.push(m);
+    }
+    B::tx_run(
+        tx,
+        "UPDATE conversations SET last_seq = ?, updated_at = ? WHERE tenant_id = ? AND id = ?",
+        &[Int(seq), Ts(now), Text(tenant.as_str()), Text(conv.as_str())],
+    )
+    .await
+    .map_err(B::fault)?;
+    Ok(out)
+}
+
+/// The values of [`INSERT_COLS`] for message `m`, appended to conversation `conv` of `user`
+/// as number `seq`.
+fn message_args<'a>(
+    tenant: &'a TenantId,
+    conv: &'a ConversationId,
+    user: &'a UserId,
+    m: &'a Message,
+    seq: i64,
+) -> Vec<Arg<'a>> {
+    vec![
+        Text(tenant.as_str()),
+        Id(m.id.0),
+        Text(conv.as_str()),
+        Text(user.as_str()),
+        OptText(m.agent_id.as_ref().map(AgentId::as_str)),
+        Int(seq),
+        Text(m.role.as_str()),
+        Text(&m.content),
+        OptText(m.tool_name.as_deref()),
+        OptJson(m.tool_args.as_ref()),
+        OptText(m.tool_result.as_deref()),
+        OptText(m.turn_id.as_deref()),
+        Json(&m.metadata),
+        Ts(m.created_at),
+    ]
+}
+
+/// One conversation of a tenant, for the shared reads and writes of its state.
+pub(crate) struct Conversation<'a, B> {
+    b: &'a B,
+    tenant: &'a TenantId,
+    id: &'a ConversationId,
+}
+
+impl<'a, B: Backend> Conversation<'a, B> {
+    pub(crate) fn new(b: &'a B, tenant: &'a TenantId, id: &'a ConversationId) -> Self {
+        Conversation { b, tenant, id }
+    }
+
+    /// The conversation's key, the first two values of each statement below.
+    fn key(&self) -> [Arg<'a>; 2] {
+        [Text(self.tenant.as_str()), Text(self.id.as_str())]
+    }
+
+    /// Up to `n` messages after number `after_seq`, in order.
+    pub(crate) async fn list(&self, after_seq: i64, n: usize) -> Result<Vec<Message>> {
+        let sql = "SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? \
+                   AND seq > ? ORDER BY seq LIMIT ?";
+        let [tenant, conv] = self.key();
+        let rows = self.b.read_all(sql, &[tenant, conv, Int(after_seq), Int(limit(n))]).await?;
+        rows.iter().map(rows::message).collect()
+    }
+
+    /// Every message, in order.
+    pub(crate) async fn messages(&self) -> Result<Vec<Message>> {
+        let sql = "SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? ORDER BY seq";
+        let rows = self.b.read_all(sql, &self.key()).await?;
+        rows.iter().map(rows::message).collect()
+    }
+
+    /// The user and agent the conversation belongs to, if it exists.
+    pub(crate) async fn owner(&self) -> Result<Option<(UserId, Option<AgentId>)>> {
+        let sql = "SELECT user_id, agent_id FROM conversations WHERE tenant_id = ? AND id = ?";
+        let Some(r) = self.b.read_opt(sql, &self.key()).await? else { return Ok(None) };
+        let agent = r.opt_text("agent_id")?.map(AgentId::parse).transpose()?;
+        Ok(Some((UserId::parse(r.text("user_id")?)?, agent)))
+    }
+
+    /// Up to `n` messages with content and no vector of `model_id`: (id, seq).
+    pub(crate) async fn needing_vectors(
+        &self,
+        model_id: &str,
+        n: usize,
+    ) -> Result<Vec<(MessageId, i64)>> {
+        let sql = "SELECT id, seq FROM messages WHERE tenant_id = ? AND conversation_id = ? \
+                   AND content != '' AND (embedding IS NULL OR embedding_model IS DISTINCT FROM ?) \
+                   ORDER BY seq LIMIT ?";
+        let [tenant, conv] = self.key();
+        let rows = self.b.read_all(sql, &[tenant, conv, Text(model_id), Int(limit(n))]).await?;
+        rows.iter().map(|r| Ok((MessageId(r.id("id")?), r.int("seq")?))).collect()
+    }
+
+    /// Where extraction stopped, if it ran.
+    pub(crate) async fn extraction_cursor(&self) -> Result<Option<String>> {
+        let sql =
+            "SELECT last_hash FROM extraction_cursors WHERE tenant_id = ? AND conversation_id = ?";
+        let row = self.b.read_opt(sql, &self.key()).await?;
+        row.map(|r| r.text("last_hash")).transpose()
+    }
+
+    /// The rolling summary and the user turns it covers (`(None, 0)` before the first).
+    pub(crate) async fn rolling_summary(&self) -> Result<(Option<String>, i64)> {
+        let sql = "SELECT rolling_summary, summary_user_turns FROM conversations \
+                   WHERE tenant_id = ? AND id = ?";
+        match self.b.read_opt(sql, &self.key()).await? {
+            Some(r) => Ok((r.opt_text("rolling_summary")?, r.int("summary_user_turns")?)),
+            None => Ok((None, 0)),
+        }
+    }
+
+    pub(crate) async fn set_rolling_summary(&self, summary: &str, user_turns: i64) -> Result<()> {
+        let sql = "UPDATE conversations SET rolling_summary = ?, summary_user_turns = ? \
+                   WHERE tenant_id = ? AND id = ?";
+        let [tenant, conv] = self.key();
+        self.b.write(sql, &[Text(summary), Int(user_turns), tenant, conv]).await?;
+        Ok(())
+    }
+}
+
+pub(crate) async fn get<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    id: MessageId,
+) -> Result<Option<Message>> {
+    let row = b
+        .read_opt(
+            "SELECT * FROM messages WHERE tenant_id = ? AND id = ?",
+            &[Text(tenant.as_str()), Id(id.0)],
+        )
+        .await?;
+    row.as_ref().map(rows::message).transpose()
+}
+
+/// The messages of a tenant among `ids`, in any order.
+pub(crate) async fn get_many<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    ids: &[MessageId],
+) -> Result<Vec<Message>> {
+    if ids.is_empty() {
+        return Ok(vec![]);
+    }
+    let ids = Arg::Ids(ids.iter().map(|i| i.0).collect());
+    super::by_ids(b, "SELECT * FROM messages", tenant.as_str(), ids, rows::message).await
+}
+
+/// Add `delta` to a message's rating; the new rating.
+pub(crate) async fn rate<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    id: MessageId,
+    delta: i64,
+) -> Result<i64> {
+    let r = b
+        .write_opt(
+            "UPDATE messages SET rating = rating + ? WHERE tenant_id = ? AND id = ? RETURNING rating",
+            &[Int(delta), Text(tenant.as_str()), Id(id.0)],
+        )
+        .await?
+        .ok_or_else(|| Error::not_found(format!("message {id}")))?;
+    r.int("rating")
+}
+
+/// The conversations with messages needing a vector of `model_id`.
+pub(crate) async fn conversations_needing_vectors<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    model_id: &str,
+    n: usize,
+) -> Result<Vec<ConversationId>> {
+    let rows = b
+        .read_all(
+            "SELECT DISTINCT conversation_id FROM messages WHERE tenant_id = ? AND content != '' \
+             AND (embedding IS NULL OR embedding_model IS DISTINCT FROM ?) ORDER BY 1 LIMIT ?",
+            &[Text(tenant.as_str()), Text(model_id), Int(limit(n))],
+        )
+        .await?;
+    rows.iter().map(|r| ConversationId::parse(r.text("conversation_id")?)).collect()
+}
+
+/// Refuse an append whose messages name another agent than the one that started the
+/// conversation (both backends, inside the append's transaction, so two agents racing to
+/// start one conversation id cannot both write into it).
+fn check_conversation_agent(
+    conv: &ConversationId,
+    owner_agent: Option<&str>,
+    messages: &[Message],
+) -> Result<()> {
+    let Some(owner) = owner_agent else { return Ok(()) };
+    if messages.iter().any(|m| m.agent_id.as_ref().is_some_and(|a| a.as_str() != owner)) {
+        return Err(Error::Conflict(format!("conversation '{conv}' belongs to another agent")));
+    }
+    Ok(())
+}

@@ -1,0 +1,170 @@
+//! What the two stores share: statements written once, with `?` placeholders (PostgreSQL
+//! numbers them, [`numbered`]), the values they bind ([`Arg`], each represented per backend
+//! the way [`crate::tables::Ty`] describes), and the parts of the store contract whose logic
+//! is the same on SQLite and PostgreSQL ([`messages`], [`memories`], [`access`], [`jobs`]),
+//! written once over [`Backend`].
+//!
+//! A backend implements [`Backend`]: how it binds an [`Arg`] and where it reads and writes
+//! (the SQLite store writes through its one writer connection with `BEGIN IMMEDIATE`,
+//! PostgreSQL through its pool); its row type implements [`rows::Columns`], how it reads a
+//! column, so that rows become domain types once ([`rows`]).
+
+pub(crate) mod access;
+pub(crate) mod jobs;
+pub(crate) mod memories;
+pub(crate) mod messages;
+pub(crate) mod rows;
+
+use async_trait::async_trait;
+use engram_core::error::{Error, Result};
+use engram_core::model::{Memory, Message};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// One value a shared statement binds, represented per backend.
+#[derive(Debug, Clone)]
+pub(crate) enum Arg<'a> {
+    Text(&'a str),
+    OptText(Option<&'a str>),
+    /// Text the statement owns (PostgreSQL's `fts_text`).
+    Owned(String),
+    Int(i64),
+    /// 0/1 on SQLite, `boolean` on PostgreSQL.
+    Bool(bool),
+    Real(f64),
+    /// `smallint` on PostgreSQL.
+    Small(i16),
+    /// Text on SQLite, `uuid` on PostgreSQL.
+    Id(Uuid),
+    OptId(Option<Uuid>),
+    /// A JSON array of id strings on SQLite, `uuid[]` on PostgreSQL.
+    Ids(Vec<Uuid>),
+    /// A JSON array of strings on SQLite, `text[]` on PostgreSQL.
+    Texts(Vec<&'a str>),
+    /// Unix nanoseconds on SQLite, `timestamptz` on PostgreSQL.
+    Ts(OffsetDateTime),
+    OptTs(Option<OffsetDateTime>),
+    /// JSON text on SQLite, `jsonb` on PostgreSQL.
+    Json(&'a serde_json::Value),
+    OptJson(Option<&'a serde_json::Value>),
+    /// A little-endian f32 blob on SQLite, `vector` on PostgreSQL.
+    OptVector(Option<&'a [f32]>),
+}
+
+/// The rows of one tenant whose `id` is one of `ids` (`ids` bound as one list), read with
+/// `select` ("SELECT … FROM table") and decoded by `decode`; any order.
+pub(crate) async fn by_ids<B: Backend, T>(
+    b: &B,
+    select: &str,
+    tenant: &str,
+    ids: Arg<'_>,
+    decode: fn(&B::Row) -> Result<T>,
+) -> Result<Vec<T>> {
+    let sql = format!("{select} WHERE tenant_id = ? AND id{}", B::IN_LIST);
+    let rows = b.read_all(&sql, &[Arg::Text(tenant), ids]).await?;
+    rows.iter().map(decode).collect()
+}
+
+/// A row limit as bound: `usize` past `i64::MAX` means no limit.
+pub(crate) fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A shared statement with PostgreSQL's placeholders: outside quotes, the n-th bare `?`
+/// becomes `$n` and a numbered `?n` (one value used twice) becomes `$n`.
+pub(crate) fn numbered(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let (mut n, mut quoted) = (0, false);
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => quoted = !quoted,
+            '?' if !quoted => {
+                out.push('$');
+                if chars.peek().is_some_and(char::is_ascii_digit) {
+                    continue;
+                }
+                n += 1;
+                out.push_str(&n.to_string());
+                continue;
+            }
+            _ => {}
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A store that runs the shared statements. Statements are this crate's own text (never a
+/// caller's), so they are taken as `&str`.
+#[async_trait]
+pub(crate) trait Backend: Send + Sync {
+    type Row: rows::Columns + Send + Sync;
+    /// A write transaction.
+    type Tx: Send;
+
+    /// What orders text bytewise after `ORDER BY col` (SQLite's default already does).
+    const BYTE_ORDER: &'static str;
+    /// What locks the rows a read inside a write transaction decides on (SQLite's one
+    /// writer needs nothing).
+    const LOCK: &'static str;
+    /// What follows a column to test it against a bound list ([`Arg::Ids`], [`Arg::Texts`]).
+    const IN_LIST: &'static str;
+    /// Writers take the user's change counter as the user's lock before anything else
+    /// (PostgreSQL), even when they add no row.
+    const USER_LOCK: bool;
+
+    /// Every row of a read.
+    async fn read_all(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Self::Row>>;
+    /// The row of a read of at most one row, if any.
+    async fn read_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<Self::Row>> {
+        Ok(self.read_all(sql, args).await?.into_iter().next())
+    }
+    /// One write statement of at most one row, in a transaction of its own; the row it
+    /// returns, if any.
+    async fn write_opt(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<Self::Row>> {
+        let mut tx = self.begin_write().await?;
+        let row = Self::tx_opt(&mut tx, sql, args).await?;
+        Self::commit(tx).await?;
+        Ok(row)
+    }
+    /// One write statement on its own; the rows it changed.
+    async fn write(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64>;
+
+    async fn begin_write(&self) -> Result<Self::Tx>;
+    async fn commit(tx: Self::Tx) -> Result<()>;
+    /// Every row of a statement inside `tx`.
+    async fn tx_all(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Self::Row>>;
+    /// The row of a statement of at most one row inside `tx`, if any.
+    async fn tx_opt(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> Result<Option<Self::Row>> {
+        Ok(Self::tx_all(tx, sql, args).await?.into_iter().next())
+    }
+    /// Run a statement inside `tx`: the rows it changed, or the database's error as it is
+    /// (for callers that tell a duplicate apart, [`Backend::is_duplicate`]).
+    async fn tx_run(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64>;
+    /// Run a statement inside `tx` that may fail without spoiling the transaction
+    /// (PostgreSQL: in a savepoint; SQLite undoes a failed statement by itself).
+    async fn tx_attempt(tx: &mut Self::Tx, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<u64>;
+    /// Bump a user's change counter inside `tx` ([`crate::versions`]); the new version.
+    async fn bump(tx: &mut Self::Tx, tenant: &str, user: &str) -> Result<i64>;
+
+    /// A database error as an engine error ([`crate::fault`]).
+    fn fault(e: sqlx::Error) -> Error;
+    /// The error is a unique-key violation.
+    fn is_duplicate(e: &sqlx::Error) -> bool;
+
+    /// Columns the backend adds to a new memory row (PostgreSQL: its keyword index), their
+    /// values in SQL, and what those bind.
+    fn memory_index(m: &Memory) -> (&'static str, &'static str, Vec<Arg<'static>>);
+    /// The same for a new message.
+    fn message_index(m: &Message) -> (&'static str, &'static str, Vec<Arg<'static>>);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn numbered_placeholders() {
+        assert_eq!(super::numbered("a = ? AND b = '?' AND c = ?"), "a = $1 AND b = '?' AND c = $2");
+        assert_eq!(super::numbered("a = ?1 OR b = ?1 OR c = ?2"), "a = $1 OR b = $1 OR c = $2");
+    }
+}

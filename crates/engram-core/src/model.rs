@@ -336,6 +336,30 @@ pub struct Memory {
     pub embedding_model: Option<String>,
 }
 
+#[cfg(test)]
+impl Message {
+    /// A message for unit tests: `role` said `content` in conversation `c` of user `u`.
+    pub(crate) fn sample(role: MessageRole, content: &str) -> Message {
+        Message {
+            id: MessageId::new(),
+            tenant_id: TenantId::default_tenant(),
+            conversation_id: ConversationId::parse("c").unwrap(),
+            user_id: UserId::parse("u").unwrap(),
+            agent_id: None,
+            seq: 0,
+            role,
+            content: content.into(),
+            tool_name: None,
+            tool_args: None,
+            tool_result: None,
+            turn_id: None,
+            metadata: serde_json::json!({}),
+            created_at: OffsetDateTime::UNIX_EPOCH,
+            rating: 0,
+        }
+    }
+}
+
 impl Memory {
     /// The one constructor of a new fact: a fresh id, created, updated and observed `now`,
     /// seen once, never accessed, rated, expired or superseded; general knowledge of

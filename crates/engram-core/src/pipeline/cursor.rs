@@ -41,26 +41,10 @@ pub fn resume_index(messages: &[Message], cursor: Option<&str>) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ConversationId, MessageId, MessageRole, TenantId, UserId};
+    use crate::model::MessageRole;
 
     fn msg(role: MessageRole, content: &str) -> Message {
-        Message {
-            id: MessageId::new(),
-            tenant_id: TenantId::default_tenant(),
-            conversation_id: ConversationId::parse("c").unwrap(),
-            user_id: UserId::parse("u").unwrap(),
-            agent_id: None,
-            seq: 0,
-            role,
-            content: content.into(),
-            tool_name: None,
-            tool_args: None,
-            tool_result: None,
-            turn_id: None,
-            metadata: serde_json::json!({}),
-            created_at: time::OffsetDateTime::UNIX_EPOCH,
-            rating: 0,
-        }
+        Message::sample(role, content)
     }
 
     #[test]

@@ -50,26 +50,9 @@ pub fn transcript(messages: &[Message]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ConversationId, MessageId, TenantId, UserId};
 
     fn msg(role: MessageRole, content: &str) -> Message {
-        Message {
-            id: MessageId::new(),
-            tenant_id: TenantId::default_tenant(),
-            conversation_id: ConversationId::parse("c").unwrap(),
-            user_id: UserId::parse("u").unwrap(),
-            agent_id: None,
-            seq: 0,
-            role,
-            content: content.into(),
-            tool_name: None,
-            tool_args: None,
-            tool_result: None,
-            turn_id: None,
-            metadata: serde_json::json!({}),
-            created_at: time::OffsetDateTime::UNIX_EPOCH,
-            rating: 0,
-        }
+        Message::sample(role, content)
     }
 
     #[test]

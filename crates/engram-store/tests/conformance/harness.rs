@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use engram_core::model::{
-    Category, EventKind, Importance, Kind, Memory, MemoryEvent, MemoryId, Message, MessageId,
-    MessageRole, Source, SourceKind, TenantId, UserId,
+    EventKind, Memory, MemoryEvent, MemoryId, Message, MessageId, MessageRole, Source, SourceKind,
+    TenantId, UserId,
 };
 use engram_core::store::{NewMemory, Store};
 use rand::{Rng, SeedableRng};
@@ -184,32 +184,8 @@ pub fn now() -> OffsetDateTime {
 
 /// A knowledge memory of `user` in `tenant`.
 pub fn memory(t: &TenantId, u: &UserId, content: &str) -> Memory {
-    let at = now();
-    Memory {
-        id: MemoryId::new(),
-        tenant_id: t.clone(),
-        user_id: u.clone(),
-        agent_id: None,
-        pool: None,
-        kind: Kind::Knowledge,
-        key: None,
-        category: Category::General,
-        importance: Importance::DEFAULT,
-        rating: 0,
-        content: content.to_string(),
-        source: Source { kind: SourceKind::Manual, conversation_id: None, message_ids: vec![] },
-        observed_at: at,
-        created_at: at,
-        updated_at: at,
-        last_accessed_at: None,
-        access_count: 0,
-        mention_count: 1,
-        expires_at: None,
-        superseded_at: None,
-        superseded_by: None,
-        metadata: serde_json::json!({}),
-        embedding_model: None,
-    }
+    let source = Source { kind: SourceKind::Manual, conversation_id: None, message_ids: vec![] };
+    Memory::new(t.clone(), u.clone(), content.to_string(), source, now())
 }
 
 pub fn event(id: MemoryId, kind: EventKind, related: Option<MemoryId>) -> MemoryEvent {

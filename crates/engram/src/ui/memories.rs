@@ -390,42 +390,41 @@ pub struct ActionForm {
     back: String,
 }
 
-/// `POST /memories/{id}/rate`: −1 or +1.
-pub async fn rate(
+/// `POST /memories/{id}/{action}`: `rate` (−1 or +1), `forget` (superseded by nothing,
+/// kept for audit) or `purge` (deleted with its history; admin and user keys).
+pub async fn act(
     State(state): State<Arc<UiState>>,
     v: Viewer,
-    Path(id): Path<String>,
+    Path((id, action)): Path<(String, String)>,
     Form(form): Form<ActionForm>,
 ) -> Page {
     v.check_csrf(&form.csrf)?;
-    let value: i64 =
-        form.value.trim().parse().map_err(|_| ApiError::invalid("a rating is -1 or 1"))?;
-    state.app.engine.rate(&v.principal, memory_id(&id)?, value).await?;
-    Ok(back_to(&form.back, "rated"))
-}
-
-/// `POST /memories/{id}/forget`: superseded by nothing, kept for audit.
-pub async fn forget(
-    State(state): State<Arc<UiState>>,
-    v: Viewer,
-    Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
-) -> Page {
-    v.check_csrf(&form.csrf)?;
-    state.app.engine.forget(&v.principal, memory_id(&id)?, false).await?;
-    Ok(back_to(&form.back, "forgotten"))
-}
-
-/// `POST /memories/{id}/purge`: deleted with its history (admin and user keys).
-pub async fn purge(
-    State(state): State<Arc<UiState>>,
-    v: Viewer,
-    Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
-) -> Page {
-    v.check_csrf(&form.csrf)?;
-    state.app.engine.forget(&v.principal, memory_id(&id)?, true).await?;
-    Ok(back_to(&form.back, "purged"))
+    let id = memory_id(&id)?;
+    let engine = &state.app.engine;
+    let notice = match action.as_str() {
+        "rate" => {
+            let value: i64 =
+                form.value.trim().parse().map_err(|_| ApiError::invalid("a rating is -1 or 1"))?;
+            engine.rate(&v.principal, id, value).await?;
+            "rated"
+        }
+        "forget" => {
+            engine.forget(&v.principal, id, false).await?;
+            "forgotten"
+        }
+        "purge" => {
+            engine.forget(&v.principal, id, true).await?;
+            "purged"
+        }
+        other => {
+            return Err(ApiError::new(
+                engram_core::ErrorCode::NotFound,
+                format!("no action '{other}' on a memory; expected rate, forget or purge"),
+            )
+            .into());
+        }
+    };
+    Ok(back_to(&form.back, notice))
 }
 
 #[derive(Deserialize)]

@@ -320,6 +320,17 @@ pub trait MessageStore: Send + Sync {
         &self,
         tenant: &TenantId,
         messages: Vec<Message>,
+    ) -> Result<Vec<Message>> {
+        self.append_messages_with_jobs(tenant, messages, &[]).await
+    }
+    /// [`MessageStore::append_messages`] and, in the same transaction, the jobs that will
+    /// process the new messages (each added as [`JobStore::enqueue_job`] adds it): a crash
+    /// right after the append never leaves messages that no job will embed.
+    async fn append_messages_with_jobs(
+        &self,
+        tenant: &TenantId,
+        messages: Vec<Message>,
+        jobs: &[Job],
     ) -> Result<Vec<Message>>;
     /// Messages in order of `seq`, after `after_seq`.
     async fn list_messages(

@@ -24,6 +24,8 @@ pub mod text;
 pub mod transfer;
 pub mod versions;
 
+pub use common::SqlStore;
+
 use std::path::Path;
 use std::sync::Arc;
 

@@ -104,28 +104,44 @@ impl Engine {
                 rating: 0,
             });
         }
-        let stored = self.svc.store.append_messages(&v.tenant, rows).await?;
-        self.after_append(&v.tenant, &user, v.settings.as_ref(), &conversation, &stored).await?;
+        let jobs = self.append_jobs(&v.tenant, &user, &conversation, &rows);
+        let stored = self.svc.store.append_messages_with_jobs(&v.tenant, rows, &jobs).await?;
+        self.after_append(&v.tenant, &user, v.settings.as_ref(), &conversation).await?;
         Ok(stored)
     }
 
-    /// Enqueue the background work an append calls for (never runs it here).
+    /// The jobs that process new messages, enqueued with them in one transaction: their
+    /// vectors, and with an LLM the sentences of tool calls without content.
+    fn append_jobs(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        conversation: &ConversationId,
+        rows: &[Message],
+    ) -> Vec<Job> {
+        let mut jobs = Vec::new();
+        if rows.iter().any(|m| !m.content.is_empty()) {
+            jobs.push(Job::embed_messages(tenant, user, conversation));
+        }
+        if self.svc.llm.is_some() {
+            let calls = rows.iter().filter(|m| m.tool_name.is_some() && m.content.is_empty());
+            jobs.extend(calls.map(|m| Job::synthesize_tool_call(tenant, user, m.id)));
+        }
+        jobs
+    }
+
+    /// Enqueue the extraction an append may call for (never runs it here). Unlike the jobs
+    /// of [`Self::append_jobs`] it is decided after the append; if the process dies in
+    /// between, the conversation's next append decides again.
     pub(super) async fn after_append(
         &self,
         tenant: &TenantId,
         user: &UserId,
         writer: Option<&Agent>,
         conversation: &ConversationId,
-        stored: &[Message],
     ) -> Result<()> {
-        if stored.iter().any(|m| !m.content.is_empty()) {
-            self.svc.enqueue_message_embedding(tenant, user, conversation).await?;
-        }
         if self.svc.llm.is_none() {
             return Ok(());
-        }
-        for m in stored.iter().filter(|m| m.tool_name.is_some() && m.content.is_empty()) {
-            self.svc.store.enqueue_job(&Job::synthesize_tool_call(tenant, user, m.id)).await?;
         }
         let policy = MemoryPolicy::of(writer, self.svc.cfg.dedup_threshold);
         if !policy.memory_enabled {

@@ -366,13 +366,14 @@ impl MemoryStore for Counting {
 
 #[async_trait]
 impl MessageStore for Counting {
-    async fn append_messages(
+    async fn append_messages_with_jobs(
         &self,
         tenant: &TenantId,
         messages: Vec<Message>,
+        jobs: &[Job],
     ) -> Result<Vec<Message>> {
-        self.hit("append_messages");
-        self.inner.append_messages(tenant, messages).await
+        self.hit("append_messages_with_jobs");
+        self.inner.append_messages_with_jobs(tenant, messages, jobs).await
     }
     async fn list_messages(
         &self,

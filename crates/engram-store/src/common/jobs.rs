@@ -9,31 +9,37 @@ use time::OffsetDateTime;
 
 use super::Arg::{Int, Json, OptText, Text, Ts};
 use super::rows;
-use super::{Backend, limit};
+use super::{Arg, Backend, limit};
 
 /// Add a pending job; false when a pending job of the same tenant and dedup key exists.
 pub(crate) async fn enqueue<B: Backend>(b: &B, job: &Job) -> Result<bool> {
-    let n = b
-        .write(
-            "INSERT INTO jobs (tenant_id, id, user_id, kind, dedup_key, lock_key, payload, status, \
-             attempts, max_attempts, run_after, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            &[
-                Text(job.tenant_id.as_str()),
-                Text(&job.id),
-                OptText(job.user_id.as_ref().map(UserId::as_str)),
-                Text(job.kind.as_str()),
-                OptText(job.dedup_key.as_deref()),
-                OptText(job.lock_key.as_deref()),
-                Json(&job.payload),
-                Int(job.max_attempts),
-                Ts(job.run_after),
-                Ts(job.created_at),
-                Ts(job.updated_at),
-            ],
-        )
-        .await?;
-    Ok(n == 1)
+    Ok(b.write(INSERT_JOB, &insert_args(job)).await? == 1)
+}
+
+/// [`enqueue`] inside a write transaction.
+pub(crate) async fn enqueue_in<B: Backend>(tx: &mut B::Tx, job: &Job) -> Result<bool> {
+    Ok(B::tx_run(tx, INSERT_JOB, &insert_args(job)).await.map_err(B::fault)? == 1)
+}
+
+/// A new pending job, unless one of its dedup key is pending ([`insert_args`]).
+const INSERT_JOB: &str = "INSERT INTO jobs (tenant_id, id, user_id, kind, dedup_key, lock_key, \
+     payload, status, attempts, max_attempts, run_after, created_at, updated_at) \
+     VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?) ON CONFLICT DO NOTHING";
+
+fn insert_args(job: &Job) -> [Arg<'_>; 11] {
+    [
+        Text(job.tenant_id.as_str()),
+        Text(&job.id),
+        OptText(job.user_id.as_ref().map(UserId::as_str)),
+        Text(job.kind.as_str()),
+        OptText(job.dedup_key.as_deref()),
+        OptText(job.lock_key.as_deref()),
+        Json(&job.payload),
+        Int(job.max_attempts),
+        Ts(job.run_after),
+        Ts(job.created_at),
+        Ts(job.updated_at),
+    ]
 }
 
 /// Extend a running job's lease.

@@ -491,6 +491,49 @@ pub(crate) async fn chain<B: Backend>(
     Ok(chain)
 }
 
+/// The supersession chain through memory `id` ([`chain`]) and the events of its rows, by
+/// time (then insertion order).
+pub(crate) async fn history<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    id: MemoryId,
+) -> Result<(Vec<Memory>, Vec<MemoryEvent>)> {
+    let chain = chain(b, tenant, id).await?;
+    let ids = Ids(chain.iter().map(|m| m.id.0).collect());
+    let sql = format!(
+        "SELECT * FROM memory_events WHERE tenant_id = ? AND memory_id{} ORDER BY at, id",
+        B::IN_LIST
+    );
+    let rows = b.read_all(&sql, &[Text(tenant.as_str()), ids]).await?;
+    let events = rows.iter().map(rows::event).collect::<Result<Vec<_>>>()?;
+    Ok((chain, events))
+}
+
+/// The recorded embedding space: `(model id, dimensions)`.
+pub(crate) async fn embedding_space<B: Backend>(b: &B) -> Result<Option<(String, usize)>> {
+    let sql = "SELECT key, value FROM meta WHERE key IN ('embedding_model', 'embedding_dims')";
+    let (mut model, mut dims) = (None, None);
+    for r in b.read_all(sql, &[]).await? {
+        let value = r.text("value")?;
+        match r.text("key")?.as_str() {
+            "embedding_model" => model = Some(value),
+            _ => dims = value.parse::<usize>().ok(),
+        }
+    }
+    Ok(model.zip(dims))
+}
+
+/// `Unprocessable` unless the recorded space `have` is the one of new vectors, `want`.
+pub(crate) fn same_space(have: (&str, usize), want: (&str, usize)) -> Result<()> {
+    let ((m, d), (model_id, dims)) = (have, want);
+    if have == want {
+        return Ok(());
+    }
+    Err(Error::Unprocessable(format!(
+        "this store holds vectors of '{m}' ({d} dimensions); refusing vectors of '{model_id}' ({dims})"
+    )))
+}
+
 /// The user's current profile fact under `key` in `pool` (no pool: the user-wide one).
 pub(crate) async fn find_profile<B: Backend>(
     b: &B,

@@ -3,7 +3,7 @@
 //! keeps. Appending, search and vectors stay with each backend (locking and indexes differ).
 
 use engram_core::error::{Error, Result};
-use engram_core::model::{AgentId, ConversationId, Message, MessageId, TenantId, UserId};
+use engram_core::model::{AgentId, ConversationId, Job, Message, MessageId, TenantId, UserId};
 
 use super::Arg::{Id, Int, Json, OptJson, OptText, Text, Ts};
 use time::OffsetDateTime;
@@ -17,12 +17,13 @@ const INSERT_COLS: &str = "tenant_id, id, conversation_id, user_id, agent_id, se
      content, tool_name, tool_args, tool_result, turn_id, metadata, created_at";
 
 /// Append messages to their conversation (every message of a batch goes to the first
-/// one's conversation, user and agent), creating it if new; the messages as stored, with
-/// their numbers.
+/// one's conversation, user and agent), creating it if new, and enqueue `jobs` in the same
+/// transaction; the messages as stored, with their numbers.
 pub(crate) async fn append<B: Backend>(
     b: &B,
     tenant: &TenantId,
     messages: Vec<Message>,
+    jobs: &[Job],
 ) -> Result<Vec<Message>> {
     let Some(first) = messages.first() else { return Ok(vec![]) };
     let (conv, user) = (first.conversation_id.clone(), first.user_id.clone());
@@ -54,6 +55,9 @@ pub(crate) async fn append<B: Backend>(
     check_conversation_agent(&conv, r.opt_text("agent_id")?.as_deref(), &messages)?;
     let seq = r.int("last_seq")?;
     let out = insert_after::<B>(&mut tx, tenant, &conv, &user, messages, seq, now).await?;
+    for job in jobs {
+        super::jobs::enqueue_in::<B>(&mut tx, job).await?;
+    }
     B::commit(tx).await?;
     Ok(out)
 }

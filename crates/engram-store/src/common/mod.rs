@@ -4,6 +4,9 @@
 //! is the same on SQLite and PostgreSQL ([`messages`], [`memories`], [`access`], [`jobs`]),
 //! written once over [`Backend`].
 //!
+//! [`store::SqlStore`] implements the whole store contract once over a backend that
+//! implements [`Backend`] and the few operations it does its own way ([`store::Native`]).
+//!
 //! A backend implements [`Backend`]: how it binds an [`Arg`] and where it reads and writes
 //! (the SQLite store writes through its one writer connection with `BEGIN IMMEDIATE`,
 //! PostgreSQL through its pool); its row type implements [`rows::Columns`], how it reads a
@@ -14,6 +17,9 @@ pub(crate) mod jobs;
 pub(crate) mod memories;
 pub(crate) mod messages;
 pub(crate) mod rows;
+pub(crate) mod store;
+
+pub use store::SqlStore;
 
 use async_trait::async_trait;
 use engram_core::error::{Error, Result};

@@ -1,7 +1,7 @@
 //! The durable job queue on PostgreSQL, shared by every worker process.
 //!
 //! Same rules as the SQLite store (the conformance suite checks both; all but the claim are
-//! written once for both, in `crate::common::jobs`):
+//! written once for both, in `crate::common::jobs`; this file holds the claim):
 //!
 //! - **Dedup.** At most one *pending* job per `(tenant, dedup_key)`: a partial unique index,
 //!   and `INSERT … ON CONFLICT DO NOTHING` reports a duplicate as `false`.
@@ -20,23 +20,19 @@
 //!   as done (a savepoint catches the unique violation).
 
 use engram_core::error::Result;
-use engram_core::model::{Job, JobKind, JobStatus, TenantId};
+use engram_core::model::{Job, JobKind};
 use sqlx::PgPool;
 use sqlx::postgres::PgRow;
 use time::OffsetDateTime;
 
 use super::db;
 use super::rows::{self, col};
-use crate::common;
 
 /// Claims that lose a lock-key race are retried with the next job this many times.
 const CLAIM_ATTEMPTS: usize = 8;
 
-pub async fn enqueue(pool: &PgPool, job: &Job) -> Result<bool> {
-    common::jobs::enqueue(pool, job).await
-}
-
-pub async fn claim(
+/// Claim the oldest runnable job of `kinds` (see above).
+pub(super) async fn claim(
     pool: &PgPool,
     now: OffsetDateTime,
     lease_until: OffsetDateTime,
@@ -93,87 +89,4 @@ pub async fn claim(
         return Ok(Some(job));
     }
     Ok(None)
-}
-
-pub async fn heartbeat(pool: &PgPool, id: &str, lease_until: OffsetDateTime) -> Result<()> {
-    common::jobs::heartbeat(pool, id, lease_until).await
-}
-
-pub async fn complete(pool: &PgPool, id: &str) -> Result<()> {
-    common::jobs::complete(pool, id).await
-}
-
-pub async fn fail(
-    pool: &PgPool,
-    id: &str,
-    error: &str,
-    retry_at: Option<OffsetDateTime>,
-) -> Result<()> {
-    common::jobs::fail(pool, id, error, retry_at).await
-}
-
-pub async fn list(
-    pool: &PgPool,
-    tenant: Option<&TenantId>,
-    status: Option<JobStatus>,
-    limit: usize,
-) -> Result<Vec<Job>> {
-    common::jobs::list(pool, tenant, status, limit).await
-}
-
-pub async fn retry(pool: &PgPool, tenant: Option<&TenantId>, id: &str) -> Result<()> {
-    common::jobs::retry(pool, tenant, id).await
-}
-
-// ---- the JobStore part of the store, over the functions above ----
-
-use async_trait::async_trait;
-use engram_core::store::JobStore;
-
-use super::PgStore;
-
-#[async_trait]
-impl JobStore for PgStore {
-    async fn enqueue_job(&self, job: &Job) -> Result<bool> {
-        enqueue(&self.pool, job).await
-    }
-
-    async fn claim_job(
-        &self,
-        now: OffsetDateTime,
-        lease_until: OffsetDateTime,
-        kinds: &[JobKind],
-    ) -> Result<Option<Job>> {
-        claim(&self.pool, now, lease_until, kinds).await
-    }
-
-    async fn heartbeat_job(&self, id: &str, lease_until: OffsetDateTime) -> Result<()> {
-        heartbeat(&self.pool, id, lease_until).await
-    }
-
-    async fn complete_job(&self, id: &str) -> Result<()> {
-        complete(&self.pool, id).await
-    }
-
-    async fn fail_job(
-        &self,
-        id: &str,
-        error: &str,
-        retry_at: Option<OffsetDateTime>,
-    ) -> Result<()> {
-        fail(&self.pool, id, error, retry_at).await
-    }
-
-    async fn list_jobs(
-        &self,
-        tenant: Option<&TenantId>,
-        status: Option<JobStatus>,
-        limit: usize,
-    ) -> Result<Vec<Job>> {
-        list(&self.pool, tenant, status, limit).await
-    }
-
-    async fn retry_job(&self, tenant: Option<&TenantId>, id: &str) -> Result<()> {
-        retry(&self.pool, tenant, id).await
-    }
 }

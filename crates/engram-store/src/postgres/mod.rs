@@ -41,11 +41,8 @@
 //!   tenant and user, and query terms found in half the scope's rows or more are dropped,
 //!   as in the SQLite store.
 
-mod access;
 pub mod jobs;
-mod maintenance;
-mod memories;
-mod messages;
+mod native;
 pub mod rows;
 pub mod search;
 
@@ -57,21 +54,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use engram_core::error::{Error, Result};
 use engram_core::model::{
-    Agent, AgentId, ConversationId, Memory, MemoryEvent, MemoryId, Message, MessageId, TenantId,
-    UserId,
+    AgentId, ConversationId, Job, JobKind, Memory, MemoryEvent, MemoryId, Message, MessageId,
+    TenantId, UserId,
 };
-use engram_core::store::prelude::*;
-use engram_core::store::{
-    ApiKey, BackupRow, BackupScope, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter,
-    MemoryPage, NewMemory, RestoreState, StoreStats,
-};
+use engram_core::store::{BackupRow, BackupScope, MemoryFilter, NewMemory, RestoreState};
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgPoolOptions, PgRow};
 use sqlx::query::Query;
 use sqlx::{Connection, PgPool, Postgres, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::common::{self, Arg, Backend};
+use crate::common::{self, Arg, Backend, SqlStore};
 use crate::fault::is_unique_violation;
 pub use crate::fault::postgres as db;
 use crate::text::index_text;
@@ -106,10 +99,9 @@ fn statement(sql: &str, args: &[Arg<'_>]) -> Query<'static, Postgres, PgArgument
     })
 }
 
-/// The shared code ([`crate::common`]) runs on the pool: the PostgreSQL store has nothing
-/// else it needs, and the job queue's functions ([`jobs`]) are given only a pool.
+/// The shared code ([`crate::common`]) runs on the pool.
 #[async_trait]
-impl Backend for PgPool {
+impl Backend for PgDb {
     type Row = PgRow;
     type Tx = Tx;
 
@@ -119,15 +111,15 @@ impl Backend for PgPool {
     const LOCK: &'static str = " FOR UPDATE";
 
     async fn read_all(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<PgRow>> {
-        statement(sql, args).fetch_all(self).await.map_err(db)
+        statement(sql, args).fetch_all(&self.pool).await.map_err(db)
     }
 
     async fn write(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
-        Ok(statement(sql, args).execute(self).await.map_err(db)?.rows_affected())
+        Ok(statement(sql, args).execute(&self.pool).await.map_err(db)?.rows_affected())
     }
 
     async fn begin_write(&self) -> Result<Tx> {
-        self.begin().await.map_err(db)
+        self.begin().await
     }
 
     async fn commit(tx: Tx) -> Result<()> {
@@ -180,8 +172,23 @@ impl Backend for PgPool {
     }
 }
 
-/// The PostgreSQL store.
-pub struct PgStore {
+/// The PostgreSQL store: the store contract ([`SqlStore`]) over [`PgDb`].
+pub type PgStore = SqlStore<PgDb>;
+
+impl PgStore {
+    /// Connect with the default options, check the server and pgvector, and apply migrations.
+    pub async fn open(url: &str) -> Result<Self> {
+        Self::open_with(url, PgOptions::default()).await
+    }
+
+    /// Connect, check the server and pgvector, and apply migrations.
+    pub async fn open_with(url: &str, options: PgOptions) -> Result<Self> {
+        Ok(SqlStore(PgDb::open_with(url, options).await?))
+    }
+}
+
+/// The database of a [`PgStore`]: its pool and the vector-search settings.
+pub struct PgDb {
     pool: PgPool,
     /// Scopes with at most this many active vectors are searched exactly (see [`search`]).
     exact_scan_limit: AtomicUsize,
@@ -203,14 +210,8 @@ impl Default for PgOptions {
     }
 }
 
-impl PgStore {
-    /// Connect with the default options, check the server and pgvector, and apply migrations.
-    pub async fn open(url: &str) -> Result<Self> {
-        Self::open_with(url, PgOptions::default()).await
-    }
-
-    /// Connect, check the server and pgvector, and apply migrations.
-    pub async fn open_with(url: &str, options: PgOptions) -> Result<Self> {
+impl PgDb {
+    async fn open_with(url: &str, options: PgOptions) -> Result<Self> {
         if options.max_connections == 0 {
             return Err(Error::invalid(
                 "database_pool_size",
@@ -289,7 +290,7 @@ impl PgStore {
 
     /// Insert many rows and their events with one `INSERT … SELECT FROM unnest(…)` per table
     /// (`versions`: each user's version in this transaction).
-    async fn insert_rows(
+    async fn insert_chunk(
         tx: &mut Tx,
         rows: &[NewMemory],
         versions: &HashMap<String, i64>,
@@ -459,30 +460,6 @@ impl PgStore {
         .await
         .map_err(db)?;
         Ok(())
-    }
-
-    async fn select_memories(
-        &self,
-        tenant: &TenantId,
-        tail: &str,
-        filter: &MemoryFilter,
-        cursor: Option<MemoryId>,
-        limit: Option<i64>,
-    ) -> Result<Vec<Memory>> {
-        let mut q = QueryBuilder::<Postgres>::new(format!(
-            "SELECT {MEMORY_COLS} FROM memories WHERE tenant_id = "
-        ));
-        q.push_bind(tenant.as_str().to_string());
-        push_filter(&mut q, filter, OffsetDateTime::now_utc(), "");
-        if let Some(c) = cursor {
-            q.push(" AND id < ").push_bind(c.0);
-        }
-        q.push(tail);
-        if let Some(l) = limit {
-            q.push(" LIMIT ").push_bind(l);
-        }
-        let rows = q.build().fetch_all(&self.pool).await.map_err(db)?;
-        rows.iter().map(rows::memory).collect()
     }
 }
 

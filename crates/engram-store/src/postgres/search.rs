@@ -139,7 +139,8 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::rows::col;
-use super::{PgStore, db, push_filter};
+use super::{PgDb, db, push_filter};
+use crate::common::memories::{embedding_space as space, same_space};
 use crate::text::{fold_diacritics, match_term, query_terms};
 
 /// Scopes with at most this many active vectors are searched exactly (see the module docs).
@@ -167,26 +168,6 @@ const SPACE_LOCK: i64 = 0x656e_6772_616d_0002;
 const INDEX_BUILD_LOCK: i64 = 0x656e_6772_616d_0003;
 /// `maintenance_work_mem` of a scope's index build.
 const HNSW_BUILD_MEMORY: &str = "512MB";
-
-/// The recorded embedding space.
-pub async fn embedding_space(pool: &PgPool) -> Result<Option<(String, usize)>> {
-    let rows = sqlx::query(
-        "SELECT key, value FROM meta WHERE key IN ('embedding_model', 'embedding_dims')",
-    )
-    .fetch_all(pool)
-    .await
-    .map_err(db)?;
-    let mut model = None;
-    let mut dims = None;
-    for r in &rows {
-        let value: String = col(r, "value")?;
-        match col::<&str>(r, "key")? {
-            "embedding_model" => model = Some(value),
-            _ => dims = value.parse::<usize>().ok(),
-        }
-    }
-    Ok(model.zip(dims))
-}
 
 /// The table-wide HNSW index of `dims` that versions before lazy per-scope indexes created
 /// for every store (still used when present).
@@ -409,7 +390,7 @@ impl TextScope<'_> {
     }
 }
 
-impl PgStore {
+impl PgDb {
     /// Record the embedding space (first use, or `reset`; a reset drops the HNSW indexes of
     /// other dimensions). HNSW indexes are made per scope, when a search needs one.
     pub(super) async fn ensure_space(
@@ -418,13 +399,8 @@ impl PgStore {
         dims: usize,
         reset: bool,
     ) -> Result<()> {
-        let refuse = |m: &str, d: usize| {
-            Error::Unprocessable(format!(
-                "this store holds vectors of '{m}' ({d} dimensions); refusing vectors of '{model_id}' ({dims})"
-            ))
-        };
-        if !reset && let Some((m, d)) = embedding_space(&self.pool).await? {
-            return if d != dims || m != model_id { Err(refuse(&m, d)) } else { Ok(()) };
+        if !reset && let Some((m, d)) = space(self).await? {
+            return same_space((&m, d), (model_id, dims));
         }
         let mut tx = self.begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
@@ -580,10 +556,7 @@ impl PgStore {
                 Some(r) => usize::try_from(col::<i64>(r, "n")?).unwrap_or(0),
                 None => 0,
             };
-            if in_scope > limit
-                && indexable
-                && embedding_space(&self.pool).await?.is_some_and(|(_, d)| d == dims)
-            {
+            if in_scope > limit && indexable && space(self).await?.is_some_and(|(_, d)| d == dims) {
                 // Build the scope's index in the background; until it is there, a table-wide
                 // index of an older version serves, or the whole scope is ranked.
                 spawn_scope_index_build(self.pool.clone(), tenant.clone(), user.clone(), dims);
@@ -663,7 +636,7 @@ impl PgStore {
     /// vectors of more dimensions than HNSW supports). For operators' tools, the benchmarks
     /// and tests.
     pub async fn build_scope_index(&self, tenant: &TenantId, user: &UserId) -> Result<bool> {
-        let Some((_, dims)) = embedding_space(&self.pool).await? else { return Ok(false) };
+        let Some((_, dims)) = space(self).await? else { return Ok(false) };
         if dims > HNSW_MAX_DIMS {
             return Ok(false);
         }

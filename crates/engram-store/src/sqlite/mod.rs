@@ -6,11 +6,7 @@
 //! processes. `synchronous = NORMAL` in WAL mode survives a process crash (kill -9) with every
 //! committed transaction intact.
 
-mod access;
-mod jobs;
-mod maintenance;
-mod memories;
-mod messages;
+mod native;
 pub mod vectors;
 
 use std::path::Path;
@@ -21,14 +17,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use engram_core::error::{Error, Result};
 use engram_core::model::{
-    Agent, AgentId, Category, ConversationId, Job, JobKind, JobStatus, Kind, Memory, MemoryEvent,
-    MemoryId, Message, MessageId, TenantId, UserId,
+    Category, Job, JobKind, Kind, Memory, MemoryId, Message, MessageId, TenantId, UserId,
 };
-use engram_core::store::prelude::*;
-use engram_core::store::{
-    ApiKey, BackupRow, BackupScope, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter,
-    MemoryPage, NewMemory, RestoreState, StoreStats,
-};
+use engram_core::store::{BackupRow, BackupScope, MemoryFilter, NewMemory, RestoreState};
 use sqlx::query::Query;
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
@@ -39,7 +30,7 @@ use time::OffsetDateTime;
 
 use crate::common::memories::MEMORY_COLS;
 use crate::common::rows::Columns;
-use crate::common::{self, Arg, Backend};
+use crate::common::{self, Arg, Backend, SqlStore};
 pub use crate::fault::sqlite as db;
 use crate::tables::{blob_to_vec, vec_to_blob};
 pub use crate::text::{MatchTerm, fts_query, match_terms, query_terms};
@@ -102,7 +93,7 @@ where
 }
 
 #[async_trait]
-impl Backend for SqliteStore {
+impl Backend for SqliteDb {
     type Row = SqliteRow;
     type Tx = Transaction<'static, Sqlite>;
 
@@ -218,8 +209,18 @@ impl Columns for SqliteRow {
     }
 }
 
-/// The embedded SQLite store.
-pub struct SqliteStore {
+/// The embedded SQLite store: the store contract ([`SqlStore`]) over [`SqliteDb`].
+pub type SqliteStore = SqlStore<SqliteDb>;
+
+impl SqliteStore {
+    /// Open or create `data_dir/engram.db` and apply migrations.
+    pub async fn open(data_dir: &Path) -> Result<Self> {
+        Ok(SqlStore(SqliteDb::open(data_dir).await?))
+    }
+}
+
+/// The SQLite database of a [`SqliteStore`]: its connections and vector index.
+pub struct SqliteDb {
     /// Readers (several connections; WAL lets them run beside the writer).
     read: SqlitePool,
     /// The one writer connection of this process.
@@ -228,9 +229,8 @@ pub struct SqliteStore {
     vectors: VectorCache,
 }
 
-impl SqliteStore {
-    /// Open or create `data_dir/engram.db` and apply migrations.
-    pub async fn open(data_dir: &Path) -> Result<Self> {
+impl SqliteDb {
+    async fn open(data_dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(data_dir).map_err(|e| {
             Error::Unprocessable(format!("cannot create data dir {}: {e}", data_dir.display()))
         })?;
@@ -282,17 +282,6 @@ impl SqliteStore {
             .await
             .map_err(db)?;
         Ok(Self { read, write, vectors: VectorCache::default() })
-    }
-
-    /// Record the embedding space in `meta`; an existing record stays unless `replace`.
-    async fn set_space(&self, replace: bool, model_id: &str, dims: usize) -> Result<()> {
-        let conflict = if replace { "OR REPLACE" } else { "OR IGNORE" };
-        let sql = format!(
-            "INSERT {conflict} INTO meta (key, value) \
-             VALUES ('embedding_model', ?), ('embedding_dims', ?)"
-        );
-        self.write(&sql, &[Arg::Text(model_id), Arg::Owned(dims.to_string())]).await?;
-        Ok(())
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {

@@ -4,12 +4,39 @@ use std::sync::Arc;
 
 use engram_core::error::Error;
 use engram_core::model::{
-    Agent, AgentId, ConversationId, KeyRole, MemoryId, MessageId, MessageRole,
+    Agent, AgentId, ConversationId, Job, JobStatus, KeyRole, MemoryId, MessageId, MessageRole,
 };
 use engram_core::store::{ApiKey, ContextSession, Store};
 use time::Duration;
 
 use crate::harness::{memory, message, new_row, now, tenant, user};
+
+/// The jobs of an append are written with its messages or not at all: a crash between the
+/// two can never leave messages that no job will embed.
+pub async fn append_with_its_jobs(s: Arc<dyn Store>) {
+    let t = tenant("t");
+    let (u, u2) = (user("u"), user("u2"));
+    let c = ConversationId::parse("conv-jobs").unwrap();
+    let job = Job::embed_messages(&t, &u, &c);
+    let first = vec![message(&t, &u, "conv-jobs", MessageRole::User, "I moved to Lyon")];
+    s.append_messages_with_jobs(&t, first, std::slice::from_ref(&job)).await.unwrap();
+    let pending = |s: Arc<dyn Store>| async move {
+        let jobs = s.list_jobs(Some(&tenant("t")), Some(JobStatus::Pending), 10).await.unwrap();
+        jobs.into_iter().map(|j| j.id).collect::<Vec<_>>()
+    };
+    assert_eq!(pending(s.clone()).await, vec![job.id.clone()]);
+    // A second append while that job is pending: deduplicated as enqueue_job does.
+    let again = Job::embed_messages(&t, &u, &c);
+    let more = vec![message(&t, &u, "conv-jobs", MessageRole::User, "and I work in Paris")];
+    s.append_messages_with_jobs(&t, more, &[again]).await.unwrap();
+    assert_eq!(pending(s.clone()).await, vec![job.id.clone()]);
+    // An append that is refused (another user's conversation) adds no job.
+    s.complete_job(&job.id).await.unwrap();
+    let stolen = vec![message(&t, &u2, "conv-jobs", MessageRole::User, "hi")];
+    let r = s.append_messages_with_jobs(&t, stolen, &[Job::embed_messages(&t, &u2, &c)]).await;
+    assert!(matches!(r, Err(Error::Conflict(_))), "{r:?}");
+    assert!(pending(s.clone()).await.is_empty());
+}
 
 pub async fn append_seq_ownership(s: Arc<dyn Store>) {
     let t = tenant("t");

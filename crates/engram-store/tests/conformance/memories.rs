@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use engram_core::error::Error;
 use engram_core::model::{
-    Agent, AgentId, Category, ConversationId, EventKind, Importance, Job, JobKind, Kind, MemoryId,
-    MessageRole,
+    Agent, AgentId, Category, ConversationId, EventKind, Importance, Job, JobKind, Kind,
+    MemoryEvent, MemoryId, MessageRole,
 };
 use engram_core::store::{ContextSession, ExtractionBatch, MemoryFilter, Store};
 use time::Duration;
@@ -134,6 +134,21 @@ pub async fn tenant_isolation(s: Arc<dyn Store>) {
     );
     let st1 = s.stats(&t1).await.unwrap();
     assert_eq!((st1.memories_active, st1.messages, st1.jobs_pending), (2, 1, 1));
+}
+
+/// Events of one instant come back in the order they were written, on both backends (a
+/// timeline would otherwise show "rated" before "created").
+pub async fn history_keeps_the_order_of_one_instant(s: Arc<dyn Store>) {
+    let t = tenant("t");
+    let u = user("u");
+    let mut row = new_row(memory(&t, &u, "The user likes tea"), None);
+    let at = row.events[0].at;
+    let kinds = [EventKind::Created, EventKind::Rated, EventKind::Confirmed, EventKind::Rated];
+    row.events =
+        kinds.iter().map(|k| MemoryEvent { at, ..event(row.memory.id, *k, None) }).collect();
+    s.insert_memories(&t, vec![row.clone()]).await.unwrap();
+    let (_, evs) = s.history(&t, row.memory.id).await.unwrap();
+    assert_eq!(evs.iter().map(|e| e.event).collect::<Vec<_>>(), kinds);
 }
 
 pub async fn supersede_forget_purge_history(s: Arc<dyn Store>) {

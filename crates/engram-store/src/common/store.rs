@@ -1,0 +1,571 @@
+//! The store contract, implemented once: [`SqlStore`] over a backend implements every
+//! sub-trait of [`engram_core::store::Store`], with the shared statements of this module's
+//! siblings. What a backend does its own way is the short list of [`Native`] operations
+//! (SQLite's in-process vector index and FTS5, PostgreSQL's pgvector, batched `unnest`
+//! inserts and `SKIP LOCKED` claims, each one's backup format); nothing else is written
+//! per backend.
+
+use std::collections::HashMap;
+use std::ops::Deref;
+
+use async_trait::async_trait;
+use engram_core::error::Result;
+use engram_core::model::{
+    Agent, AgentId, ConversationId, Job, JobKind, JobStatus, Memory, MemoryEvent, MemoryId,
+    Message, MessageId, TenantId, UserId,
+};
+use engram_core::store::prelude::*;
+use engram_core::store::{
+    ApiKey, BackupRow, BackupScope, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter,
+    MemoryPage, NewMemory, RestoreState, StoreStats,
+};
+use time::OffsetDateTime;
+
+use super::messages::Conversation;
+use super::{Arg, Backend, access, jobs, memories, messages};
+
+/// A store: one backend ([`crate::sqlite::SqliteDb`], [`crate::postgres::PgDb`]) under the
+/// whole store contract. Its backend's own methods (opening, operators' tuning) are reached
+/// through `Deref`.
+pub struct SqlStore<D>(pub(crate) D);
+
+impl<D> Deref for SqlStore<D> {
+    type Target = D;
+
+    fn deref(&self) -> &D {
+        &self.0
+    }
+}
+
+/// Each user's change-counter version in a write transaction.
+pub(crate) type Versions = HashMap<String, i64>;
+
+/// A ranked search: the best `k` rows of `tenant` in `scope` for `query`.
+pub(crate) struct Ranked<'a, S, Q: ?Sized> {
+    pub tenant: &'a TenantId,
+    pub scope: S,
+    pub query: &'a Q,
+    pub k: usize,
+}
+
+/// A user's messages, compared only with vectors of the model (the id).
+pub(crate) type MessageScope<'a> = (&'a UserId, &'a str);
+
+/// A page of memories: `filter`, after `cursor`, in `order` (`ORDER BY …`), at most `limit`.
+pub(crate) struct Select<'a> {
+    pub filter: &'a MemoryFilter,
+    pub cursor: Option<MemoryId>,
+    pub order: &'static str,
+    pub limit: Option<i64>,
+}
+
+/// Where a backup's rows go.
+pub(crate) type Sink<'a> = dyn FnMut(BackupRow) -> Result<()> + Send + 'a;
+
+/// What a backend does its own way.
+#[async_trait]
+pub(crate) trait Native: Backend + Sized + 'static {
+    /// Insert new memory rows and their events inside `tx`.
+    async fn insert_rows(tx: &mut Self::Tx, rows: &[NewMemory], v: &Versions) -> Result<()>;
+    /// The memories of a [`Select`].
+    async fn select(&self, tenant: &TenantId, q: Select<'_>) -> Result<Vec<Memory>>;
+    /// Memories by vector ([`MemoryStore::vector_search`]).
+    async fn search_vectors(&self, q: Ranked<'_, &MemoryFilter, [f32]>) -> Hits<MemoryId, f32>;
+    /// Memories by keywords ([`MemoryStore::text_search`]).
+    async fn search_text(&self, q: Ranked<'_, &MemoryFilter, str>) -> Hits<MemoryId, f64>;
+    /// A user's messages by keywords.
+    async fn search_message_text(&self, q: Ranked<'_, &UserId, str>) -> Hits<MessageId, f64>;
+    /// A user's messages by vector.
+    async fn search_message_vectors(
+        &self,
+        q: Ranked<'_, MessageScope<'_>, [f32]>,
+    ) -> Hits<MessageId, f32>;
+    /// Store message vectors of the model (the `&str`).
+    async fn store_message_vectors(
+        &self,
+        t: &TenantId,
+        m: &str,
+        rows: Vectors<MessageId>,
+    ) -> Result<()>;
+    /// Fill an empty message ([`MessageStore::set_message_content`]).
+    async fn fill_message(&self, tenant: &TenantId, id: MessageId, text: &str) -> Result<bool>;
+    /// Record the embedding space; an existing one is kept (and must match) unless `reset`.
+    async fn record_space(&self, model_id: &str, dims: usize, reset: bool) -> Result<()>;
+    /// What follows a user's erasure (SQLite drops the user's vector index).
+    fn erased(&self, tenant: &str, user: &str);
+    async fn backup_rows(&self, scope: &BackupScope, sink: &mut Sink<'_>) -> Result<u64>;
+    async fn restore_rows(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()>;
+    /// Claim a job ([`JobStore::claim_job`]).
+    async fn claim(
+        &self,
+        now: OffsetDateTime,
+        lease: OffsetDateTime,
+        kinds: &[JobKind],
+    ) -> Result<Option<Job>>;
+}
+
+/// Scored ids, best first.
+pub(crate) type Hits<I, S> = Result<Vec<(I, S)>>;
+/// Rows and their new vectors.
+pub(crate) type Vectors<I> = Vec<(I, Vec<f32>)>;
+
+#[async_trait]
+impl<D: Native> MemoryStore for SqlStore<D> {
+    async fn insert_memories(&self, tenant: &TenantId, rows: Vec<NewMemory>) -> Result<()> {
+        let Some((mut tx, v)) = memories::begin_insert(&self.0, self, tenant, &rows).await? else {
+            return Ok(());
+        };
+        D::insert_rows(&mut tx, &rows, &v).await?;
+        D::commit(tx).await
+    }
+
+    async fn get_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<Option<Memory>> {
+        memories::get(&self.0, tenant, id).await
+    }
+
+    async fn get_memories(&self, tenant: &TenantId, ids: &[MemoryId]) -> Result<Vec<Memory>> {
+        memories::get_many(&self.0, tenant, ids).await
+    }
+
+    async fn list_memories(
+        &self,
+        tenant: &TenantId,
+        filter: &MemoryFilter,
+        cursor: Option<MemoryId>,
+        limit: usize,
+    ) -> Result<MemoryPage> {
+        let fetch = Some(i64::try_from(limit).unwrap_or(i64::MAX - 1) + 1);
+        let select = Select { filter, cursor, order: " ORDER BY id DESC", limit: fetch };
+        let mut memories = self.0.select(tenant, select).await?;
+        let next_cursor = (memories.len() > limit).then(|| {
+            memories.truncate(limit);
+            memories.last().map(|m| m.id)
+        });
+        Ok(MemoryPage { memories, next_cursor: next_cursor.flatten() })
+    }
+
+    async fn all_active(&self, tenant: &TenantId, filter: &MemoryFilter) -> Result<Vec<Memory>> {
+        let filter = &MemoryFilter { include_superseded: false, ..filter.clone() };
+        let order = " ORDER BY observed_at, id";
+        self.0.select(tenant, Select { filter, cursor: None, order, limit: None }).await
+    }
+
+    async fn supersede(
+        &self,
+        tenant: &TenantId,
+        old: MemoryId,
+        new: Option<NewMemory>,
+        event: MemoryEvent,
+    ) -> Result<()> {
+        memories::supersede(&self.0, tenant, old, new.as_ref(), &event).await
+    }
+
+    async fn confirm_memory(
+        &self,
+        tenant: &TenantId,
+        id: MemoryId,
+        event: MemoryEvent,
+    ) -> Result<()> {
+        memories::confirm(&self.0, tenant, id, &event).await
+    }
+
+    async fn rate_memory(
+        &self,
+        tenant: &TenantId,
+        id: MemoryId,
+        delta: i64,
+        event: MemoryEvent,
+    ) -> Result<i64> {
+        memories::rate(&self.0, tenant, id, delta, &event).await
+    }
+
+    async fn purge_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<()> {
+        memories::purge(&self.0, tenant, id).await
+    }
+
+    async fn history(
+        &self,
+        tenant: &TenantId,
+        id: MemoryId,
+    ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)> {
+        memories::history(&self.0, tenant, id).await
+    }
+
+    async fn vector_search(
+        &self,
+        tenant: &TenantId,
+        filter: &MemoryFilter,
+        vector: &[f32],
+        k: usize,
+    ) -> Result<Vec<(MemoryId, f32)>> {
+        self.0.search_vectors(Ranked { tenant, scope: filter, query: vector, k }).await
+    }
+
+    async fn text_search(
+        &self,
+        tenant: &TenantId,
+        filter: &MemoryFilter,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<(MemoryId, f64)>> {
+        self.0.search_text(Ranked { tenant, scope: filter, query, k }).await
+    }
+
+    async fn touch_memories(
+        &self,
+        tenant: &TenantId,
+        ids: &[MemoryId],
+        at: OffsetDateTime,
+    ) -> Result<()> {
+        memories::touch(&self.0, tenant, ids, at).await
+    }
+
+    async fn find_profile(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        pool: Option<&str>,
+        key: &str,
+    ) -> Result<Option<Memory>> {
+        memories::find_profile(&self.0, tenant, user, pool, key).await
+    }
+
+    async fn record_recall(
+        &self,
+        tenant: &TenantId,
+        turn_id: &str,
+        ids: &[MemoryId],
+    ) -> Result<()> {
+        memories::record_recall(&self.0, tenant, turn_id, ids).await
+    }
+
+    async fn recalled(&self, tenant: &TenantId, turn_id: &str) -> Result<Vec<MemoryId>> {
+        memories::recalled(&self.0, tenant, turn_id).await
+    }
+
+    async fn get_context_session(
+        &self,
+        tenant: &TenantId,
+        session_id: &str,
+        user: &UserId,
+        pool: Option<&str>,
+    ) -> Result<Option<ContextSession>> {
+        memories::get_context_session(&self.0, tenant, session_id, user, pool).await
+    }
+
+    async fn put_context_session(&self, tenant: &TenantId, s: &ContextSession) -> Result<()> {
+        memories::put_context_session(&self.0, tenant, s).await
+    }
+}
+
+#[async_trait]
+impl<D: Native> MessageStore for SqlStore<D> {
+    async fn append_messages_with_jobs(
+        &self,
+        tenant: &TenantId,
+        messages: Vec<Message>,
+        jobs: &[Job],
+    ) -> Result<Vec<Message>> {
+        messages::append(&self.0, tenant, messages, jobs).await
+    }
+
+    async fn list_messages(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<Message>> {
+        Conversation::new(&self.0, tenant, conversation).list(after_seq, limit).await
+    }
+
+    async fn conversation_owner(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Option<(UserId, Option<AgentId>)>> {
+        Conversation::new(&self.0, tenant, conversation).owner().await
+    }
+
+    async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>> {
+        messages::get(&self.0, tenant, id).await
+    }
+
+    async fn get_messages(&self, tenant: &TenantId, ids: &[MessageId]) -> Result<Vec<Message>> {
+        messages::get_many(&self.0, tenant, ids).await
+    }
+
+    async fn rate_message(&self, tenant: &TenantId, id: MessageId, delta: i64) -> Result<i64> {
+        messages::rate(&self.0, tenant, id, delta).await
+    }
+
+    async fn text_search_messages(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<(MessageId, f64)>> {
+        self.0.search_message_text(Ranked { tenant, scope: user, query, k }).await
+    }
+
+    async fn messages_needing_vectors(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<(MessageId, i64)>> {
+        Conversation::new(&self.0, tenant, conversation).needing_vectors(model_id, limit).await
+    }
+
+    async fn conversations_needing_message_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<ConversationId>> {
+        messages::conversations_needing_vectors(&self.0, tenant, model_id, limit).await
+    }
+
+    async fn set_message_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        rows: Vec<(MessageId, Vec<f32>)>,
+    ) -> Result<()> {
+        self.0.store_message_vectors(tenant, model_id, rows).await
+    }
+
+    async fn vector_search_messages(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        model_id: &str,
+        query: &[f32],
+        k: usize,
+    ) -> Result<Vec<(MessageId, f32)>> {
+        self.0.search_message_vectors(Ranked { tenant, scope: (user, model_id), query, k }).await
+    }
+
+    async fn conversation_messages(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Vec<Message>> {
+        Conversation::new(&self.0, tenant, conversation).messages().await
+    }
+
+    async fn extraction_cursor(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Option<String>> {
+        Conversation::new(&self.0, tenant, conversation).extraction_cursor().await
+    }
+
+    async fn rolling_summary(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<(Option<String>, i64)> {
+        Conversation::new(&self.0, tenant, conversation).rolling_summary().await
+    }
+
+    async fn set_rolling_summary(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        summary: &str,
+        user_turns: i64,
+    ) -> Result<()> {
+        let c = Conversation::new(&self.0, tenant, conversation);
+        c.set_rolling_summary(summary, user_turns).await
+    }
+
+    async fn apply_extraction(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        user: &UserId,
+        batch: ExtractionBatch,
+    ) -> Result<()> {
+        memories::apply_extraction(&self.0, tenant, conversation, user, batch).await
+    }
+
+    async fn set_message_content(
+        &self,
+        tenant: &TenantId,
+        id: MessageId,
+        content: &str,
+    ) -> Result<bool> {
+        self.0.fill_message(tenant, id, content).await
+    }
+}
+
+#[async_trait]
+impl<D: Native> JobStore for SqlStore<D> {
+    async fn enqueue_job(&self, job: &Job) -> Result<bool> {
+        jobs::enqueue(&self.0, job).await
+    }
+
+    async fn claim_job(
+        &self,
+        now: OffsetDateTime,
+        lease_until: OffsetDateTime,
+        kinds: &[JobKind],
+    ) -> Result<Option<Job>> {
+        self.0.claim(now, lease_until, kinds).await
+    }
+
+    async fn heartbeat_job(&self, id: &str, lease_until: OffsetDateTime) -> Result<()> {
+        jobs::heartbeat(&self.0, id, lease_until).await
+    }
+
+    async fn complete_job(&self, id: &str) -> Result<()> {
+        jobs::complete(&self.0, id).await
+    }
+
+    async fn fail_job(
+        &self,
+        id: &str,
+        error: &str,
+        retry_at: Option<OffsetDateTime>,
+    ) -> Result<()> {
+        jobs::fail(&self.0, id, error, retry_at).await
+    }
+
+    async fn list_jobs(
+        &self,
+        tenant: Option<&TenantId>,
+        status: Option<JobStatus>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        jobs::list(&self.0, tenant, status, limit).await
+    }
+
+    async fn retry_job(&self, tenant: Option<&TenantId>, id: &str) -> Result<()> {
+        jobs::retry(&self.0, tenant, id).await
+    }
+}
+
+#[async_trait]
+impl<D: Native> AccessStore for SqlStore<D> {
+    async fn create_api_key(&self, key: &ApiKey, secret_hash: &str) -> Result<()> {
+        access::create_api_key(&self.0, key, secret_hash).await
+    }
+
+    async fn list_api_keys(&self, tenant: Option<&TenantId>) -> Result<Vec<ApiKey>> {
+        access::list_api_keys(&self.0, tenant).await
+    }
+
+    async fn revoke_api_key(&self, id: &str) -> Result<()> {
+        access::revoke_api_key(&self.0, id).await
+    }
+
+    async fn find_api_key(&self, secret_hash: &str) -> Result<Option<ApiKey>> {
+        access::find_api_key(&self.0, secret_hash).await
+    }
+
+    async fn count_active_api_keys(&self) -> Result<u64> {
+        access::count_active_api_keys(&self.0).await
+    }
+
+    async fn get_agent(&self, tenant: &TenantId, id: &AgentId) -> Result<Option<Agent>> {
+        access::get_agent(&self.0, tenant, id).await
+    }
+
+    async fn get_agents(&self, tenant: &TenantId, ids: &[AgentId]) -> Result<Vec<Agent>> {
+        access::get_agents(&self.0, tenant, ids).await
+    }
+
+    async fn put_agent(&self, a: &Agent) -> Result<()> {
+        access::put_agent(&self.0, a).await
+    }
+}
+
+#[async_trait]
+impl<D: Native> MaintenanceStore for SqlStore<D> {
+    async fn embedding_space(&self) -> Result<Option<(String, usize)>> {
+        memories::embedding_space(&self.0).await
+    }
+
+    async fn ensure_embedding_space(&self, model_id: &str, dims: usize) -> Result<()> {
+        self.0.record_space(model_id, dims, false).await
+    }
+
+    async fn list_tenants(&self) -> Result<Vec<TenantId>> {
+        memories::tenants(&self.0).await
+    }
+
+    async fn rows_needing_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<(MemoryId, String)>> {
+        memories::needing_vectors(&self.0, tenant, model_id, limit).await
+    }
+
+    async fn set_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        rows: Vec<(MemoryId, Vec<f32>)>,
+    ) -> Result<()> {
+        memories::set_vectors(&self.0, tenant, model_id, rows).await
+    }
+
+    async fn reset_embedding_space(&self, model_id: &str, dims: usize) -> Result<()> {
+        self.0.record_space(model_id, dims, true).await
+    }
+
+    async fn list_users(&self, tenant: &TenantId) -> Result<Vec<UserId>> {
+        memories::users(&self.0, tenant).await
+    }
+
+    async fn erase_user(&self, tenant: &TenantId, user: &UserId) -> Result<EraseCounts> {
+        let (t, u) = (tenant.as_str(), user.as_str());
+        let mut tx = self.0.begin_write().await?;
+        if D::USER_LOCK {
+            // Take the user's lock first, as every writer of the user's memories does.
+            D::bump(&mut tx, t, u).await?;
+        }
+        let mut counts = EraseCounts::default();
+        for (table, sql) in crate::tables::erase_statements(|i| format!("?{i}")) {
+            let n = D::tx_run(&mut tx, &sql, &[Arg::Text(t), Arg::Text(u)]).await;
+            crate::tables::count_erased(&mut counts, table, n.map_err(D::fault)?);
+        }
+        D::commit(tx).await?;
+        self.0.erased(t, u);
+        Ok(counts)
+    }
+
+    async fn user_messages(&self, tenant: &TenantId, user: &UserId) -> Result<Vec<Message>> {
+        memories::user_messages(&self.0, tenant, user).await
+    }
+
+    async fn user_memories(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+    ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)> {
+        memories::user_memories(&self.0, tenant, user).await
+    }
+
+    async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {
+        memories::stats(&self.0, tenant, self.embedding_space().await?).await
+    }
+
+    async fn backup(
+        &self,
+        scope: &BackupScope,
+        sink: &mut (dyn FnMut(BackupRow) -> Result<()> + Send),
+    ) -> Result<u64> {
+        self.0.backup_rows(scope, sink).await
+    }
+
+    async fn restore(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()> {
+        self.0.restore_rows(rows, state).await
+    }
+}

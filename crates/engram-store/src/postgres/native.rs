@@ -1,0 +1,153 @@
+//! PostgreSQL: what this backend does its own way ([`Native`]); the rest of the store
+//! contract is written once in [`crate::common`]. Batch inserts are one `INSERT … SELECT
+//! FROM unnest(…)` per table, searches go through pgvector and the BM25 of [`super::search`],
+//! message vectors are written in one statement, and jobs are claimed as [`super::jobs`]
+//! describes.
+
+use super::*;
+use crate::common::store::{Hits, MessageScope, Native, Ranked, Select, Sink, Vectors, Versions};
+
+#[async_trait]
+impl Native for PgDb {
+    async fn insert_rows(tx: &mut Tx, rows: &[NewMemory], v: &Versions) -> Result<()> {
+        // One statement per table for the whole batch (one round trip per row and event
+        // made a 1,000-row batch ~2,000 statements).
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            Self::insert_chunk(tx, chunk, v).await?;
+        }
+        Ok(())
+    }
+
+    async fn select(&self, tenant: &TenantId, s: Select<'_>) -> Result<Vec<Memory>> {
+        let mut q = QueryBuilder::<Postgres>::new(format!(
+            "SELECT {MEMORY_COLS} FROM memories WHERE tenant_id = "
+        ));
+        q.push_bind(tenant.as_str().to_string());
+        push_filter(&mut q, s.filter, OffsetDateTime::now_utc(), "");
+        if let Some(c) = s.cursor {
+            q.push(" AND id < ").push_bind(c.0);
+        }
+        q.push(s.order);
+        if let Some(l) = s.limit {
+            q.push(" LIMIT ").push_bind(l);
+        }
+        let rows = q.build().fetch_all(&self.pool).await.map_err(db)?;
+        rows.iter().map(rows::memory).collect()
+    }
+
+    async fn search_vectors(&self, q: Ranked<'_, &MemoryFilter, [f32]>) -> Hits<MemoryId, f32> {
+        self.vector_search_impl(q.tenant, q.scope, q.query, q.k).await
+    }
+
+    async fn search_text(&self, q: Ranked<'_, &MemoryFilter, str>) -> Hits<MemoryId, f64> {
+        let scope = search::TextScope::Memories(q.tenant, q.scope);
+        self.text_search_impl(scope, q.query, q.k, MemoryId).await
+    }
+
+    async fn search_message_text(&self, q: Ranked<'_, &UserId, str>) -> Hits<MessageId, f64> {
+        let scope = search::TextScope::Messages(q.tenant, q.scope);
+        self.text_search_impl(scope, q.query, q.k, MessageId).await
+    }
+
+    async fn search_message_vectors(
+        &self,
+        q: Ranked<'_, MessageScope<'_>, [f32]>,
+    ) -> Hits<MessageId, f32> {
+        let ((user, model), query) = (q.scope, q.query);
+        // Exact: a user's messages are ranked in full (no index on this column), and only
+        // vectors of the query's model and dimension are compared.
+        let rows = sqlx::query(
+            "SELECT id, -(embedding <#> $4) AS sim FROM messages \
+             WHERE tenant_id = $1 AND user_id = $2 AND embedding_model = $3 \
+               AND vector_dims(embedding) = $5 \
+             ORDER BY embedding <#> $4, id LIMIT $6",
+        )
+        .bind(q.tenant.as_str())
+        .bind(user.as_str())
+        .bind(model)
+        .bind(pgvector::Vector::from(query.to_vec()))
+        .bind(query.len() as i32)
+        .bind(q.k as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        rows.iter().map(|r| Ok((MessageId(col(r, "id")?), col::<f64>(r, "sim")? as f32))).collect()
+    }
+
+    async fn store_message_vectors(
+        &self,
+        tenant: &TenantId,
+        model: &str,
+        rows: Vectors<MessageId>,
+    ) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.0.0).collect();
+        let vectors: Vec<pgvector::Vector> =
+            rows.into_iter().map(|r| pgvector::Vector::from(r.1)).collect();
+        sqlx::query(
+            "UPDATE messages m SET embedding = v.embedding, embedding_model = $2 \
+             FROM unnest($3::uuid[], $4::vector[]) AS v(id, embedding) \
+             WHERE m.tenant_id = $1 AND m.id = v.id",
+        )
+        .bind(tenant.as_str())
+        .bind(model)
+        .bind(&ids)
+        .bind(&vectors)
+        .execute(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(())
+    }
+
+    async fn fill_message(&self, tenant: &TenantId, id: MessageId, text: &str) -> Result<bool> {
+        let mut tx = self.begin().await?;
+        let r = sqlx::query(
+            "SELECT tool_name FROM messages WHERE tenant_id = $1 AND id = $2 AND content = '' FOR UPDATE",
+        )
+        .bind(tenant.as_str())
+        .bind(id.0)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db)?;
+        let Some(r) = r else { return Ok(false) };
+        let tool: Option<String> = col(&r, "tool_name")?;
+        // The keyword index is a column of the row here.
+        sqlx::query(
+            "UPDATE messages SET content = $1, fts_text = $2 WHERE tenant_id = $3 AND id = $4",
+        )
+        .bind(text)
+        .bind(index_text(&[text, tool.as_deref().unwrap_or("")]))
+        .bind(tenant.as_str())
+        .bind(id.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(true)
+    }
+
+    async fn record_space(&self, model_id: &str, dims: usize, reset: bool) -> Result<()> {
+        self.ensure_space(model_id, dims, reset).await
+    }
+
+    fn erased(&self, _tenant: &str, _user: &str) {}
+
+    async fn backup_rows(&self, scope: &BackupScope, sink: &mut Sink<'_>) -> Result<u64> {
+        crate::backup::pg_backup(&self.pool, scope, sink).await
+    }
+
+    async fn restore_rows(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()> {
+        crate::backup::pg_restore(&self.pool, rows, state).await
+    }
+
+    async fn claim(
+        &self,
+        now: OffsetDateTime,
+        lease: OffsetDateTime,
+        kinds: &[JobKind],
+    ) -> Result<Option<Job>> {
+        jobs::claim(&self.pool, now, lease, kinds).await
+    }
+}

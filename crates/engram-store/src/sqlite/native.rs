@@ -1,0 +1,166 @@
+//! SQLite: what this backend does its own way ([`Native`]); the rest of the store contract
+//! is written once in [`crate::common`]. Vector search goes through the in-process index
+//! ([`super::vectors`]), keyword search through FTS5, a batch insert is a statement per row
+//! on the one writer connection, and a claim is one `UPDATE … RETURNING`.
+
+use super::*;
+use crate::common::store::{Hits, MessageScope, Native, Ranked, Select, Sink, Vectors, Versions};
+
+#[async_trait]
+impl Native for SqliteDb {
+    async fn insert_rows(tx: &mut Self::Tx, rows: &[NewMemory], v: &Versions) -> Result<()> {
+        for row in rows {
+            let version = v.get(row.memory.user_id.as_str()).copied().unwrap_or_default();
+            common::memories::insert::<Self>(tx, row, version).await?;
+        }
+        Ok(())
+    }
+
+    async fn select(&self, tenant: &TenantId, s: Select<'_>) -> Result<Vec<Memory>> {
+        let now = ts(OffsetDateTime::now_utc());
+        let mut q = QueryBuilder::<Sqlite>::new(format!(
+            "SELECT {MEMORY_COLS} FROM memories WHERE tenant_id = "
+        ));
+        q.push_bind(tenant.as_str().to_string());
+        push_filter(&mut q, s.filter, now);
+        if let Some(c) = s.cursor {
+            q.push(" AND id < ").push_bind(c.to_string());
+        }
+        q.push(s.order);
+        if let Some(l) = s.limit {
+            q.push(" LIMIT ").push_bind(l);
+        }
+        let rows = q.build().fetch_all(&self.read).await.map_err(db)?;
+        rows.iter().map(common::rows::memory).collect()
+    }
+
+    async fn search_vectors(&self, q: Ranked<'_, &MemoryFilter, [f32]>) -> Hits<MemoryId, f32> {
+        let Some(user) = &q.scope.user_id else {
+            return Err(Error::invalid("user_id", "vector search needs a user_id"));
+        };
+        let idx = self.catch_up(q.tenant.as_str(), user.as_str()).await?;
+        let now = ts(OffsetDateTime::now_utc());
+        let guard = idx.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(guard.search(q.scope, q.query, q.k, now))
+    }
+
+    async fn search_text(&self, q: Ranked<'_, &MemoryFilter, str>) -> Hits<MemoryId, f64> {
+        let now = ts(OffsetDateTime::now_utc());
+        // Column names are unqualified in push_filter; they are unambiguous (fts has only `content`).
+        let narrow = |b: &mut QueryBuilder<Sqlite>| push_filter(b, q.scope, now);
+        self.fts_search("memories", q.tenant, q.query, q.k, narrow, MemoryId).await
+    }
+
+    async fn search_message_text(&self, q: Ranked<'_, &UserId, str>) -> Hits<MessageId, f64> {
+        let narrow = |b: &mut QueryBuilder<Sqlite>| {
+            b.push(" AND m.user_id = ").push_bind(q.scope.as_str().to_string());
+        };
+        self.fts_search("messages", q.tenant, q.query, q.k, narrow, MessageId).await
+    }
+
+    async fn search_message_vectors(
+        &self,
+        q: Ranked<'_, MessageScope<'_>, [f32]>,
+    ) -> Hits<MessageId, f32> {
+        let ((user, model), query) = (q.scope, q.query);
+        let rows = sqlx::query(
+            "SELECT id, embedding FROM messages WHERE tenant_id = ? AND user_id = ? \
+             AND embedding IS NOT NULL AND embedding_model = ?",
+        )
+        .bind(q.tenant.as_str())
+        .bind(user.as_str())
+        .bind(model)
+        .fetch_all(&self.read)
+        .await
+        .map_err(db)?;
+        let mut scored = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let blob: &[u8] = r.get("embedding");
+            if blob.len() != query.len() * 4 {
+                continue; // another space: never comparable with this query
+            }
+            let sim = vectors::dot(&blob_to_vec(blob), query);
+            scored.push((sim, r.get::<String, _>("id")));
+        }
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        scored.truncate(q.k);
+        scored.into_iter().map(|(s, id)| Ok((MessageId::parse(&id)?, s))).collect()
+    }
+
+    async fn store_message_vectors(
+        &self,
+        tenant: &TenantId,
+        model: &str,
+        rows: Vectors<MessageId>,
+    ) -> Result<()> {
+        let mut tx = self.begin().await?;
+        for (id, v) in rows {
+            sqlx::query(
+                "UPDATE messages SET embedding = ?, embedding_model = ? WHERE tenant_id = ? AND id = ?",
+            )
+            .bind(vec_to_blob(&v))
+            .bind(model)
+            .bind(tenant.as_str())
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        }
+        tx.commit().await.map_err(db)
+    }
+
+    async fn fill_message(&self, tenant: &TenantId, id: MessageId, text: &str) -> Result<bool> {
+        // The FTS5 index follows by trigger.
+        let sql = "UPDATE messages SET content = ? WHERE tenant_id = ? AND id = ? AND content = ''";
+        let args = [Arg::Text(text), Arg::Text(tenant.as_str()), Arg::Id(id.0)];
+        Ok(self.write(sql, &args).await? == 1)
+    }
+
+    async fn record_space(&self, model_id: &str, dims: usize, reset: bool) -> Result<()> {
+        if !reset && let Some((m, d)) = common::memories::embedding_space(self).await? {
+            return common::memories::same_space((&m, d), (model_id, dims));
+        }
+        let conflict = if reset { "OR REPLACE" } else { "OR IGNORE" };
+        let sql = format!(
+            "INSERT {conflict} INTO meta (key, value) \
+             VALUES ('embedding_model', ?), ('embedding_dims', ?)"
+        );
+        self.write(&sql, &[Arg::Text(model_id), Arg::Owned(dims.to_string())]).await?;
+        Ok(())
+    }
+
+    fn erased(&self, tenant: &str, user: &str) {
+        self.vectors.drop_user(tenant, user);
+    }
+
+    async fn backup_rows(&self, scope: &BackupScope, sink: &mut Sink<'_>) -> Result<u64> {
+        crate::backup::sqlite_backup(&self.read, scope, sink).await
+    }
+
+    async fn restore_rows(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()> {
+        crate::backup::sqlite_restore(&self.write, rows, state).await
+    }
+
+    async fn claim(
+        &self,
+        now: OffsetDateTime,
+        lease: OffsetDateTime,
+        kinds: &[JobKind],
+    ) -> Result<Option<Job>> {
+        let kinds: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+        let row = self
+            .write_opt(
+                "UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_until = ?1, updated_at = ?2 \
+                 WHERE id = (SELECT j.id FROM jobs j \
+                   WHERE ((j.status = 'pending' AND j.run_after <= ?2) OR (j.status = 'running' AND j.lease_until <= ?2)) \
+                     AND j.kind IN (SELECT value FROM json_each(?3)) \
+                     AND (j.lock_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs r WHERE r.tenant_id = j.tenant_id \
+                          AND r.lock_key = j.lock_key AND r.status = 'running' AND r.lease_until > ?2 AND r.id != j.id)) \
+                   ORDER BY j.run_after, j.id LIMIT 1) \
+                 RETURNING *",
+                &[Arg::Ts(lease), Arg::Ts(now), Arg::Texts(kinds)],
+            )
+            .await?;
+        row.as_ref().map(common::rows::job).transpose()
+    }
+}

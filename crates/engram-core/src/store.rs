@@ -31,8 +31,8 @@ use time::OffsetDateTime;
 
 use crate::error::Result;
 use crate::model::{
-    Agent, AgentId, Category, ConversationId, Job, JobKind, JobStatus, KeyRole, Kind, Memory,
-    MemoryEvent, MemoryId, Message, MessageId, TenantId, UserId,
+    Agent, AgentId, Category, ConversationId, EventKind, Job, JobKind, JobStatus, KeyRole, Kind,
+    Memory, MemoryEvent, MemoryId, Message, MessageId, TenantId, UserId,
 };
 
 /// Which memories a read sees.
@@ -51,6 +51,56 @@ pub struct MemoryFilter {
     pub until: Option<OffsetDateTime>,
     /// Also superseded (and expired) rows.
     pub include_superseded: bool,
+    /// Only facts extracted from (or written with) this source conversation.
+    pub source_conversation: Option<ConversationId>,
+    /// Only facts whose rating has this sign (`Greater`: rated up, `Less`: down, `Equal`:
+    /// unrated or even).
+    pub rating: Option<std::cmp::Ordering>,
+}
+
+impl MemoryFilter {
+    /// Does `m` pass the filter's conditions on the row's own columns (user, kinds,
+    /// categories, dates, source conversation, rating; not pool or expiry)? What a search
+    /// re-checks on the rows it loads.
+    pub fn admits(&self, m: &Memory) -> bool {
+        self.user_id.as_ref().is_none_or(|u| *u == m.user_id)
+            && self.kinds.as_ref().is_none_or(|k| k.contains(&m.kind))
+            && self.categories.as_ref().is_none_or(|c| c.contains(&m.category))
+            && self.since.is_none_or(|t| m.observed_at >= t)
+            && self.until.is_none_or(|t| m.observed_at < t)
+            && self
+                .source_conversation
+                .as_ref()
+                .is_none_or(|c| m.source.conversation_id.as_ref() == Some(c))
+            && self.rating.is_none_or(|o| m.rating.cmp(&0) == o)
+    }
+}
+
+/// A conversation as listed: who it belongs to, how many messages, when.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConversationInfo {
+    pub id: ConversationId,
+    pub user_id: UserId,
+    pub agent_id: Option<AgentId>,
+    /// Messages so far (the last `seq`).
+    pub messages: i64,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+}
+
+/// What happened in a tenant, or to one user: the figures behind the operator's charts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Activity {
+    /// Active memories per category.
+    pub categories: Vec<(Category, u64)>,
+    /// Memories written per day (`created_at`), as (days since the Unix epoch, count),
+    /// oldest first.
+    pub memories_per_day: Vec<(i64, u64)>,
+    /// Messages per day (`created_at`), the same way.
+    pub messages_per_day: Vec<(i64, u64)>,
+    /// The extraction's decisions (events by the extractor, [`crate::model::actor_name_system`]): `created` with no
+    /// predecessor (ADD), `superseded` (UPDATE), `forgotten` (DELETE), `confirmed` (NONE).
+    pub decisions: Vec<(EventKind, u64)>,
 }
 
 /// A memory to insert, with its vector (None for profile facts).
@@ -346,6 +396,15 @@ pub trait MessageStore: Send + Sync {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<(UserId, Option<AgentId>)>>;
+    /// Conversations of the tenant (of one user with `user`), most recently updated first,
+    /// after `before` (the `updated_at` and id of the last one of the previous page).
+    async fn list_conversations(
+        &self,
+        tenant: &TenantId,
+        user: Option<&UserId>,
+        before: Option<(OffsetDateTime, &ConversationId)>,
+        limit: usize,
+    ) -> Result<Vec<ConversationInfo>>;
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>>;
     /// Several messages by id in one call (any order; unknown ids left out).
     async fn get_messages(&self, tenant: &TenantId, ids: &[MessageId]) -> Result<Vec<Message>>;
@@ -492,6 +551,8 @@ pub trait AccessStore: Send + Sync {
     /// Several agents' settings in one call (agents without settings left out).
     async fn get_agents(&self, tenant: &TenantId, ids: &[AgentId]) -> Result<Vec<Agent>>;
     async fn put_agent(&self, agent: &Agent) -> Result<()>;
+    /// Every agent of the tenant with settings, by id.
+    async fn list_agents(&self, tenant: &TenantId) -> Result<Vec<Agent>>;
 }
 
 /// Operator and tenant-wide work: the embedding space and re-embedding, tenants and users, GDPR erasure and export, statistics, backup and restore.
@@ -537,6 +598,14 @@ pub trait MaintenanceStore: Send + Sync {
     ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)>;
     // ---- stats ----
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats>;
+    /// The tenant's (or one user's) activity since `since`; categories count every active
+    /// memory whatever its age.
+    async fn activity(
+        &self,
+        tenant: &TenantId,
+        user: Option<&UserId>,
+        since: OffsetDateTime,
+    ) -> Result<Activity>;
     // ---- backup ----
     /// Operator backup: every row in `scope`, table by table in an order that never names a
     /// row not yet given (keys, agents, memories, their events, conversations, messages,

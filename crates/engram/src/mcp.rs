@@ -398,6 +398,8 @@ impl McpServer {
             until: None,
             cursor: a.cursor.as_deref().map(MemoryId::parse).transpose()?,
             limit: a.limit.unwrap_or(20),
+            source_conversation: None,
+            rating: None,
         };
         let page = self.engine.find(p, input, a.query).await?;
         let memories: Vec<MemoryDto> = page.memories.iter().map(Into::into).collect();
@@ -456,6 +458,8 @@ impl McpServer {
             explain,
             turn_id: a.turn_id,
             mode: SearchMode::Hybrid,
+            source_conversation: None,
+            rating: None,
         };
         let hits = self.engine.search(p, input).await?;
         let results: Vec<SearchResultDto> =

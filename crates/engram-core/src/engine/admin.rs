@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use crate::model::{Agent, AgentId, Job, JobStatus, KeyRole, Principal, UserId};
 use crate::pipeline::policy::MemoryPolicy;
-use crate::store::EraseCounts;
+use crate::store::{Activity, EraseCounts};
 
 use super::{AgentInput, Engine, Stats, UserExport};
 
@@ -106,6 +106,24 @@ impl Engine {
             extraction_health: (finished > 0).then(|| s.extractions_done as f64 / finished as f64),
             store: s,
         })
+    }
+
+    /// Every agent of the tenant with settings (admin keys: the UI's agent picker).
+    pub async fn agents(&self, p: &Principal) -> Result<Vec<Agent>> {
+        Self::require_admin(p, "the list of agents")?;
+        self.svc.store.list_agents(&p.tenant).await
+    }
+
+    /// The tenant's activity over the last `days` days (admin keys), of one user or all.
+    pub async fn activity(
+        &self,
+        p: &Principal,
+        user: Option<&UserId>,
+        days: i64,
+    ) -> Result<Activity> {
+        Self::require_admin(p, "activity")?;
+        let since = crate::model::now() - time::Duration::days(days.clamp(1, 3660));
+        self.svc.store.activity(&p.tenant, user, since).await
     }
 
     /// The tenant's background jobs, newest first (admin keys).

@@ -1,13 +1,18 @@
 //! Conversations: appending messages (and the jobs they enqueue: embedding, extraction),
 //! browsing, rating messages, ending sessions, backfilling tool-call descriptions.
 
+use std::collections::HashMap;
+
+use time::OffsetDateTime;
+
 use crate::error::{Error, Result};
 use crate::model::{
-    Agent, AgentId, ConversationId, EventKind, Job, MemoryId, Message, MessageId, MessageRole,
-    Principal, TenantId, UserId, default_pool,
+    Agent, AgentId, ConversationId, EventKind, Job, KeyRole, MemoryId, Message, MessageId,
+    MessageRole, Principal, TenantId, UserId, default_pool,
 };
 use crate::pipeline::cursor::resume_index;
 use crate::pipeline::policy::{ExtractionMode, MemoryPolicy};
+use crate::store::ConversationInfo;
 
 use super::{Engine, MessageInput, clamp_limit};
 
@@ -234,6 +239,56 @@ impl Engine {
         }
         let limit = clamp_limit(limit, 1000)?;
         self.svc.store.list_messages(&p.tenant, conversation, after_seq, limit).await
+    }
+
+    /// Conversations the caller may read, most recently updated first, a page after
+    /// `before` (the `updated_at` and id of the previous page's last). A user key sees its
+    /// own; an agent key those of agents of its pool and those written without an agent.
+    pub async fn conversations(
+        &self,
+        p: &Principal,
+        user: Option<&UserId>,
+        before: Option<(OffsetDateTime, &ConversationId)>,
+        limit: usize,
+    ) -> Result<Vec<ConversationInfo>> {
+        let limit = clamp_limit(limit, 1000)?;
+        let user = match &p.role {
+            KeyRole::User(own) => Some(own),
+            KeyRole::Admin | KeyRole::Agent(_) => user,
+        };
+        let mut page = self.svc.store.list_conversations(&p.tenant, user, before, limit).await?;
+        if let KeyRole::Agent(me) = &p.role {
+            let mine = self.pool_of(&p.tenant, me).await?;
+            let mut pools: HashMap<AgentId, String> = HashMap::new();
+            let mut kept = Vec::with_capacity(page.len());
+            for c in page {
+                let Some(a) = &c.agent_id else {
+                    kept.push(c);
+                    continue;
+                };
+                if !pools.contains_key(a) {
+                    pools.insert(a.clone(), self.pool_of(&p.tenant, a).await?);
+                }
+                if pools.get(a) == Some(&mine) {
+                    kept.push(c);
+                }
+            }
+            page = kept;
+        }
+        Ok(page)
+    }
+
+    /// The rolling summary extraction keeps of a conversation (`NotFound` unless the caller
+    /// may read the conversation).
+    pub async fn rolling_summary(
+        &self,
+        p: &Principal,
+        conversation: &ConversationId,
+    ) -> Result<Option<String>> {
+        if !self.conversation_visible(p, conversation).await? {
+            return Err(Error::not_found(format!("conversation {conversation}")));
+        }
+        Ok(self.svc.store.rolling_summary(&p.tenant, conversation).await?.0)
     }
 
     /// Rate a reply; cascades the rating to every memory recalled for its turn.

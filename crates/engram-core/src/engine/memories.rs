@@ -196,6 +196,8 @@ impl Engine {
         f.include_superseded = input.include_superseded;
         f.since = input.since;
         f.until = input.until;
+        f.source_conversation = input.source_conversation;
+        f.rating = input.rating;
         let limit = clamp_limit(input.limit, self.svc.cfg.max_limit)?;
         let mut page = self.svc.store.list_memories(&p.tenant, &f, input.cursor, limit).await?;
         self.hide_invisible_successors(p, &mut page.memories).await?;

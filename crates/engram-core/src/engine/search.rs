@@ -36,6 +36,8 @@ impl Engine {
         f.categories = input.categories.clone();
         f.since = input.since;
         f.until = input.until;
+        f.source_conversation = input.source_conversation.clone();
+        f.rating = input.rating;
         let now = crate::model::now();
         let n = self.svc.cfg.candidates.max(limit);
         let mut hits = Vec::new();
@@ -65,7 +67,9 @@ impl Engine {
                 retrieval::fuse(&vec_list, &text_list).into_iter().collect();
             let ids: Vec<MemoryId> = parts.keys().copied().collect();
             for m in self.svc.store.get_memories(&v.tenant, &ids).await? {
-                let Some(mut e) = parts.remove(&m.id) else { continue };
+                // The store's vector index may not know every condition (SQLite's keeps
+                // pools, kinds, categories and dates): the loaded row is checked again.
+                let Some(mut e) = parts.remove(&m.id).filter(|_| f.admits(&m)) else { continue };
                 e.days_since_access =
                     retrieval::days_between(m.last_accessed_at.unwrap_or(m.created_at), now);
                 e.access_count = m.access_count;

@@ -90,6 +90,10 @@ pub struct SearchInput {
     pub turn_id: Option<String>,
     /// Search only one of the two lists (benchmarks and diagnostics).
     pub mode: SearchMode,
+    /// Only facts from this source conversation (memories only).
+    pub source_conversation: Option<ConversationId>,
+    /// Only facts whose rating has this sign (memories only).
+    pub rating: Option<std::cmp::Ordering>,
 }
 
 /// Which lists a search fuses.
@@ -116,6 +120,8 @@ impl Default for SearchInput {
             explain: false,
             turn_id: None,
             mode: SearchMode::Hybrid,
+            source_conversation: None,
+            rating: None,
         }
     }
 }
@@ -227,6 +233,10 @@ pub struct ListInput {
     pub until: Option<OffsetDateTime>,
     pub cursor: Option<MemoryId>,
     pub limit: usize,
+    /// Only facts from this source conversation.
+    pub source_conversation: Option<ConversationId>,
+    /// Only facts whose rating has this sign.
+    pub rating: Option<std::cmp::Ordering>,
 }
 
 /// A tenant's statistics with the figures derived from them.

@@ -14,8 +14,8 @@ use engram_core::error::Result;
 use engram_core::model::*;
 use engram_core::store::prelude::*;
 use engram_core::store::{
-    ApiKey, BackupRow, BackupScope, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter,
-    MemoryPage, NewMemory, RestoreState, StoreStats,
+    Activity, ApiKey, BackupRow, BackupScope, ContextSession, ConversationInfo, EraseCounts,
+    ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, RestoreState, StoreStats,
 };
 use time::OffsetDateTime;
 
@@ -393,6 +393,16 @@ impl MessageStore for Counting {
         self.hit("conversation_owner");
         self.inner.conversation_owner(tenant, conversation).await
     }
+    async fn list_conversations(
+        &self,
+        tenant: &TenantId,
+        user: Option<&UserId>,
+        before: Option<(time::OffsetDateTime, &ConversationId)>,
+        limit: usize,
+    ) -> Result<Vec<ConversationInfo>> {
+        self.hit("list_conversations");
+        self.inner.list_conversations(tenant, user, before, limit).await
+    }
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>> {
         self.hit("get_message");
         self.inner.get_message(tenant, id).await
@@ -590,6 +600,10 @@ impl AccessStore for Counting {
         self.hit("put_agent");
         self.inner.put_agent(agent).await
     }
+    async fn list_agents(&self, tenant: &TenantId) -> Result<Vec<Agent>> {
+        self.hit("list_agents");
+        self.inner.list_agents(tenant).await
+    }
 }
 
 #[async_trait]
@@ -651,6 +665,15 @@ impl MaintenanceStore for Counting {
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {
         self.hit("stats");
         self.inner.stats(tenant).await
+    }
+    async fn activity(
+        &self,
+        tenant: &TenantId,
+        user: Option<&UserId>,
+        since: time::OffsetDateTime,
+    ) -> Result<Activity> {
+        self.hit("activity");
+        self.inner.activity(tenant, user, since).await
     }
     async fn backup(
         &self,

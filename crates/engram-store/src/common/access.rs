@@ -100,6 +100,13 @@ pub(crate) async fn get_agents<B: Backend>(
     super::by_ids(b, "SELECT * FROM agents", tenant.as_str(), ids, rows::agent).await
 }
 
+/// Every agent of a tenant with settings, by id.
+pub(crate) async fn list_agents<B: Backend>(b: &B, tenant: &TenantId) -> Result<Vec<Agent>> {
+    let sql = format!("SELECT * FROM agents WHERE tenant_id = ? ORDER BY id{}", B::BYTE_ORDER);
+    let rows = b.read_all(&sql, &[Text(tenant.as_str())]).await?;
+    rows.iter().map(rows::agent).collect()
+}
+
 /// Create or update an agent's settings (its creation time stays).
 pub(crate) async fn put_agent<B: Backend>(b: &B, a: &Agent) -> Result<()> {
     b.write(

@@ -6,10 +6,11 @@
 
 use engram_core::error::{Error, Result};
 use engram_core::model::{
-    AgentId, ConversationId, Memory, MemoryEvent, MemoryId, Message, TenantId, UserId,
+    AgentId, Category, ConversationId, EventKind, Memory, MemoryEvent, MemoryId, Message, TenantId,
+    UserId,
 };
 use engram_core::store::{
-    ContextSession, ExtractionBatch, MaintenanceStore, NewMemory, StoreStats,
+    Activity, ContextSession, ExtractionBatch, MaintenanceStore, NewMemory, StoreStats,
 };
 
 use super::Arg::{Id, Ids, Int, Json, OptId, OptText, OptTs, OptVector, Small, Text, Ts};
@@ -532,6 +533,66 @@ pub(crate) fn same_space(have: (&str, usize), want: (&str, usize)) -> Result<()>
     Err(Error::Unprocessable(format!(
         "this store holds vectors of '{m}' ({d} dimensions); refusing vectors of '{model_id}' ({dims})"
     )))
+}
+
+/// The activity behind the charts ([`engram_core::store::Activity`]).
+pub(crate) async fn activity<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    user: Option<&UserId>,
+    since: OffsetDateTime,
+) -> Result<Activity> {
+    let who = if user.is_some() { " AND user_id = ?" } else { "" };
+    let mut args = vec![Text(tenant.as_str())];
+    args.extend(user.map(|u| Text(u.as_str())));
+    let count = |r: &B::Row| -> Result<u64> { Ok(r.int("n")?.max(0) as u64) };
+    let sql = format!(
+        "SELECT category, count(*) AS n FROM memories WHERE tenant_id = ?{who} \
+         AND superseded_at IS NULL GROUP BY category ORDER BY n DESC, category"
+    );
+    let mut categories = Vec::new();
+    for r in b.read_all(&sql, &args).await? {
+        categories.push((Category::parse(&r.text("category")?)?, count(&r)?));
+    }
+    let mut dated = args.clone();
+    dated.push(Ts(since));
+    let per_day = |table: &str| {
+        let day = B::day("created_at");
+        let sql = format!(
+            "SELECT {day} AS d, count(*) AS n FROM {table} WHERE tenant_id = ?{who} \
+             AND created_at >= ? GROUP BY d ORDER BY d"
+        );
+        let dated = dated.clone();
+        async move {
+            let rows = b.read_all(&sql, &dated).await?;
+            rows.iter().map(|r| Ok((r.int("d")?, count(r)?))).collect::<Result<Vec<_>>>()
+        }
+    };
+    let memories_per_day = per_day("memories").await?;
+    let messages_per_day = per_day("messages").await?;
+    let sql = format!(
+        "SELECT event, count(*) AS n FROM memory_events WHERE tenant_id = ?{who} \
+         AND at >= ? AND actor = ? \
+         AND event IN ('created', 'superseded', 'forgotten', 'confirmed') \
+         AND NOT (event = 'created' AND related_id IS NOT NULL) GROUP BY event"
+    );
+    let mut decisions = Vec::new();
+    let extractor = engram_core::model::actor_name_system();
+    dated.push(Text(&extractor));
+    for r in b.read_all(&sql, &dated).await? {
+        decisions.push((EventKind::parse(&r.text("event")?)?, count(&r)?));
+    }
+    Ok(Activity { categories, memories_per_day, messages_per_day, decisions })
+}
+
+/// The condition of a rating filter on the column `<p>rating`.
+pub(crate) fn rating_condition(o: std::cmp::Ordering, p: &str) -> String {
+    let op = match o {
+        std::cmp::Ordering::Less => "<",
+        std::cmp::Ordering::Equal => "=",
+        std::cmp::Ordering::Greater => ">",
+    };
+    format!(" AND {p}rating {op} 0")
 }
 
 /// The user's current profile fact under `key` in `pool` (no pool: the user-wide one).

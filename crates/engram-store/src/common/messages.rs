@@ -4,6 +4,7 @@
 
 use engram_core::error::{Error, Result};
 use engram_core::model::{AgentId, ConversationId, Job, Message, MessageId, TenantId, UserId};
+use engram_core::store::ConversationInfo;
 
 use super::Arg::{Id, Int, Json, OptJson, OptText, Text, Ts};
 use time::OffsetDateTime;
@@ -208,6 +209,48 @@ impl<'a, B: Backend> Conversation<'a, B> {
         self.b.write(sql, &[Text(summary), Int(user_turns), tenant, conv]).await?;
         Ok(())
     }
+}
+
+/// Conversations of a tenant (of one user), most recently updated first, after `before`
+/// (the update time and id of the last one of the previous page).
+pub(crate) async fn list_conversations<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    user: Option<&UserId>,
+    before: Option<(OffsetDateTime, &ConversationId)>,
+    n: usize,
+) -> Result<Vec<ConversationInfo>> {
+    let mut sql = String::from(
+        "SELECT id, user_id, agent_id, last_seq, created_at, updated_at FROM conversations \
+         WHERE tenant_id = ?",
+    );
+    let mut args = vec![Text(tenant.as_str())];
+    if let Some(u) = user {
+        sql.push_str(" AND user_id = ?");
+        args.push(Text(u.as_str()));
+    }
+    if let Some((at, id)) = before {
+        sql.push_str(&format!(
+            " AND (updated_at < ? OR (updated_at = ? AND id{0} > ?{0}))",
+            B::BYTE_ORDER
+        ));
+        args.extend([Ts(at), Ts(at), Text(id.as_str())]);
+    }
+    sql.push_str(&format!(" ORDER BY updated_at DESC, id{} LIMIT ?", B::BYTE_ORDER));
+    args.push(Int(limit(n)));
+    let rows = b.read_all(&sql, &args).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(ConversationInfo {
+                id: ConversationId::parse(r.text("id")?)?,
+                user_id: UserId::parse(r.text("user_id")?)?,
+                agent_id: r.opt_text("agent_id")?.map(AgentId::parse).transpose()?,
+                messages: r.int("last_seq")?,
+                created_at: r.ts("created_at")?,
+                updated_at: r.ts("updated_at")?,
+            })
+        })
+        .collect()
 }
 
 pub(crate) async fn get<B: Backend>(

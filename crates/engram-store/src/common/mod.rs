@@ -120,6 +120,9 @@ pub(crate) trait Backend: Send + Sync {
     /// (PostgreSQL), even when they add no row.
     const USER_LOCK: bool;
 
+    /// SQL for the day of timestamp column `col`, as days since the Unix epoch (UTC).
+    fn day(col: &str) -> String;
+
     /// Every row of a read.
     async fn read_all(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Self::Row>>;
     /// The row of a read of at most one row, if any.

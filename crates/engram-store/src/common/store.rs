@@ -16,8 +16,8 @@ use engram_core::model::{
 };
 use engram_core::store::prelude::*;
 use engram_core::store::{
-    ApiKey, BackupRow, BackupScope, ContextSession, EraseCounts, ExtractionBatch, MemoryFilter,
-    MemoryPage, NewMemory, RestoreState, StoreStats,
+    Activity, ApiKey, BackupRow, BackupScope, ContextSession, ConversationInfo, EraseCounts,
+    ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, RestoreState, StoreStats,
 };
 use time::OffsetDateTime;
 
@@ -287,6 +287,16 @@ impl<D: Native> MessageStore for SqlStore<D> {
         Conversation::new(&self.0, tenant, conversation).owner().await
     }
 
+    async fn list_conversations(
+        &self,
+        tenant: &TenantId,
+        user: Option<&UserId>,
+        before: Option<(OffsetDateTime, &ConversationId)>,
+        limit: usize,
+    ) -> Result<Vec<ConversationInfo>> {
+        messages::list_conversations(&self.0, tenant, user, before, limit).await
+    }
+
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>> {
         messages::get(&self.0, tenant, id).await
     }
@@ -482,6 +492,10 @@ impl<D: Native> AccessStore for SqlStore<D> {
     async fn put_agent(&self, a: &Agent) -> Result<()> {
         access::put_agent(&self.0, a).await
     }
+
+    async fn list_agents(&self, tenant: &TenantId) -> Result<Vec<Agent>> {
+        access::list_agents(&self.0, tenant).await
+    }
 }
 
 #[async_trait]
@@ -555,6 +569,15 @@ impl<D: Native> MaintenanceStore for SqlStore<D> {
 
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {
         memories::stats(&self.0, tenant, self.embedding_space().await?).await
+    }
+
+    async fn activity(
+        &self,
+        tenant: &TenantId,
+        user: Option<&UserId>,
+        since: OffsetDateTime,
+    ) -> Result<Activity> {
+        memories::activity(&self.0, tenant, user, since).await
     }
 
     async fn backup(

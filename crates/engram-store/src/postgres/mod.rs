@@ -64,6 +64,7 @@ use sqlx::{Connection, PgPool, Postgres, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::common::memories::rating_condition;
 use crate::common::{self, Arg, Backend, SqlStore};
 use crate::fault::is_unique_violation;
 pub use crate::fault::postgres as db;
@@ -109,6 +110,10 @@ impl Backend for PgDb {
     const IN_LIST: &'static str = " = ANY(?)";
     const USER_LOCK: bool = true;
     const LOCK: &'static str = " FOR UPDATE";
+
+    fn day(col: &str) -> String {
+        format!("floor(extract(epoch FROM {col}) / 86400)::bigint")
+    }
 
     async fn read_all(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<PgRow>> {
         statement(sql, args).fetch_all(&self.pool).await.map_err(db)
@@ -541,6 +546,12 @@ pub(crate) fn push_filter(
     }
     if let Some(t) = f.until {
         q.push(format!(" AND {p}observed_at < ")).push_bind(t);
+    }
+    if let Some(c) = &f.source_conversation {
+        q.push(format!(" AND {p}source_conversation_id = ")).push_bind(c.as_str().to_string());
+    }
+    if let Some(o) = f.rating {
+        q.push(rating_condition(o, p));
     }
     if !f.include_superseded {
         q.push(format!(

@@ -29,6 +29,7 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use time::OffsetDateTime;
 
 use crate::common::memories::MEMORY_COLS;
+use crate::common::memories::rating_condition;
 use crate::common::rows::Columns;
 use crate::common::{self, Arg, Backend, SqlStore};
 pub use crate::fault::sqlite as db;
@@ -101,6 +102,10 @@ impl Backend for SqliteDb {
     const IN_LIST: &'static str = " IN (SELECT value FROM json_each(?))";
     const USER_LOCK: bool = false;
     const LOCK: &'static str = "";
+
+    fn day(col: &str) -> String {
+        format!("({col} / 86400000000000)")
+    }
 
     async fn read_all(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<SqliteRow>> {
         statement(sql, args).fetch_all(&self.read).await.map_err(db)
@@ -482,6 +487,12 @@ fn push_filter(q: &mut QueryBuilder<Sqlite>, f: &MemoryFilter, now: i64) {
     }
     if let Some(t) = f.until {
         q.push(" AND observed_at < ").push_bind(ts(t));
+    }
+    if let Some(c) = &f.source_conversation {
+        q.push(" AND source_conversation_id = ").push_bind(c.as_str().to_string());
+    }
+    if let Some(o) = f.rating {
+        q.push(rating_condition(o, ""));
     }
     if !f.include_superseded {
         q.push(" AND superseded_at IS NULL AND (expires_at IS NULL OR expires_at > ")

@@ -295,3 +295,46 @@ pub async fn batched_reads(s: Arc<dyn Store>) {
     assert_eq!(got, ["a1", "a2"]);
     assert!(s.get_agents(&t, &[]).await.unwrap().is_empty());
 }
+
+/// The UI's lists: agents by id, conversations newest first with their owner and size, a
+/// page at a time, per user, never another tenant's.
+pub async fn listing_agents_and_conversations(s: Arc<dyn Store>) {
+    let (t, other) = (tenant("t"), tenant("other"));
+    let (u, u2) = (user("u"), user("u2"));
+    for (tenant, id) in [(&t, "zeta"), (&t, "alpha"), (&other, "beta")] {
+        let at = now();
+        let a = Agent {
+            tenant_id: tenant.clone(),
+            id: AgentId::parse(id).unwrap(),
+            memory_enabled: true,
+            cluster_id: None,
+            dedup_threshold: 0.9,
+            settings: serde_json::json!({}),
+            created_at: at,
+            updated_at: at,
+        };
+        s.put_agent(&a).await.unwrap();
+    }
+    let ids: Vec<String> =
+        s.list_agents(&t).await.unwrap().into_iter().map(|a| a.id.to_string()).collect();
+    assert_eq!(ids, ["alpha", "zeta"]);
+
+    for (who, conv, n) in [(&u, "c1", 1), (&u2, "c2", 2), (&u, "c3", 3)] {
+        let msgs = (0..n).map(|i| message(&t, who, conv, MessageRole::User, &format!("m{i}")));
+        s.append_messages(&t, msgs.collect()).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    s.append_messages(&other, vec![message(&other, &u, "c9", MessageRole::User, "hi")])
+        .await
+        .unwrap();
+    let all = s.list_conversations(&t, None, None, 10).await.unwrap();
+    let listed: Vec<(&str, &str, i64)> =
+        all.iter().map(|c| (c.id.as_str(), c.user_id.as_str(), c.messages)).collect();
+    assert_eq!(listed, [("c3", "u", 3), ("c2", "u2", 2), ("c1", "u", 1)]);
+    let first = s.list_conversations(&t, None, None, 2).await.unwrap();
+    let last = first.last().unwrap();
+    let rest = s.list_conversations(&t, None, Some((last.updated_at, &last.id)), 2).await.unwrap();
+    assert_eq!(rest.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["c1"]);
+    let mine = s.list_conversations(&t, Some(&u), None, 10).await.unwrap();
+    assert_eq!(mine.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["c3", "c1"]);
+}

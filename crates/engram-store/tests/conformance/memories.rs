@@ -568,3 +568,64 @@ pub async fn round_trip_and_unknown_ids(s: Arc<dyn Store>) {
     let st = s.stats(&tenant("empty")).await.unwrap();
     assert_eq!(st.memories_active, 0);
 }
+
+/// Filters by source conversation and rating sign; the activity behind the charts:
+/// categories, rows per day, and the extraction's decisions (events by `system`).
+pub async fn source_rating_filters_and_activity(s: Arc<dyn Store>) {
+    let t = tenant("t");
+    let (u, u2) = (user("u"), user("u2"));
+    let conv = ConversationId::parse("c-1").unwrap();
+    let mut from_conv = memory(&t, &u, "The user moved to Lyon");
+    from_conv.source.conversation_id = Some(conv.clone());
+    from_conv.category = Category::Fact;
+    let mut liked = memory(&t, &u, "The user likes tea");
+    liked.rating = 2;
+    let mut disliked = memory(&t, &u2, "The user hates rain");
+    disliked.rating = -1;
+    let rows = [&from_conv, &liked, &disliked].map(|m| {
+        let mut r = new_row(m.clone(), None);
+        r.events[0].actor = engram_core::model::actor_name_system();
+        r
+    });
+    s.insert_memories(&t, rows.to_vec()).await.unwrap();
+    // A manual edit is not a decision of the extraction.
+    let edited = new_row(memory(&t, &u, "The user likes green tea"), None);
+    s.supersede(&t, liked.id, Some(edited), event(liked.id, EventKind::Superseded, None))
+        .await
+        .unwrap();
+    let ids = |f: MemoryFilter| {
+        let s = s.clone();
+        let t = t.clone();
+        async move {
+            let page = s.list_memories(&t, &f, None, 10).await.unwrap();
+            page.memories.into_iter().map(|m| m.content).collect::<Vec<_>>()
+        }
+    };
+    let by_conv = MemoryFilter { source_conversation: Some(conv.clone()), ..Default::default() };
+    assert_eq!(ids(by_conv).await, ["The user moved to Lyon"]);
+    let up = MemoryFilter {
+        rating: Some(std::cmp::Ordering::Greater),
+        include_superseded: true,
+        ..Default::default()
+    };
+    assert_eq!(ids(up).await, ["The user likes tea"]);
+    let down = MemoryFilter { rating: Some(std::cmp::Ordering::Less), ..Default::default() };
+    assert_eq!(ids(down).await, ["The user hates rain"]);
+    let even = MemoryFilter { rating: Some(std::cmp::Ordering::Equal), ..Default::default() };
+    assert_eq!(ids(even).await.len(), 2);
+
+    let since = now() - Duration::days(1);
+    let a = s.activity(&t, None, since).await.unwrap();
+    let general = a.categories.iter().find(|c| c.0 == Category::General).map(|c| c.1);
+    assert_eq!((general, a.categories.iter().map(|c| c.1).sum::<u64>()), (Some(2), 3));
+    let today = now().unix_timestamp().div_euclid(86_400);
+    assert_eq!(a.memories_per_day, [(today, 4)]);
+    assert_eq!(a.decisions, [(EventKind::Created, 3)], "the manual edit is not counted");
+    let one = s.activity(&t, Some(&u2), since).await.unwrap();
+    assert_eq!(
+        (one.memories_per_day.clone(), one.decisions.clone()),
+        (vec![(today, 1)], vec![(EventKind::Created, 1)])
+    );
+    let later = s.activity(&t, None, now() + Duration::days(1)).await.unwrap();
+    assert!(later.memories_per_day.is_empty() && later.decisions.is_empty());
+}

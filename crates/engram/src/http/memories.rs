@@ -172,6 +172,8 @@ pub async fn list(
             .transpose()
             .map_err(|_| Error::invalid("cursor", "cursor is not a valid cursor"))?,
         limit: q.limit.unwrap_or(50),
+        source_conversation: None,
+        rating: None,
     };
     let page = st.engine.list(&p, input).await?;
     Ok(Json(MemoryList {

@@ -80,6 +80,8 @@ pub async fn search(
         explain,
         turn_id: b.turn_id,
         mode,
+        source_conversation: None,
+        rating: None,
     };
     let hits = st.engine.search(&p, input).await?;
     Ok(Json(SearchResponse {

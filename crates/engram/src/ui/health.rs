@@ -1,6 +1,7 @@
 //! Health and stats (admin keys): the extraction-health card of seed 002 — queue depth,
 //! failed jobs with their error and a retry button, the last successful extraction — with
-//! embedding coverage and the tenant's counts.
+//! embedding coverage, the tenant's counts, and charts (memories by category, memories and
+//! messages over time, the extraction's ADD/UPDATE/DELETE/NONE decisions).
 
 use std::sync::Arc;
 
@@ -8,11 +9,11 @@ use askama::Template;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect};
 use axum_extra::extract::Form;
-use engram_core::model::{JobKind, JobStatus};
+use engram_core::model::{EventKind, JobKind, JobStatus};
 use serde::Deserialize;
 
 use super::session::Viewer;
-use super::{Dates, Page, UiState, render};
+use super::{Dates, Page, UiError, UiState, charts, render};
 use crate::api::dto::{StatsDto, fmt_ts};
 
 /// Failed jobs shown at most.
@@ -39,6 +40,8 @@ struct HealthPage<'a> {
     health: String,
     coverage: String,
     message_coverage: String,
+    /// SVG charts (this server's own drawing, no stored text) with their captions.
+    charts: Vec<(String, String)>,
 }
 
 impl Dates for HealthPage<'_> {}
@@ -82,6 +85,7 @@ pub async fn page(
     let health = stats.extraction_health.map_or_else(|| "–".to_string(), pct);
     let coverage = pct(stats.embedding_coverage);
     let message_coverage = pct(stats.message_embedding_coverage);
+    let charts = charts(&state, &v).await?;
     let page = HealthPage {
         v: &v,
         s: StatsDto::from(stats),
@@ -91,8 +95,46 @@ pub async fn page(
         failed,
         last_success,
         retried: q.retried == "1",
+        charts,
     };
     Ok(render(&page))
+}
+
+/// Days the charts over time cover.
+const DAYS: i64 = 30;
+
+/// The charts of the page: memories by category, memories and messages per day, and the
+/// extraction's decisions.
+async fn charts(state: &UiState, v: &Viewer) -> Result<Vec<(String, String)>, UiError> {
+    let a = state.app.engine.activity(&v.principal, None, DAYS).await?;
+    let categories: Vec<(String, u64)> =
+        a.categories.iter().map(|(c, n)| (c.as_str().to_string(), *n)).collect();
+    let decision = |k: EventKind| a.decisions.iter().find(|d| d.0 == k).map_or(0, |d| d.1);
+    let decisions = [
+        ("ADD", EventKind::Created),
+        ("UPDATE", EventKind::Superseded),
+        ("DELETE", EventKind::Forgotten),
+        ("NONE", EventKind::Confirmed),
+    ]
+    .map(|(name, k)| (name.to_string(), decision(k)));
+    let drawn = [
+        ("Active memories by category", charts::bars(&categories)),
+        (
+            "Memories and messages per day (last 30 days)",
+            charts::per_day(
+                &[("memories", &a.memories_per_day), ("messages", &a.messages_per_day)],
+                DAYS,
+            ),
+        ),
+        ("Extraction decisions (last 30 days)", charts::bars(&decisions)),
+    ];
+    Ok(drawn
+        .into_iter()
+        .map(|(caption, svg)| {
+            let svg = svg.unwrap_or_else(|| "<p class=\"empty\">Nothing yet.</p>".into());
+            (caption.to_string(), svg)
+        })
+        .collect())
 }
 
 #[derive(Deserialize)]

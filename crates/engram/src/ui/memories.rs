@@ -54,11 +54,17 @@ pub struct Filters {
     pub to: String,
     #[serde(default)]
     pub superseded: String,
+    /// `up`, `down` or `none` (rated neither way).
+    #[serde(default)]
+    pub rating: String,
+    /// Only facts from this source conversation.
+    #[serde(default)]
+    pub conversation: String,
     #[serde(default)]
     pub notice: String,
 }
 
-fn opt(s: &str) -> Option<&str> {
+pub(super) fn opt(s: &str) -> Option<&str> {
     Some(s.trim()).filter(|s| !s.is_empty())
 }
 
@@ -71,6 +77,23 @@ impl Filters {
     }
     fn categories(&self) -> Result<Option<Vec<Category>>, UiError> {
         Ok(opt(&self.category).map(|c| Category::parse(c).map(|c| vec![c])).transpose()?)
+    }
+    fn rating(&self) -> Result<Option<std::cmp::Ordering>, UiError> {
+        Ok(match opt(&self.rating) {
+            None => None,
+            Some("up") => Some(std::cmp::Ordering::Greater),
+            Some("down") => Some(std::cmp::Ordering::Less),
+            Some("none") => Some(std::cmp::Ordering::Equal),
+            Some(other) => {
+                return Err(ApiError::invalid(format!(
+                    "rating must be up, down or none, got '{other}'"
+                ))
+                .into());
+            }
+        })
+    }
+    fn conversation(&self) -> Result<Option<ConversationId>, UiError> {
+        Ok(opt(&self.conversation).map(ConversationId::parse).transpose()?)
     }
     fn kinds(&self) -> Result<Option<Vec<Kind>>, UiError> {
         Ok(opt(&self.kind).map(|k| Kind::parse(k).map(|k| vec![k])).transpose()?)
@@ -92,6 +115,23 @@ impl Filters {
         Ok((since, until))
     }
 
+    /// This screen's address with these filters but the source conversation.
+    pub fn without_conversation(&self) -> String {
+        Filters {
+            agent: self.agent.clone(),
+            user: self.user.clone(),
+            q: self.q.clone(),
+            category: self.category.clone(),
+            kind: self.kind.clone(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+            superseded: self.superseded.clone(),
+            rating: self.rating.clone(),
+            ..Default::default()
+        }
+        .url(None)
+    }
+
     /// This screen's address with these filters (and another cursor).
     pub fn url(&self, cursor: Option<&str>) -> String {
         let mut q = form_urlencoded::Serializer::new(String::new());
@@ -102,6 +142,8 @@ impl Filters {
             ("category", &self.category),
             ("kind", &self.kind),
             ("superseded", &self.superseded),
+            ("rating", &self.rating),
+            ("conversation", &self.conversation),
             ("from", &self.from),
             ("to", &self.to),
         ] {
@@ -165,6 +207,8 @@ struct MemoriesPage<'a> {
     categories: [&'static str; 6],
     kinds: [&'static str; 3],
     searching: bool,
+    /// The tenant's agents with settings, for the picker (admin keys).
+    agents: Vec<String>,
 }
 
 impl Dates for MemoriesPage<'_> {}
@@ -212,8 +256,19 @@ pub async fn page(
         categories: CATEGORIES,
         kinds: KINDS,
         searching,
+        agents: agent_ids(&state, &v).await?,
     };
     Ok(render(&page))
+}
+
+/// The agents an admin can pick from (other keys pick none: an agent key is bound, and a
+/// user key has no business with the tenant's agents).
+pub async fn agent_ids(state: &UiState, v: &Viewer) -> Result<Vec<String>, UiError> {
+    if !matches!(v.principal.role, engram_core::model::KeyRole::Admin) {
+        return Ok(vec![]);
+    }
+    let agents = state.app.engine.agents(&v.principal).await?;
+    Ok(agents.into_iter().map(|a| a.id.to_string()).collect())
 }
 
 async fn load(
@@ -237,6 +292,8 @@ async fn load(
                     until,
                     limit: PAGE,
                     explain: true,
+                    source_conversation: f.conversation()?,
+                    rating: f.rating()?,
                     ..Default::default()
                 },
             )
@@ -268,6 +325,8 @@ async fn load(
                 until,
                 cursor,
                 limit: PAGE,
+                source_conversation: f.conversation()?,
+                rating: f.rating()?,
             },
         )
         .await?;

@@ -18,6 +18,7 @@
 //! other origin.
 
 pub mod agents;
+pub mod charts;
 pub mod conversations;
 pub mod health;
 pub mod memories;
@@ -54,6 +55,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/export", get(memories::export))
         .route("/memories/{id}/edit", post(memories::edit))
         .route("/memories/{id}/{action}", post(memories::act))
+        .route("/conversations", get(conversations::list))
         .route("/conversations/{id}", get(conversations::page))
         .route("/health", get(health::page))
         .route("/jobs/{id}/retry", post(health::retry))

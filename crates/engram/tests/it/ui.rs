@@ -3,6 +3,8 @@
 //! its user on every page, link and form. Every screen is checked for horizontal overflow and
 //! photographed at 1280×800 and 390×844 ([`crate::browser::Browser::shoot`]).
 
+use engram_core::model::{ConversationId, TenantId};
+use engram_core::store::prelude::*;
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -151,6 +153,25 @@ async fn the_memory_screen(backend: Backend) {
     b.goto("/?user=alice").await;
     b.submit(&format!("#m-{new_id} button[name=value][value='1']")).await;
     assert!(b.find(&format!("#m-{new_id} .meta")).await.text().await.unwrap().contains("rating 1"));
+    // The rating filter: rated up shows it alone, rated down nothing, not rated the rest.
+    b.goto("/?user=alice").await;
+    b.select("#filters select[name=rating]", "up").await;
+    b.submit("#filters button[type=submit]").await;
+    assert_eq!(
+        b.texts("li.memory .content").await,
+        ["The user lives in Lisbon and works as a nurse."]
+    );
+    b.goto("/?user=alice&rating=down").await;
+    assert!(b.all("li.memory").await.is_empty());
+    b.goto("/?user=alice&rating=none").await;
+    assert_eq!(b.all("li.memory").await.len(), 2, "the two facts nobody rated");
+    b.goto("/?user=alice&rating=sideways").await;
+    assert!(b.page_text().await.contains("rating must be up, down or none"));
+    // The facts of one conversation, from its link.
+    b.goto("/?user=alice&conversation=trip-1").await;
+    assert_eq!(b.all("li.memory").await.len(), 2, "the two facts from trip-1");
+    assert!(b.page_text().await.contains("Only facts from conversation trip-1"));
+    b.goto("/?user=alice").await;
     b.submit(&format!("#m-{new_id} form[action$='/forget'] button")).await;
     assert!(b.page_text().await.contains("Forgotten"));
     assert!(b.all(&format!("#m-{new_id}")).await.is_empty());
@@ -216,7 +237,19 @@ async fn the_memory_screen(backend: Backend) {
     assert!(b.page_text().await.contains("dedup_threshold must be between 0.5 and 1.0"));
     let (_, agent) = api.get("/v1/agents/support-bot").await;
     assert!((agent["dedup_threshold"].as_f64().unwrap() - 0.95).abs() < 1e-6, "unchanged");
+    // The agent picker offers the agents that have settings.
     b.goto("/?user=alice").await;
+    let offered = b.all("datalist#agent-ids option[value='support-bot']").await;
+    assert_eq!(offered.len(), 1, "support-bot is offered in the picker");
+    // The conversation list: both users' conversations for the admin, per user on request.
+    b.submit("nav a[href='/conversations']").await;
+    let listed = b.texts("ol.conversations a").await;
+    assert_eq!(listed, ["bob-chat", "trip-1"], "most recently updated first");
+    b.fill("#conversation-filters input[name=user]", "alice").await;
+    b.submit("#conversation-filters button").await;
+    assert_eq!(b.texts("ol.conversations a").await, ["trip-1"]);
+    assert!(b.page_text().await.contains("3 messages"));
+    b.shoot("conversations").await;
 
     // The API reference, rendered from /openapi.json by the vendored Swagger UI.
     b.goto("/docs/").await;
@@ -259,6 +292,8 @@ async fn the_memory_screen(backend: Backend) {
     assert!(!b.page_text().await.contains("hives"));
     b.goto("/conversations/trip-1").await;
     assert!(b.page_text().await.contains("flying to Porto"), "alice reads her own");
+    b.goto("/conversations?user=bob").await;
+    assert_eq!(b.texts("ol.conversations a").await, ["trip-1"], "a user key lists its own only");
     // A forged form with alice's own session and token cannot touch bob's fact.
     let cookie = b.c.get_named_cookie("engram_key").await.expect("session cookie");
     assert!(cookie.http_only().unwrap_or(false), "the key cookie is HttpOnly");
@@ -415,8 +450,33 @@ async fn failed_jobs_are_shown_and_retried(backend: Backend) {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert_eq!(facts, ["The user adopted a cat named Miso."]);
+    // The conversation shows its rolling summary and, beside it, the facts extracted.
+    let tenant = TenantId::default_tenant();
+    let c1 = ConversationId::parse("c1").unwrap();
+    let store: std::sync::Arc<dyn Store> = match db.url() {
+        Some(url) => engram_store::open_postgres(url).await.unwrap(),
+        None => engram_store::open_sqlite(db.dir()).await.unwrap(),
+    };
+    store.set_rolling_summary(&tenant, &c1, "Alice adopted a cat, Miso.", 1).await.unwrap();
+    b.goto("/conversations").await;
+    b.submit("ol.conversations a[href='/conversations/c1']").await;
+    let facts = b.find("#facts").await.text().await.unwrap();
+    assert!(facts.contains("The user adopted a cat named Miso."), "{facts}");
+    assert!(b.find(".summary").await.text().await.unwrap().contains("Alice adopted a cat, Miso."));
+    b.shoot("conversation-facts").await;
     b.goto("/health").await;
     assert!(b.all("#failed li").await.is_empty(), "no failed job left");
+    // The charts: by category, per day, and the extraction's decisions.
+    let charts = b.all("figure.chart svg").await;
+    assert_eq!(charts.len(), 3, "three charts drawn");
+    let mut drawn = Vec::new();
+    for f in b.all("figure.chart").await {
+        drawn.push(f.html(true).await.unwrap());
+    }
+    assert!(drawn[0].contains("fact"), "{drawn:?}");
+    assert!(drawn[1].contains("memories") && drawn[1].contains("messages"), "{drawn:?}");
+    assert!(drawn[2].contains("ADD") && drawn[2].contains("NONE"), "{drawn:?}");
+    b.shoot("health-charts").await;
     assert!(b.page_text().await.contains("last success"));
     assert!(!b.find("#extraction").await.text().await.unwrap().contains("last success never"));
     b.close().await;

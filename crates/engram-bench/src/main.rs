@@ -23,6 +23,7 @@ mod report;
 mod requests;
 mod search;
 mod text_sql;
+mod ui;
 
 use std::path::PathBuf;
 
@@ -54,6 +55,9 @@ enum Cmd {
     /// Single-request latency on the request path: one `remember` at a time, and a search
     /// of one user's messages.
     Requests(requests::Args),
+    /// Web UI page latency (the memory screen with 10k facts in the tenant, 1k shown) from
+    /// the real server.
+    Ui(ui::Args),
 }
 
 /// Common option: where scratch data dirs go (default: the system temp dir).
@@ -95,6 +99,7 @@ fn main() -> anyhow::Result<()> {
             Cmd::Locomo(a) => locomo::run(a, cli.json).await,
             Cmd::Extraction(a) => extraction::run(a, cli.json).await,
             Cmd::Requests(a) => requests::run(a, cli.json).await,
+            Cmd::Ui(a) => ui::run(a, cli.json).await,
         }
     })
 }

@@ -105,6 +105,15 @@ async fn the_memory_screen(backend: Backend) {
         "{transcript}"
     );
     b.shoot("conversation").await;
+    // Beside it the facts from trip-1, and the fact's history page: stored text as text.
+    let facts = b.find("#facts").await.text().await.unwrap();
+    for x in XSS {
+        assert!(facts.contains(x), "{x} shown as text beside the transcript: {facts}");
+    }
+    assert!(!b.alert_open().await && b.all("img[src=x]").await.is_empty());
+    b.goto(&format!("/memories/{id}")).await;
+    assert!(b.page_text().await.contains(XSS[0]), "shown as text in its history");
+    assert!(!b.alert_open().await && b.all("img[src=x]").await.is_empty());
     // Filtering by observation day: nothing observed after tomorrow.
     b.goto("/?user=alice&from=2200-01-01").await;
     assert!(b.all("li.memory").await.is_empty());
@@ -184,6 +193,10 @@ async fn the_memory_screen(backend: Backend) {
     b.submit("#bulk button").await;
     let confirm = b.texts("ul.plain li").await;
     assert_eq!(confirm.len(), 2, "{confirm:?}");
+    for x in XSS {
+        assert!(confirm.iter().any(|c| c.contains(x)), "{x} shown as text: {confirm:?}");
+    }
+    assert!(!b.alert_open().await && b.all("img[src=x]").await.is_empty());
     b.shoot("bulk-forget").await;
     b.submit("form[action='/memories/bulk-forget'] button.danger").await;
     assert!(b.page_text().await.contains("The selected facts are forgotten."));

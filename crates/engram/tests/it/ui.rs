@@ -250,6 +250,22 @@ async fn the_memory_screen(backend: Backend) {
     assert!(b.page_text().await.contains("dedup_threshold must be between 0.5 and 1.0"));
     let (_, agent) = api.get("/v1/agents/support-bot").await;
     assert!((agent["dedup_threshold"].as_f64().unwrap() - 0.95).abs() < 1e-6, "unchanged");
+    // Cursor pagination: 55 facts of one user are a page of 50 and a page of 5, no overlap.
+    let batch: Vec<serde_json::Value> = (0..55)
+        .map(|i| json!({ "content": format!("Carol's note number {i}."), "user_id": "carol" }))
+        .collect();
+    let (st, _) =
+        api.post("/v1/memories/batch", json!({ "memories": batch, "dedup": false })).await;
+    assert_eq!(st, StatusCode::OK);
+    b.goto("/?user=carol").await;
+    let first = b.texts("li.memory .content").await;
+    assert_eq!(first.len(), 50);
+    b.submit("a[rel=next]").await;
+    let second = b.texts("li.memory .content").await;
+    assert_eq!(second.len(), 5);
+    assert!(second.iter().all(|c| !first.contains(c)), "pages do not overlap");
+    assert!(b.all("a[rel=next]").await.is_empty(), "no page after the last");
+
     // The agent picker offers the agents that have settings.
     b.goto("/?user=alice").await;
     let offered = b.all("datalist#agent-ids option[value='support-bot']").await;

@@ -1,8 +1,6 @@
 //! Conversations: appending messages (and the jobs they enqueue: embedding, extraction),
 //! browsing, rating messages, ending sessions, backfilling tool-call descriptions.
 
-use std::collections::HashMap;
-
 use time::OffsetDateTime;
 
 use crate::error::{Error, Result};
@@ -258,22 +256,12 @@ impl Engine {
         };
         let mut page = self.svc.store.list_conversations(&p.tenant, user, before, limit).await?;
         if let KeyRole::Agent(me) = &p.role {
-            let mine = self.pool_of(&p.tenant, me).await?;
-            let mut pools: HashMap<AgentId, String> = HashMap::new();
-            let mut kept = Vec::with_capacity(page.len());
-            for c in page {
-                let Some(a) = &c.agent_id else {
-                    kept.push(c);
-                    continue;
-                };
-                if !pools.contains_key(a) {
-                    pools.insert(a.clone(), self.pool_of(&p.tenant, a).await?);
-                }
-                if pools.get(a) == Some(&mine) {
-                    kept.push(c);
-                }
-            }
-            page = kept;
+            // One store call for the pools of every agent on the page (and the caller's).
+            let mut agents: Vec<AgentId> = page.iter().filter_map(|c| c.agent_id.clone()).collect();
+            agents.push(me.clone());
+            let pools = self.pools_of(&p.tenant, &agents).await?;
+            let mine = pools.get(me);
+            page.retain(|c| c.agent_id.as_ref().is_none_or(|a| pools.get(a) == mine));
         }
         Ok(page)
     }

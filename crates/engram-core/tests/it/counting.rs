@@ -225,6 +225,48 @@ async fn writes_and_searches_read_the_agent_once() {
     assert_eq!(agent_reads(&calls), 1, "append: {calls:?}");
 }
 
+/// The conversation list is scoped like a transcript read: an agent key sees its pool's
+/// conversations and those written without an agent, with one read of agents for the page;
+/// a user key only its own, whatever user it names.
+#[tokio::test]
+async fn conversation_lists_are_scoped() {
+    let (_dir, counting, engine) = setup().await;
+    let tenant = TenantId::default_tenant();
+    let admin = Principal { tenant: tenant.clone(), role: KeyRole::Admin };
+    let say = || MessageInput {
+        role: MessageRole::User,
+        content: "hello".into(),
+        created_at: None,
+        tool_name: None,
+        tool_args: None,
+        tool_result: None,
+        turn_id: None,
+        metadata: None,
+    };
+    for (who, conv, user) in
+        [(agent("a1"), "c-a1", "u"), (agent("a3"), "c-a3", "u"), (admin.clone(), "c-none", "v")]
+    {
+        let (conv, user) = (ConversationId::parse(conv).unwrap(), UserId::parse(user).unwrap());
+        engine.append_messages(&who, conv, Some(user), None, vec![say()]).await.unwrap();
+    }
+    let ids = |l: Vec<ConversationInfo>| {
+        let mut ids: Vec<String> = l.into_iter().map(|c| c.id.to_string()).collect();
+        ids.sort();
+        ids
+    };
+    counting.take();
+    let seen = engine.conversations(&agent("a2"), None, None, 10).await.unwrap();
+    assert_eq!(agent_reads(&counting.take()), 1, "one read of agents for the page");
+    assert_eq!(ids(seen), ["c-a1", "c-none"], "a2 shares a1's pool, not a3's");
+    let u = Principal { tenant: tenant.clone(), role: KeyRole::User(UserId::parse("u").unwrap()) };
+    let other = UserId::parse("v").unwrap();
+    assert_eq!(
+        ids(engine.conversations(&u, Some(&other), None, 10).await.unwrap()),
+        ["c-a1", "c-a3"]
+    );
+    assert_eq!(ids(engine.conversations(&admin, None, None, 10).await.unwrap()).len(), 3);
+}
+
 // ---- the wrapper: every method counted, then passed to the real store ----
 
 #[async_trait]

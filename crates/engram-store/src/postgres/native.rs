@@ -36,7 +36,7 @@ impl Native for PgDb {
     }
 
     async fn search_vectors(&self, q: Ranked<'_, &MemoryFilter, [f32]>) -> Hits<MemoryId, f32> {
-        self.vector_search_impl(q.tenant, q.scope, q.query, q.k).await
+        self.vector_search_impl(q).await
     }
 
     async fn search_text(&self, q: Ranked<'_, &MemoryFilter, str>) -> Hits<MemoryId, f64> {

@@ -141,6 +141,7 @@ use uuid::Uuid;
 use super::rows::col;
 use super::{PgDb, db, push_filter};
 use crate::common::memories::{embedding_space as space, same_space};
+use crate::common::store::Ranked;
 use crate::text::{fold_diacritics, match_term, query_terms};
 
 /// Scopes with at most this many active vectors are searched exactly (see the module docs).
@@ -472,11 +473,9 @@ impl PgDb {
 
     pub(super) async fn vector_search_impl(
         &self,
-        tenant: &TenantId,
-        filter: &MemoryFilter,
-        vector: &[f32],
-        k: usize,
+        q: Ranked<'_, &MemoryFilter, [f32]>,
     ) -> Result<Vec<(MemoryId, f32)>> {
+        let (tenant, filter, vector, k) = (q.tenant, q.scope, q.query, q.k);
         let Some(user) = &filter.user_id else {
             return Err(Error::invalid("user_id", "vector search needs a user_id"));
         };

@@ -117,35 +117,28 @@ impl Filters {
 
     /// This screen's address with these filters but the source conversation.
     pub fn without_conversation(&self) -> String {
-        Filters {
-            agent: self.agent.clone(),
-            user: self.user.clone(),
-            q: self.q.clone(),
-            category: self.category.clone(),
-            kind: self.kind.clone(),
-            from: self.from.clone(),
-            to: self.to.clone(),
-            superseded: self.superseded.clone(),
-            rating: self.rating.clone(),
-            ..Default::default()
-        }
-        .url(None)
+        self.address(None, false)
     }
 
     /// This screen's address with these filters (and another cursor).
     pub fn url(&self, cursor: Option<&str>) -> String {
+        self.address(cursor, true)
+    }
+
+    fn address(&self, cursor: Option<&str>, with_conversation: bool) -> String {
+        let conversation = if with_conversation { self.conversation.as_str() } else { "" };
         let mut q = form_urlencoded::Serializer::new(String::new());
         for (k, v) in [
-            ("agent", &self.agent),
-            ("user", &self.user),
-            ("q", &self.q),
-            ("category", &self.category),
-            ("kind", &self.kind),
-            ("superseded", &self.superseded),
-            ("rating", &self.rating),
-            ("conversation", &self.conversation),
-            ("from", &self.from),
-            ("to", &self.to),
+            ("agent", self.agent.as_str()),
+            ("user", self.user.as_str()),
+            ("q", self.q.as_str()),
+            ("category", self.category.as_str()),
+            ("kind", self.kind.as_str()),
+            ("superseded", self.superseded.as_str()),
+            ("rating", self.rating.as_str()),
+            ("conversation", conversation),
+            ("from", self.from.as_str()),
+            ("to", self.to.as_str()),
         ] {
             if !v.trim().is_empty() {
                 q.append_pair(k, v.trim());

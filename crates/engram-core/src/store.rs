@@ -76,6 +76,30 @@ impl MemoryFilter {
     }
 }
 
+/// Which of a user's transcript rows (messages, summaries) a search considers: the user's,
+/// within a time window. A message is in the window when its `created_at` is; a summary when
+/// the span of messages it covers (`earliest_at`..=`latest_at`) overlaps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TranscriptFilter {
+    pub user: UserId,
+    /// `created_at >= since`.
+    pub since: Option<OffsetDateTime>,
+    /// `created_at < until`.
+    pub until: Option<OffsetDateTime>,
+}
+
+impl TranscriptFilter {
+    /// All of a user's rows.
+    pub fn user(user: UserId) -> Self {
+        TranscriptFilter { user, since: None, until: None }
+    }
+
+    /// Is an instant inside the window?
+    pub fn admits_at(&self, at: OffsetDateTime) -> bool {
+        self.since.is_none_or(|s| at >= s) && self.until.is_none_or(|u| at < u)
+    }
+}
+
 /// A conversation as listed: who it belongs to, how many messages, when.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConversationInfo {
@@ -396,6 +420,12 @@ pub trait MessageStore: Send + Sync {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<(UserId, Option<AgentId>)>>;
+    /// One conversation as [`MessageStore::list_conversations`] lists it, if it exists.
+    async fn get_conversation(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Option<ConversationInfo>>;
     /// Conversations of the tenant (of one user with `user`), most recently updated first,
     /// after `before` (the `updated_at` and id of the last one of the previous page).
     async fn list_conversations(
@@ -409,11 +439,11 @@ pub trait MessageStore: Send + Sync {
     /// Several messages by id in one call (any order; unknown ids left out).
     async fn get_messages(&self, tenant: &TenantId, ids: &[MessageId]) -> Result<Vec<Message>>;
     async fn rate_message(&self, tenant: &TenantId, id: MessageId, delta: i64) -> Result<i64>;
-    /// Full-text search over a user's messages.
+    /// Full-text search over a user's messages (in the filter's time window).
     async fn text_search_messages(
         &self,
         tenant: &TenantId,
-        user: &UserId,
+        filter: &TranscriptFilter,
         query: &str,
         k: usize,
     ) -> Result<Vec<(MessageId, f64)>>;
@@ -445,11 +475,11 @@ pub trait MessageStore: Send + Sync {
         rows: Vec<(MessageId, Vec<f32>)>,
     ) -> Result<()>;
     /// Exact nearest neighbours among a user's messages embedded by `model_id`: the top `k`
-    /// by cosine similarity (vectors are unit length), best first.
+    /// by cosine similarity (vectors are unit length), best first, in the filter's time window.
     async fn vector_search_messages(
         &self,
         tenant: &TenantId,
-        user: &UserId,
+        filter: &TranscriptFilter,
         model_id: &str,
         query: &[f32],
         k: usize,

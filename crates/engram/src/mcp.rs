@@ -205,6 +205,10 @@ pub struct ListArgs {
     pub query: Option<String>,
     /// Include superseded and forgotten facts (history).
     pub include_superseded: Option<bool>,
+    /// Only facts observed at or after this time: RFC 3339, or a date like 2023-05-08.
+    pub since: Option<String>,
+    /// Only facts observed before this time: RFC 3339, or a date like 2023-05-08 (included).
+    pub until: Option<String>,
     /// Page size, 1–200 (default 20).
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page.
@@ -252,9 +256,11 @@ pub struct SearchArgs {
     pub categories: Option<Vec<String>>,
     /// Only these kinds (`knowledge`, `profile`, `shared`).
     pub kinds: Option<Vec<String>>,
-    /// Only what was observed at or after this time (RFC 3339).
+    /// Only what happened at or after this time: RFC 3339, or a date like 2023-05-08 (also
+    /// 2023-05 or 2023) from its start.
     pub since: Option<String>,
-    /// Only what was observed before this time (RFC 3339).
+    /// Only what happened before this time: RFC 3339, or a date like 2023-05-08 (also 2023-05
+    /// or 2023), that whole period included.
     pub until: Option<String>,
     /// 1–200 (default 10).
     pub limit: Option<usize>,
@@ -388,14 +394,15 @@ impl McpServer {
         let agent_id = a.agent_id.map(AgentId::parse).transpose()?;
         let kinds = a.kind.as_deref().map(Kind::parse).transpose()?.map(|k| vec![k]);
         let categories = a.category.as_deref().map(Category::parse).transpose()?.map(|c| vec![c]);
+        let (since, until) = dto::window(a.since.as_deref(), a.until.as_deref())?;
         let input = ListInput {
             user_id,
             agent_id,
             kinds,
             categories,
             include_superseded: a.include_superseded.unwrap_or(false),
-            since: None,
-            until: None,
+            since,
+            until,
             cursor: a.cursor.as_deref().map(MemoryId::parse).transpose()?,
             limit: a.limit.unwrap_or(20),
             source_conversation: None,
@@ -445,6 +452,7 @@ impl McpServer {
     async fn memory_search(&self, p: &Principal, a: SearchArgs) -> Result<Outcome> {
         let sources = dto::sources(a.sources)?;
         let explain = a.explain.unwrap_or(false);
+        let (since, until) = dto::window(a.since.as_deref(), a.until.as_deref())?;
         let input = SearchInput {
             query: a.query,
             user_id: Some(UserId::parse(a.user_id)?),
@@ -452,8 +460,8 @@ impl McpServer {
             categories: dto::list(a.categories, Category::parse)?,
             kinds: dto::list(a.kinds, Kind::parse)?,
             sources,
-            since: dto::opt_bound("since", a.since.as_deref())?,
-            until: dto::opt_bound("until", a.until.as_deref())?,
+            since,
+            until,
             limit: a.limit.unwrap_or(10),
             explain,
             turn_id: a.turn_id,

@@ -12,7 +12,7 @@ use crate::pipeline::cursor::resume_index;
 use crate::pipeline::policy::{ExtractionMode, MemoryPolicy};
 use crate::store::ConversationInfo;
 
-use super::{Engine, MessageInput, clamp_limit};
+use super::{ConversationView, Engine, MessageInput, clamp_limit};
 
 impl Engine {
     /// Append messages to a conversation (durable before return). A conversation belongs to
@@ -266,17 +266,23 @@ impl Engine {
         Ok(page)
     }
 
-    /// The rolling summary extraction keeps of a conversation (`NotFound` unless the caller
-    /// may read the conversation).
-    pub async fn rolling_summary(
+    /// A conversation: who it belongs to, its size and dates, and the rolling summary
+    /// extraction keeps of it (`NotFound` unless the caller may read the conversation).
+    pub async fn conversation(
         &self,
         p: &Principal,
         conversation: &ConversationId,
-    ) -> Result<Option<String>> {
-        if !self.conversation_visible(p, conversation).await? {
+    ) -> Result<ConversationView> {
+        let info = self.svc.store.get_conversation(&p.tenant, conversation).await?;
+        let Some(info) = info else {
+            return Err(Error::not_found(format!("conversation {conversation}")));
+        };
+        if !self.may_read_conversation(p, &info.user_id, info.agent_id.as_ref()).await? {
             return Err(Error::not_found(format!("conversation {conversation}")));
         }
-        Ok(self.svc.store.rolling_summary(&p.tenant, conversation).await?.0)
+        let (rolling_summary, summarized_user_turns) =
+            self.svc.store.rolling_summary(&p.tenant, conversation).await?;
+        Ok(ConversationView { info, rolling_summary, summarized_user_turns })
     }
 
     /// Rate a reply; cascades the rating to every memory recalled for its turn.

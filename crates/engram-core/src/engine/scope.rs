@@ -221,10 +221,22 @@ impl Engine {
         else {
             return Ok(false);
         };
+        self.may_read_conversation(p, &owner, agent.as_ref()).await
+    }
+
+    /// May the caller read a conversation of `owner` written through `agent`? An admin
+    /// key: any; a user key: its own; an agent key: those of its pool and those written
+    /// without an agent.
+    pub(super) async fn may_read_conversation(
+        &self,
+        p: &Principal,
+        owner: &UserId,
+        agent: Option<&AgentId>,
+    ) -> Result<bool> {
         Ok(match &p.role {
             KeyRole::Admin => true,
-            KeyRole::User(u) => u == &owner,
-            KeyRole::Agent(a) => match &agent {
+            KeyRole::User(u) => u == owner,
+            KeyRole::Agent(a) => match agent {
                 Some(owner_agent) => {
                     self.pool_of(&p.tenant, owner_agent).await?
                         == self.pool_of(&p.tenant, a).await?

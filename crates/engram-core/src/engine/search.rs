@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use crate::error::{Error, Result};
 use crate::model::{AgentId, MemoryId, Message, MessageId, Principal};
 use crate::retrieval::{self, Explain};
+use crate::store::TranscriptFilter;
 
 use super::{Engine, Hit, SearchInput, SearchMode, SearchSource, clamp_limit};
 
@@ -82,6 +83,7 @@ impl Engine {
         if input.sources.contains(&SearchSource::Messages) {
             let user =
                 v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
+            let window = TranscriptFilter { user, since: input.since, until: input.until };
             // Messages are embedded in the background (pipeline::messages): one not embedded
             // yet is found by its words only.
             let vector = async {
@@ -89,7 +91,10 @@ impl Engine {
                     None => Ok(vec![]),
                     Some(qv) => {
                         let model = self.svc.embedder.model_id();
-                        self.svc.store.vector_search_messages(&v.tenant, &user, model, qv, n).await
+                        self.svc
+                            .store
+                            .vector_search_messages(&v.tenant, &window, model, qv, n)
+                            .await
                     }
                 }
             };
@@ -97,7 +102,7 @@ impl Engine {
                 if input.mode == SearchMode::VectorOnly {
                     Ok(vec![])
                 } else {
-                    self.svc.store.text_search_messages(&v.tenant, &user, query, n).await
+                    self.svc.store.text_search_messages(&v.tenant, &window, query, n).await
                 }
             };
             let (vec_list, text_list) = tokio::try_join!(vector, text)?;

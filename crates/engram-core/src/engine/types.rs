@@ -202,6 +202,16 @@ pub struct History {
     pub events: Vec<MemoryEvent>,
 }
 
+/// A conversation as `GET /v1/conversations/{id}` shows it.
+#[derive(Debug, Clone)]
+pub struct ConversationView {
+    pub info: crate::store::ConversationInfo,
+    /// The rolling summary extraction keeps (regenerated as the conversation goes on).
+    pub rolling_summary: Option<String>,
+    /// User turns the rolling summary covers.
+    pub summarized_user_turns: i64,
+}
+
 /// Everything stored about one user (GDPR portability).
 #[derive(Debug, Clone)]
 pub struct UserExport {

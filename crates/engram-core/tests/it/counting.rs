@@ -16,6 +16,7 @@ use engram_core::store::prelude::*;
 use engram_core::store::{
     Activity, ApiKey, BackupRow, BackupScope, ContextSession, ConversationInfo, EraseCounts,
     ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, RestoreState, StoreStats,
+    TranscriptFilter,
 };
 use time::OffsetDateTime;
 
@@ -435,6 +436,14 @@ impl MessageStore for Counting {
         self.hit("conversation_owner");
         self.inner.conversation_owner(tenant, conversation).await
     }
+    async fn get_conversation(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Option<ConversationInfo>> {
+        self.hit("get_conversation");
+        self.inner.get_conversation(tenant, conversation).await
+    }
     async fn list_conversations(
         &self,
         tenant: &TenantId,
@@ -460,12 +469,12 @@ impl MessageStore for Counting {
     async fn text_search_messages(
         &self,
         tenant: &TenantId,
-        user: &UserId,
+        filter: &TranscriptFilter,
         query: &str,
         k: usize,
     ) -> Result<Vec<(MessageId, f64)>> {
         self.hit("text_search_messages");
-        self.inner.text_search_messages(tenant, user, query, k).await
+        self.inner.text_search_messages(tenant, filter, query, k).await
     }
     async fn messages_needing_vectors(
         &self,
@@ -498,13 +507,13 @@ impl MessageStore for Counting {
     async fn vector_search_messages(
         &self,
         tenant: &TenantId,
-        user: &UserId,
+        filter: &TranscriptFilter,
         model_id: &str,
         query: &[f32],
         k: usize,
     ) -> Result<Vec<(MessageId, f32)>> {
         self.hit("vector_search_messages");
-        self.inner.vector_search_messages(tenant, user, model_id, query, k).await
+        self.inner.vector_search_messages(tenant, filter, model_id, query, k).await
     }
     async fn conversation_messages(
         &self,

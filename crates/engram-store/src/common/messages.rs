@@ -162,6 +162,14 @@ impl<'a, B: Backend> Conversation<'a, B> {
         rows.iter().map(rows::message).collect()
     }
 
+    /// The conversation as listed, if it exists.
+    pub(crate) async fn info(&self) -> Result<Option<ConversationInfo>> {
+        let sql =
+            format!("SELECT {CONVERSATION_COLS} FROM conversations WHERE tenant_id = ? AND id = ?");
+        let row = self.b.read_opt(&sql, &self.key()).await?;
+        row.as_ref().map(conversation_info).transpose()
+    }
+
     /// The user and agent the conversation belongs to, if it exists.
     pub(crate) async fn owner(&self) -> Result<Option<(UserId, Option<AgentId>)>> {
         let sql = "SELECT user_id, agent_id FROM conversations WHERE tenant_id = ? AND id = ?";
@@ -213,6 +221,9 @@ impl<'a, B: Backend> Conversation<'a, B> {
 
 /// Conversations of a tenant (of one user), most recently updated first, after `before`
 /// (the update time and id of the last one of the previous page).
+/// What a listed conversation reads.
+const CONVERSATION_COLS: &str = "id, user_id, agent_id, last_seq, created_at, updated_at";
+
 pub(crate) async fn list_conversations<B: Backend>(
     b: &B,
     tenant: &TenantId,
@@ -220,10 +231,7 @@ pub(crate) async fn list_conversations<B: Backend>(
     before: Option<(OffsetDateTime, &ConversationId)>,
     n: usize,
 ) -> Result<Vec<ConversationInfo>> {
-    let mut sql = String::from(
-        "SELECT id, user_id, agent_id, last_seq, created_at, updated_at FROM conversations \
-         WHERE tenant_id = ?",
-    );
+    let mut sql = format!("SELECT {CONVERSATION_COLS} FROM conversations WHERE tenant_id = ?");
     let mut args = vec![Text(tenant.as_str())];
     if let Some(u) = user {
         sql.push_str(" AND user_id = ?");
@@ -239,18 +247,19 @@ pub(crate) async fn list_conversations<B: Backend>(
     sql.push_str(&format!(" ORDER BY updated_at DESC, id{} LIMIT ?", B::BYTE_ORDER));
     args.push(Int(limit(n)));
     let rows = b.read_all(&sql, &args).await?;
-    rows.iter()
-        .map(|r| {
-            Ok(ConversationInfo {
-                id: ConversationId::parse(r.text("id")?)?,
-                user_id: UserId::parse(r.text("user_id")?)?,
-                agent_id: r.opt_text("agent_id")?.map(AgentId::parse).transpose()?,
-                messages: r.int("last_seq")?,
-                created_at: r.ts("created_at")?,
-                updated_at: r.ts("updated_at")?,
-            })
-        })
-        .collect()
+    rows.iter().map(conversation_info).collect()
+}
+
+/// The columns of a conversation listed by [`CONVERSATION_COLS`].
+fn conversation_info<R: Columns>(r: &R) -> Result<ConversationInfo> {
+    Ok(ConversationInfo {
+        id: ConversationId::parse(r.text("id")?)?,
+        user_id: UserId::parse(r.text("user_id")?)?,
+        agent_id: r.opt_text("agent_id")?.map(AgentId::parse).transpose()?,
+        messages: r.int("last_seq")?,
+        created_at: r.ts("created_at")?,
+        updated_at: r.ts("updated_at")?,
+    })
 }
 
 pub(crate) async fn get<B: Backend>(

@@ -18,6 +18,7 @@ use engram_core::store::prelude::*;
 use engram_core::store::{
     Activity, ApiKey, BackupRow, BackupScope, ContextSession, ConversationInfo, EraseCounts,
     ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, RestoreState, StoreStats,
+    TranscriptFilter,
 };
 use time::OffsetDateTime;
 
@@ -48,8 +49,8 @@ pub(crate) struct Ranked<'a, S, Q: ?Sized> {
     pub k: usize,
 }
 
-/// A user's messages, compared only with vectors of the model (the id).
-pub(crate) type MessageScope<'a> = (&'a UserId, &'a str);
+/// A user's messages in a time window, compared only with vectors of the model (the id).
+pub(crate) type MessageScope<'a> = (&'a TranscriptFilter, &'a str);
 
 /// A page of memories: `filter`, after `cursor`, in `order` (`ORDER BY …`), at most `limit`.
 pub(crate) struct Select<'a> {
@@ -74,7 +75,10 @@ pub(crate) trait Native: Backend + Sized + 'static {
     /// Memories by keywords ([`MemoryStore::text_search`]).
     async fn search_text(&self, q: Ranked<'_, &MemoryFilter, str>) -> Hits<MemoryId, f64>;
     /// A user's messages by keywords.
-    async fn search_message_text(&self, q: Ranked<'_, &UserId, str>) -> Hits<MessageId, f64>;
+    async fn search_message_text(
+        &self,
+        q: Ranked<'_, &TranscriptFilter, str>,
+    ) -> Hits<MessageId, f64>;
     /// A user's messages by vector.
     async fn search_message_vectors(
         &self,
@@ -287,6 +291,14 @@ impl<D: Native> MessageStore for SqlStore<D> {
         Conversation::new(&self.0, tenant, conversation).owner().await
     }
 
+    async fn get_conversation(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Option<ConversationInfo>> {
+        Conversation::new(&self.0, tenant, conversation).info().await
+    }
+
     async fn list_conversations(
         &self,
         tenant: &TenantId,
@@ -312,11 +324,11 @@ impl<D: Native> MessageStore for SqlStore<D> {
     async fn text_search_messages(
         &self,
         tenant: &TenantId,
-        user: &UserId,
+        filter: &TranscriptFilter,
         query: &str,
         k: usize,
     ) -> Result<Vec<(MessageId, f64)>> {
-        self.0.search_message_text(Ranked { tenant, scope: user, query, k }).await
+        self.0.search_message_text(Ranked { tenant, scope: filter, query, k }).await
     }
 
     async fn messages_needing_vectors(
@@ -350,12 +362,12 @@ impl<D: Native> MessageStore for SqlStore<D> {
     async fn vector_search_messages(
         &self,
         tenant: &TenantId,
-        user: &UserId,
+        filter: &TranscriptFilter,
         model_id: &str,
         query: &[f32],
         k: usize,
     ) -> Result<Vec<(MessageId, f32)>> {
-        self.0.search_message_vectors(Ranked { tenant, scope: (user, model_id), query, k }).await
+        self.0.search_message_vectors(Ranked { tenant, scope: (filter, model_id), query, k }).await
     }
 
     async fn conversation_messages(

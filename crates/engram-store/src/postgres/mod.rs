@@ -55,9 +55,11 @@ use async_trait::async_trait;
 use engram_core::error::{Error, Result};
 use engram_core::model::{
     AgentId, ConversationId, Job, JobKind, Memory, MemoryEvent, MemoryId, Message, MessageId,
-    TenantId, UserId,
+    TenantId,
 };
-use engram_core::store::{BackupRow, BackupScope, MemoryFilter, NewMemory, RestoreState};
+use engram_core::store::{
+    BackupRow, BackupScope, MemoryFilter, NewMemory, RestoreState, TranscriptFilter,
+};
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgPoolOptions, PgRow};
 use sqlx::query::Query;
 use sqlx::{Connection, PgPool, Postgres, QueryBuilder, Transaction};
@@ -519,6 +521,17 @@ async fn check_server(pool: &PgPool, target: &str) -> Result<()> {
 
 /// Append the WHERE conditions of a memory filter (the query already has `WHERE tenant_id =
 /// …`); `p` qualifies the columns (e.g. `"m."`).
+/// ` AND <p>user_id = … [AND <p>created_at >= since] [AND <p>created_at < until]`.
+pub(crate) fn push_window(q: &mut QueryBuilder<Postgres>, f: &TranscriptFilter, p: &str) {
+    q.push(format!(" AND {p}user_id = ")).push_bind(f.user.as_str().to_string());
+    if let Some(t) = f.since {
+        q.push(format!(" AND {p}created_at >= ")).push_bind(t);
+    }
+    if let Some(t) = f.until {
+        q.push(format!(" AND {p}created_at < ")).push_bind(t);
+    }
+}
+
 pub(crate) fn push_filter(
     q: &mut QueryBuilder<Postgres>,
     f: &MemoryFilter,

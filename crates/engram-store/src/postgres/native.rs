@@ -44,7 +44,10 @@ impl Native for PgDb {
         self.text_search_impl(scope, q.query, q.k, MemoryId).await
     }
 
-    async fn search_message_text(&self, q: Ranked<'_, &UserId, str>) -> Hits<MessageId, f64> {
+    async fn search_message_text(
+        &self,
+        q: Ranked<'_, &TranscriptFilter, str>,
+    ) -> Hits<MessageId, f64> {
         let scope = search::TextScope::Messages(q.tenant, q.scope);
         self.text_search_impl(scope, q.query, q.k, MessageId).await
     }
@@ -53,24 +56,18 @@ impl Native for PgDb {
         &self,
         q: Ranked<'_, MessageScope<'_>, [f32]>,
     ) -> Hits<MessageId, f32> {
-        let ((user, model), query) = (q.scope, q.query);
+        let ((filter, model), query) = (q.scope, q.query);
         // Exact: a user's messages are ranked in full (no index on this column), and only
         // vectors of the query's model and dimension are compared.
-        let rows = sqlx::query(
-            "SELECT id, -(embedding <#> $4) AS sim FROM messages \
-             WHERE tenant_id = $1 AND user_id = $2 AND embedding_model = $3 \
-               AND vector_dims(embedding) = $5 \
-             ORDER BY embedding <#> $4, id LIMIT $6",
-        )
-        .bind(q.tenant.as_str())
-        .bind(user.as_str())
-        .bind(model)
-        .bind(pgvector::Vector::from(query.to_vec()))
-        .bind(query.len() as i32)
-        .bind(q.k as i64)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
+        let qv = pgvector::Vector::from(query.to_vec());
+        let mut b = QueryBuilder::<Postgres>::new("SELECT id, -(embedding <#> ");
+        b.push_bind(qv.clone()).push(") AS sim FROM messages WHERE tenant_id = ");
+        b.push_bind(q.tenant.as_str().to_string());
+        super::push_window(&mut b, filter, "");
+        b.push(" AND embedding_model = ").push_bind(model.to_string());
+        b.push(" AND vector_dims(embedding) = ").push_bind(query.len() as i32);
+        b.push(" ORDER BY embedding <#> ").push_bind(qv).push(", id LIMIT ").push_bind(q.k as i64);
+        let rows = b.build().fetch_all(&self.pool).await.map_err(db)?;
         rows.iter().map(|r| Ok((MessageId(col(r, "id")?), col::<f64>(r, "sim")? as f32))).collect()
     }
 

@@ -132,7 +132,7 @@ use std::sync::Mutex;
 
 use engram_core::error::{Error, Result};
 use engram_core::model::{MemoryId, TenantId, UserId};
-use engram_core::store::MemoryFilter;
+use engram_core::store::{MemoryFilter, TranscriptFilter};
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, PgPool, Postgres, QueryBuilder, Row};
 use time::OffsetDateTime;
@@ -344,8 +344,8 @@ fn covering_index_ddl(dims: usize) -> Option<String> {
 pub enum TextScope<'a> {
     /// Memories of a tenant admitted by a filter.
     Memories(&'a TenantId, &'a MemoryFilter),
-    /// Messages of one user.
-    Messages(&'a TenantId, &'a UserId),
+    /// Messages of one user in a time window.
+    Messages(&'a TenantId, &'a TranscriptFilter),
 }
 
 impl TextScope<'_> {
@@ -361,7 +361,7 @@ impl TextScope<'_> {
     fn corpus(&self) -> (&TenantId, Option<&UserId>) {
         match self {
             TextScope::Memories(t, f) => (*t, f.user_id.as_ref()),
-            TextScope::Messages(t, u) => (*t, Some(*u)),
+            TextScope::Messages(t, f) => (*t, Some(&f.user)),
         }
     }
 
@@ -381,11 +381,9 @@ impl TextScope<'_> {
                 q.push(format!("{p}tenant_id = ")).push_bind(t.as_str().to_string());
                 push_filter(q, f, now, p);
             }
-            TextScope::Messages(t, u) => {
-                q.push(format!("{p}tenant_id = "))
-                    .push_bind(t.as_str().to_string())
-                    .push(format!(" AND {p}user_id = "))
-                    .push_bind(u.as_str().to_string());
+            TextScope::Messages(t, f) => {
+                q.push(format!("{p}tenant_id = ")).push_bind(t.as_str().to_string());
+                super::push_window(q, f, p);
             }
         }
     }

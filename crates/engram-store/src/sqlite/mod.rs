@@ -17,9 +17,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use engram_core::error::{Error, Result};
 use engram_core::model::{
-    Category, Job, JobKind, Kind, Memory, MemoryId, Message, MessageId, TenantId, UserId,
+    Category, Job, JobKind, Kind, Memory, MemoryId, Message, MessageId, TenantId,
 };
-use engram_core::store::{BackupRow, BackupScope, MemoryFilter, NewMemory, RestoreState};
+use engram_core::store::{
+    BackupRow, BackupScope, MemoryFilter, NewMemory, RestoreState, TranscriptFilter,
+};
 use sqlx::query::Query;
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
@@ -459,6 +461,17 @@ impl SqliteDb {
 }
 
 /// Append the WHERE conditions of a memory filter (the query already has `WHERE tenant_id = ?`).
+/// ` AND <p>user_id = … [AND <p>created_at >= since] [AND <p>created_at < until]`.
+fn push_window(q: &mut QueryBuilder<Sqlite>, f: &TranscriptFilter, p: &str) {
+    q.push(format!(" AND {p}user_id = ")).push_bind(f.user.as_str().to_string());
+    if let Some(t) = f.since {
+        q.push(format!(" AND {p}created_at >= ")).push_bind(ts(t));
+    }
+    if let Some(t) = f.until {
+        q.push(format!(" AND {p}created_at < ")).push_bind(ts(t));
+    }
+}
+
 fn push_filter(q: &mut QueryBuilder<Sqlite>, f: &MemoryFilter, now: i64) {
     if let Some(u) = &f.user_id {
         q.push(" AND user_id = ").push_bind(u.as_str().to_string());

@@ -51,10 +51,11 @@ impl Native for SqliteDb {
         self.fts_search("memories", q.tenant, q.query, q.k, narrow, MemoryId).await
     }
 
-    async fn search_message_text(&self, q: Ranked<'_, &UserId, str>) -> Hits<MessageId, f64> {
-        let narrow = |b: &mut QueryBuilder<Sqlite>| {
-            b.push(" AND m.user_id = ").push_bind(q.scope.as_str().to_string());
-        };
+    async fn search_message_text(
+        &self,
+        q: Ranked<'_, &TranscriptFilter, str>,
+    ) -> Hits<MessageId, f64> {
+        let narrow = |b: &mut QueryBuilder<Sqlite>| push_window(b, q.scope, "m.");
         self.fts_search("messages", q.tenant, q.query, q.k, narrow, MessageId).await
     }
 
@@ -62,17 +63,15 @@ impl Native for SqliteDb {
         &self,
         q: Ranked<'_, MessageScope<'_>, [f32]>,
     ) -> Hits<MessageId, f32> {
-        let ((user, model), query) = (q.scope, q.query);
-        let rows = sqlx::query(
-            "SELECT id, embedding FROM messages WHERE tenant_id = ? AND user_id = ? \
-             AND embedding IS NOT NULL AND embedding_model = ?",
-        )
-        .bind(q.tenant.as_str())
-        .bind(user.as_str())
-        .bind(model)
-        .fetch_all(&self.read)
-        .await
-        .map_err(db)?;
+        let ((filter, model), query) = (q.scope, q.query);
+        let mut b = QueryBuilder::<Sqlite>::new(
+            "SELECT m.id AS id, m.embedding AS embedding FROM messages m WHERE m.tenant_id = ",
+        );
+        b.push_bind(q.tenant.as_str().to_string());
+        push_window(&mut b, filter, "m.");
+        b.push(" AND m.embedding IS NOT NULL AND m.embedding_model = ")
+            .push_bind(model.to_string());
+        let rows = b.build().fetch_all(&self.read).await.map_err(db)?;
         let mut scored = Vec::with_capacity(rows.len());
         for r in &rows {
             let blob: &[u8] = r.get("embedding");

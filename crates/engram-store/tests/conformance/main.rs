@@ -86,6 +86,7 @@ conformance! {
         message_vectors::message_vectors_search_exact_top_k,
         message_vectors::message_vectors_search_equals_brute_force,
         message_vectors::message_vectors_erased_with_the_user,
+        message_vectors::message_search_time_window,
         erase::erase_user_removes_only_that_user,
         jobs::enqueue_dedup_and_claim_order,
         jobs::lease_expiry_reclaims,

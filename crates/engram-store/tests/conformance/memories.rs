@@ -8,7 +8,7 @@ use engram_core::model::{
     Agent, AgentId, Category, ConversationId, EventKind, Importance, Job, JobKind, Kind,
     MemoryEvent, MemoryId, MessageRole,
 };
-use engram_core::store::{ContextSession, ExtractionBatch, MemoryFilter, Store};
+use engram_core::store::{ContextSession, ExtractionBatch, MemoryFilter, Store, TranscriptFilter};
 use time::Duration;
 
 use crate::harness::{MODEL, event, memory, message, new_row, now, tenant, unit, user};
@@ -82,9 +82,25 @@ pub async fn tenant_isolation(s: Arc<dyn Store>) {
     assert!(is_not_found(&s.rate_message(&t2, m1.id, 1).await));
     let l = s.list_messages(&t2, &c1, 0, 100).await.unwrap();
     assert_eq!(l.iter().map(|m| m.id).collect::<Vec<_>>(), vec![m2.id]);
-    assert!(s.text_search_messages(&t2, &u, "hiking", 10).await.unwrap().is_empty());
-    assert!(s.text_search_messages(&t2, &u2, "hiking", 10).await.unwrap().is_empty());
-    assert_eq!(s.text_search_messages(&t1, &u, "hiking", 10).await.unwrap().len(), 1);
+    assert!(
+        s.text_search_messages(&t2, &TranscriptFilter::user(u.clone()), "hiking", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        s.text_search_messages(&t2, &TranscriptFilter::user(u2.clone()), "hiking", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        s.text_search_messages(&t1, &TranscriptFilter::user(u.clone()), "hiking", 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert!(!s.set_message_content(&t2, m1.id, "x").await.unwrap());
 
     // Agents, sessions, jobs, cursors.

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use engram_core::model::{ConversationId, Message, MessageId, MessageRole, TenantId, UserId};
+use engram_core::store::TranscriptFilter;
 use engram_core::store::prelude::*;
 
 use crate::harness::{MODEL, dot, memory, message, new_row, normalize, tenant, unit, user};
@@ -66,7 +67,8 @@ async fn search_ids(
     q: &[f32],
     k: usize,
 ) -> Vec<MessageId> {
-    let hits = s.vector_search_messages(t, u, model, q, k).await.unwrap();
+    let hits =
+        s.vector_search_messages(t, &TranscriptFilter::user(u.clone()), model, q, k).await.unwrap();
     hits.into_iter().map(|h| h.0).collect()
 }
 
@@ -192,7 +194,10 @@ pub async fn message_vectors_set_per_tenant(s: Arc<dyn Store>) {
         .unwrap();
     assert_eq!(search_ids(&s, &t, &u, MODEL, &q2, 10).await[0], mine[1].id);
     assert_eq!(search_ids(&s, &t, &u, MODEL, &q, 10).await[0], mine[0].id);
-    let hits = s.vector_search_messages(&t, &u, MODEL, &q2, 1).await.unwrap();
+    let hits = s
+        .vector_search_messages(&t, &TranscriptFilter::user(u.clone()), MODEL, &q2, 1)
+        .await
+        .unwrap();
     assert!((hits[0].1 - 1.0).abs() < 1e-4, "{hits:?}");
     assert_eq!(s.stats(&t).await.unwrap().messages_with_vector, 2);
 }
@@ -253,7 +258,10 @@ pub async fn message_vectors_search_exact_top_k(s: Arc<dyn Store>) {
 
     let want = [(a[2].id, 1.0), (b[0].id, 0.8), (a[0].id, 0.6), (b[1].id, 0.0), (a[1].id, -0.6)];
     for k in [1, 3, 5, 100] {
-        let got = s.vector_search_messages(&t, &u, MODEL, &q, k).await.unwrap();
+        let got = s
+            .vector_search_messages(&t, &TranscriptFilter::user(u.clone()), MODEL, &q, k)
+            .await
+            .unwrap();
         let want = &want[..k.min(want.len())];
         assert_eq!(
             got.iter().map(|h| h.0).collect::<Vec<_>>(),
@@ -264,7 +272,12 @@ pub async fn message_vectors_search_exact_top_k(s: Arc<dyn Store>) {
             assert!((g.1 - w.1).abs() < 1e-4, "cosine of {:?}: got {}, want {}", g.0, g.1, w.1);
         }
     }
-    assert!(s.vector_search_messages(&t, &u, MODEL, &q, 0).await.unwrap().is_empty());
+    assert!(
+        s.vector_search_messages(&t, &TranscriptFilter::user(u.clone()), MODEL, &q, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // The other user and tenant find their own message (and only it).
     assert_eq!(search_ids(&s, &t, &u2, MODEL, &q, 10).await, vec![u2m[0].id]);
     assert_eq!(search_ids(&s, &t2, &u, MODEL, &q, 10).await, vec![t2m[0].id]);
@@ -272,7 +285,10 @@ pub async fn message_vectors_search_exact_top_k(s: Arc<dyn Store>) {
     assert!(search_ids(&s, &tenant("nobody"), &u, MODEL, &q, 10).await.is_empty());
     // Each model sees only its vectors; a query of another dimension compares nothing.
     assert_eq!(search_ids(&s, &t, &u, "test-model-b", &q, 10).await, vec![mb[0].id]);
-    let hits = s.vector_search_messages(&t, &u, MODEL_6, &q6, 10).await.unwrap();
+    let hits = s
+        .vector_search_messages(&t, &TranscriptFilter::user(u.clone()), MODEL_6, &q6, 10)
+        .await
+        .unwrap();
     assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), vec![b[2].id]);
     assert!((hits[0].1 - 1.0).abs() < 1e-4, "{hits:?}");
     assert!(search_ids(&s, &t, &u, MODEL, &q6, 10).await.is_empty(), "4-dim vectors, 6-dim query");
@@ -309,7 +325,10 @@ pub async fn message_vectors_search_equals_brute_force(s: Arc<dyn Store>) {
             mine.iter().map(|(id, v)| (*id, dot(v, &q))).collect();
         want.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         for k in [1, 7, 60, 1000] {
-            let got = s.vector_search_messages(&t, &u, MODEL, &q, k).await.unwrap();
+            let got = s
+                .vector_search_messages(&t, &TranscriptFilter::user(u.clone()), MODEL, &q, k)
+                .await
+                .unwrap();
             let want = &want[..k.min(want.len())];
             assert_eq!(got.len(), want.len(), "size of top {k}");
             assert!(got.windows(2).all(|w| w[0].1 >= w[1].1), "best first: {got:?}");
@@ -373,4 +392,69 @@ pub async fn message_vectors_erased_with_the_user(s: Arc<dyn Store>) {
     let st = s.stats(&chat).await.unwrap();
     assert_eq!((st.messages, st.messages_with_vector), (0, 0));
     assert_eq!(s.list_tenants().await.unwrap(), vec![mem.clone()]);
+}
+
+/// A search's time window (`since` included, `until` excluded) narrows both message lists by
+/// `created_at`, before the top `k` is taken: an old message outside it is never returned,
+/// even when it is the best match.
+pub async fn message_search_time_window(s: Arc<dyn Store>) {
+    let (t, u) = (tenant("t"), user("u"));
+    s.ensure_embedding_space(MODEL, 4).await.unwrap();
+    let day = |d: i64| time::macros::datetime!(2023-05-01 12:00 UTC) + time::Duration::days(d);
+    let texts = ["bowling night with friends", "bowling league final", "went bowling again"];
+    let mut batch = Vec::new();
+    for (i, text) in texts.iter().enumerate() {
+        let mut m = message(&t, &u, "c", MessageRole::User, text);
+        m.created_at = day(i as i64 * 10); // May 1, May 11, May 21
+        batch.push(m);
+    }
+    // Filler of another user, so that "bowling" is not in half of all rows.
+    let filler = (0..6)
+        .map(|i| message(&t, &user("w"), "f", MessageRole::User, &format!("lorem ipsum {i}")));
+    s.append_messages(&t, filler.collect()).await.unwrap();
+    let stored = s.append_messages(&t, batch).await.unwrap();
+    let vectors: Vec<(MessageId, Vec<f32>)> =
+        stored.iter().enumerate().map(|(i, m)| (m.id, unit(4, i as u64 + 1))).collect();
+    s.set_message_vectors(&t, MODEL, vectors.clone()).await.unwrap();
+
+    let window = |since: Option<i64>, until: Option<i64>| TranscriptFilter {
+        user: u.clone(),
+        since: since.map(day),
+        until: until.map(day),
+    };
+    let ids = |idx: &[usize]| idx.iter().map(|i| stored[*i].id).collect::<BTreeSet<_>>();
+    for (since, until, want) in [
+        (None, None, vec![0, 1, 2]),
+        (Some(10), None, vec![1, 2]),
+        (None, Some(10), vec![0]),
+        (Some(10), Some(20), vec![1]),
+        (Some(0), Some(0), vec![]),
+        (Some(30), None, vec![]),
+    ] {
+        let f = window(since, until);
+        let text: BTreeSet<MessageId> = s
+            .text_search_messages(&t, &f, "bowling", 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|h| h.0)
+            .collect();
+        assert_eq!(text, ids(&want), "text, since {since:?} until {until:?}");
+        // The query is the first message's own vector: outside the window it is not found.
+        let vec: BTreeSet<MessageId> = s
+            .vector_search_messages(&t, &f, MODEL, &vectors[0].1, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|h| h.0)
+            .collect();
+        assert_eq!(vec, ids(&want), "vector, since {since:?} until {until:?}");
+    }
+    // k applies after the window: the one message of May 11 with k = 1.
+    let may = window(Some(10), Some(20));
+    let hits = s.vector_search_messages(&t, &may, MODEL, &vectors[0].1, 1).await.unwrap();
+    assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), [stored[1].id]);
+    // The window never widens the user.
+    let other = TranscriptFilter::user(user("w"));
+    assert!(s.text_search_messages(&t, &other, "bowling", 10).await.unwrap().is_empty());
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use engram_core::error::Error;
 use engram_core::model::{Category, EventKind, Kind, Memory, MemoryId, MessageRole};
-use engram_core::store::{MemoryFilter, Store};
+use engram_core::store::{MemoryFilter, Store, TranscriptFilter};
 use time::{Duration, OffsetDateTime};
 
 use crate::harness::{
@@ -251,17 +251,29 @@ pub async fn text_search_keywords_any_language(s: Arc<dyn Store>) {
     let filler = (0..4)
         .map(|i| message(&t, &user("w"), "c3", MessageRole::User, &format!("lorem ipsum {i}")));
     s.append_messages(&t, filler.collect()).await.unwrap();
-    let hits = s.text_search_messages(&t, &u, "hiking", 10).await.unwrap();
+    let hits =
+        s.text_search_messages(&t, &TranscriptFilter::user(u.clone()), "hiking", 10).await.unwrap();
     assert_eq!(
         hits.iter().map(|h| h.0).collect::<BTreeSet<_>>(),
         [stored[0].id, stored[1].id].into_iter().collect()
     );
-    let hits = s.text_search_messages(&t, &u, "weather", 10).await.unwrap();
+    let hits = s
+        .text_search_messages(&t, &TranscriptFilter::user(u.clone()), "weather", 10)
+        .await
+        .unwrap();
     assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), vec![stored[2].id]);
     assert!(s.set_message_content(&t, stored[2].id, "Sunny in Zermatt").await.unwrap());
-    let hits = s.text_search_messages(&t, &u, "zermatt", 10).await.unwrap();
+    let hits = s
+        .text_search_messages(&t, &TranscriptFilter::user(u.clone()), "zermatt", 10)
+        .await
+        .unwrap();
     assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), vec![stored[2].id]);
-    assert!(s.text_search_messages(&t, &user("w"), "hiking", 10).await.unwrap().is_empty());
+    assert!(
+        s.text_search_messages(&t, &TranscriptFilter::user(user("w")), "hiking", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 pub async fn text_search_drops_common_terms(s: Arc<dyn Store>) {
@@ -413,7 +425,7 @@ pub async fn text_search_never_a_syntax_error(s: Arc<dyn Store>) {
     for q in queries {
         let r = s.text_search(&t, &all, q, 10).await;
         assert!(r.is_ok(), "text_search({q:?}): {r:?}");
-        let r = s.text_search_messages(&t, &u, q, 10).await;
+        let r = s.text_search_messages(&t, &TranscriptFilter::user(u.clone()), q, 10).await;
         assert!(r.is_ok(), "text_search_messages({q:?}): {r:?}");
     }
     let long = "word ".repeat(5000);

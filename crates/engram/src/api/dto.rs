@@ -56,11 +56,68 @@ pub fn sources(v: Option<Vec<String>>) -> Result<Vec<SearchSource>> {
         .collect()
 }
 
-/// A search bound (`since`, `until`): any RFC 3339 time, moved into the years both stores
-/// hold (a bound past them admits the same rows as one at their edge).
-pub fn opt_bound(field: &str, s: Option<&str>) -> Result<Option<OffsetDateTime>> {
+/// Which end of a time window a bound is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edge {
+    /// `since`: the window starts at the bound (included).
+    Since,
+    /// `until`: the window ends before the bound.
+    Until,
+}
+
+/// A calendar period written as `2023-05-08`, `2023-05` or `2023`: its first day and the day
+/// after its last.
+fn period(s: &str) -> Option<(time::Date, time::Date)> {
+    let parts: Vec<&str> = s.split('-').collect();
+    let num = |p: &str, len: usize| {
+        (p.len() == len && p.bytes().all(|b| b.is_ascii_digit())).then(|| p.parse::<i32>().ok())?
+    };
+    let year = num(parts.first()?, 4)?;
+    let month = |m: i32| time::Month::try_from(u8::try_from(m).ok()?).ok();
+    match parts.as_slice() {
+        [_] => {
+            let start = time::Date::from_calendar_date(year, time::Month::January, 1).ok()?;
+            let end = time::Date::from_calendar_date(year + 1, time::Month::January, 1).ok()?;
+            Some((start, end))
+        }
+        [_, m] => {
+            let m = month(num(m, 2)?)?;
+            let start = time::Date::from_calendar_date(year, m, 1).ok()?;
+            let next =
+                if m == time::Month::December { (year + 1, m.next()) } else { (year, m.next()) };
+            Some((start, time::Date::from_calendar_date(next.0, next.1, 1).ok()?))
+        }
+        [_, m, d] => {
+            let day = u8::try_from(num(d, 2)?).ok()?;
+            let start = time::Date::from_calendar_date(year, month(num(m, 2)?)?, day).ok()?;
+            Some((start, start.next_day()?))
+        }
+        _ => None,
+    }
+}
+
+/// A search bound (`since`, `until`): an RFC 3339 time, or a calendar date, month or year in
+/// UTC (`2023-05-08`, `2023-05`, `2023`) meaning the whole period — as `since` from its
+/// first instant, as `until` up to its end (`until: "2023-05-08"` includes that day). Moved
+/// into the years both stores hold (a bound past them admits the same rows as one at their
+/// edge).
+pub fn opt_bound(field: &str, s: Option<&str>, edge: Edge) -> Result<Option<OffsetDateTime>> {
     let Some(s) = s else { return Ok(None) };
-    let t = parse_any_ts(field, s)?;
+    let t = match period(s.trim()) {
+        Some((start, end)) => match edge {
+            Edge::Since => start.midnight().assume_utc(),
+            Edge::Until => end.midnight().assume_utc(),
+        },
+        None => OffsetDateTime::parse(s, &Rfc3339).map(micros).map_err(|_| {
+            Error::invalid(
+                field,
+                format!(
+                    "{field} must be an RFC 3339 timestamp like 2026-02-22T10:00:00Z or a date \
+                     like 2026-02-22 (also 2026-02 or 2026)"
+                ),
+            )
+        })?,
+    };
     let lo = time::Date::from_calendar_date(*YEARS.start(), time::Month::January, 1)
         .map(|d| d.midnight().assume_utc());
     let hi = time::Date::from_calendar_date(*YEARS.end(), time::Month::December, 31)
@@ -69,6 +126,22 @@ pub fn opt_bound(field: &str, s: Option<&str>) -> Result<Option<OffsetDateTime>>
         (Ok(lo), Ok(Ok(hi))) => t.clamp(lo, hi),
         _ => t,
     }))
+}
+
+/// `since` and `until` of a request, checked together: a window that ends before it starts
+/// is a mistake, not an empty result.
+pub fn window(
+    since: Option<&str>,
+    until: Option<&str>,
+) -> Result<(Option<OffsetDateTime>, Option<OffsetDateTime>)> {
+    let s = opt_bound("since", since, Edge::Since)?;
+    let u = opt_bound("until", until, Edge::Until)?;
+    if let (Some(a), Some(b)) = (s, u)
+        && b < a
+    {
+        return Err(Error::invalid("until", "until must not be before since"));
+    }
+    Ok((s, u))
 }
 
 /// A timestamp to store: RFC 3339, in the years both stores hold ([`YEARS`]).

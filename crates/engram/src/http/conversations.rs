@@ -1,4 +1,6 @@
-//! `/v1/conversations/{id}/messages` (append, browse) and `/v1/messages/{id}/rating`.
+//! `/v1/conversations/{id}` (a conversation and its rolling summary),
+//! `/v1/conversations/{id}/messages` (append, browse), `/v1/conversations/{id}/end` and
+//! `/v1/messages/{id}/rating`.
 
 use std::sync::Arc;
 
@@ -128,6 +130,45 @@ pub async fn browse(
     let msgs = st.engine.messages(&p, &conv, q.after.unwrap_or(0), limit).await?;
     let next_after = if msgs.len() == limit { msgs.last().map(|m| m.seq) } else { None };
     Ok(Json(MessagePage { messages: msgs.iter().map(Into::into).collect(), next_after }))
+}
+
+/// A conversation: its owner, size, dates and the rolling summary of what was said.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConversationDto {
+    pub id: String,
+    pub user_id: String,
+    pub agent_id: Option<String>,
+    /// Messages so far.
+    pub message_count: i64,
+    pub created_at: String,
+    pub updated_at: String,
+    /// The rolling summary extraction keeps of the conversation (null before the first
+    /// extraction, or with no LLM configured).
+    pub rolling_summary: Option<String>,
+    /// User turns the rolling summary covers.
+    pub summarized_user_turns: i64,
+}
+
+/// A conversation and its rolling summary.
+#[utoipa::path(get, path = "/v1/conversations/{id}",
+    responses((status = 200, body = ConversationDto), (status = 404, body = ErrorBody)))]
+pub async fn get(
+    State(st): State<Arc<AppState>>,
+    Auth(p): Auth,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<ConversationDto>> {
+    let conv = ConversationId::parse(id)?;
+    let v = st.engine.conversation(&p, &conv).await?;
+    Ok(Json(ConversationDto {
+        id: v.info.id.to_string(),
+        user_id: v.info.user_id.to_string(),
+        agent_id: v.info.agent_id.map(|a| a.to_string()),
+        message_count: v.info.messages,
+        created_at: dto::fmt_ts(v.info.created_at),
+        updated_at: dto::fmt_ts(v.info.updated_at),
+        rolling_summary: v.rolling_summary,
+        summarized_user_turns: v.summarized_user_turns,
+    }))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

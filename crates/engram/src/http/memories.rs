@@ -130,6 +130,12 @@ pub struct ListQuery {
     /// Comma-separated kinds.
     pub kind: Option<String>,
     pub include_superseded: Option<bool>,
+    /// Only facts observed at or after this time: RFC 3339, or a date (`2023-05-08`,
+    /// `2023-05`, `2023`) from its first instant (UTC).
+    pub since: Option<String>,
+    /// Only facts observed before this time: RFC 3339, or a date up to its end (`2023-05-08`
+    /// includes that day).
+    pub until: Option<String>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
     /// 1–200 (default 50).
@@ -157,14 +163,15 @@ pub async fn list(
     Auth(p): Auth,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> ApiResult<Json<MemoryList>> {
+    let (since, until) = dto::window(q.since.as_deref(), q.until.as_deref())?;
     let input = ListInput {
         user_id: q.user_id.map(UserId::parse).transpose()?,
         agent_id: q.agent_id.map(AgentId::parse).transpose()?,
         categories: csv(q.category.as_deref(), Category::parse)?,
         kinds: csv(q.kind.as_deref(), Kind::parse)?,
         include_superseded: q.include_superseded.unwrap_or(false),
-        since: None,
-        until: None,
+        since,
+        until,
         cursor: q
             .cursor
             .as_deref()

@@ -25,9 +25,12 @@ pub struct SearchRequest {
     pub kinds: Option<Vec<String>>,
     /// `memories` (default) and/or `messages`.
     pub sources: Option<Vec<String>>,
-    /// Only facts observed at or after this time.
+    /// Only what happened at or after this time: facts observed, messages sent, summaries
+    /// reaching it. RFC 3339, or a date (`2023-05-08`, `2023-05`, `2023`) from its first
+    /// instant (UTC).
     pub since: Option<String>,
-    /// Only facts observed before this time.
+    /// Only what happened before this time. RFC 3339, or a date (`2023-05-08`, `2023-05`,
+    /// `2023`) up to its end: `until: "2023-05-08"` includes that day.
     pub until: Option<String>,
     /// 1–200 (default 10).
     pub limit: Option<usize>,
@@ -67,6 +70,7 @@ pub async fn search(
             .into());
         }
     };
+    let (since, until) = dto::window(b.since.as_deref(), b.until.as_deref())?;
     let input = SearchInput {
         query: b.query,
         user_id: Some(UserId::parse(b.user_id)?),
@@ -74,8 +78,8 @@ pub async fn search(
         categories: dto::list(b.categories, Category::parse)?,
         kinds: dto::list(b.kinds, Kind::parse)?,
         sources,
-        since: dto::opt_bound("since", b.since.as_deref())?,
-        until: dto::opt_bound("until", b.until.as_deref())?,
+        since,
+        until,
         limit: b.limit.unwrap_or(10),
         explain,
         turn_id: b.turn_id,

@@ -147,7 +147,7 @@ pub async fn page(
     };
     let engine = &state.app.engine;
     let messages = engine.messages(&v.principal, &conv, after, PAGE).await?;
-    let summary = engine.rolling_summary(&v.principal, &conv).await?;
+    let summary = engine.conversation(&v.principal, &conv).await?.rolling_summary;
     let facts = engine
         .list(
             &v.principal,

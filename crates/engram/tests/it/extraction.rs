@@ -251,6 +251,16 @@ async fn italian_conversations_and_the_rolling_summary(backend: Backend) {
     append(&s, "plans", "bob", json!(turns)).await;
     drained(&s).await;
     assert_eq!(llm.calls_matching(&Match::any().system_contains("rolling summary")).len(), 1);
+    // The rolling summary is readable with the conversation.
+    let (st, c) = s.get("/v1/conversations/plans").await;
+    assert_eq!(st, StatusCode::OK, "{c}");
+    assert_eq!(c["user_id"], "bob");
+    assert_eq!(c["message_count"], 20);
+    assert_eq!(c["summarized_user_turns"], 10, "{c}");
+    assert!(c["rolling_summary"].as_str().unwrap().contains("Basic plan at 10 EUR"), "{c}");
+    let (_, c) = s.get("/v1/conversations/it").await;
+    assert_eq!((c["message_count"].as_i64(), c["rolling_summary"].is_null()), (Some(1), true));
+    crate::helpers::assert_error(&s.get("/v1/conversations/nope").await, 404, "not_found");
     append(
         &s,
         "plans",

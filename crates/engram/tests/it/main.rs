@@ -24,5 +24,6 @@ mod outage;
 mod postgres;
 mod reembed;
 mod tenancy;
+mod time;
 mod trust;
 mod ui;

@@ -364,7 +364,14 @@ async fn no_response_leaks_a_row_outside_the_callers_visibility(backend: Backend
             69..=73 => {
                 let conv = format!("conv-{}", rng.random_range(0..6));
                 let (st, r) = c.get(&format!("/v1/conversations/{conv}/messages?limit=1000")).await;
-                ("browse", st.as_u16(), r.to_string())
+                // The conversation itself is visible exactly when its transcript is.
+                let (st2, r2) = c.get(&format!("/v1/conversations/{conv}")).await;
+                assert_eq!(st, st2, "step {step}: {conv} by {k:?}: {r} / {r2}");
+                if st2.is_success() {
+                    let first = &r["messages"][0]["user_id"];
+                    assert!(first.is_null() || *first == r2["user_id"], "{r} / {r2}");
+                }
+                ("browse", st.as_u16(), format!("{r}{r2}"))
             }
             74..=76 => {
                 let v = if rng.random_bool(0.5) { 1 } else { -1 };

@@ -1,0 +1,120 @@
+//! Time in search: `since` / `until` on every source, as RFC 3339 times or as calendar
+//! dates, months and years; a date as `until` includes that whole day.
+
+use serde_json::{Value, json};
+
+use crate::helpers::{Backend, Server};
+
+/// The contents of a search's (or a list's) results, in order.
+fn contents(r: &Value) -> Vec<String> {
+    let rows = r["results"].as_array().or_else(|| r["memories"].as_array());
+    rows.unwrap_or_else(|| panic!("no results in {r}"))
+        .iter()
+        .map(|h| {
+            let row = if h["message"].is_object() {
+                &h["message"]
+            } else if h["memory"].is_object() {
+                &h["memory"]
+            } else {
+                h
+            };
+            row["content"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+async fn dates_and_times_bound_every_source(backend: Backend) {
+    let s = Server::on(backend).await;
+    // Bowling on three days: as messages (sent then) and as facts (observed then).
+    let days = ["2023-05-01T20:00:00Z", "2023-05-11T09:30:00Z", "2023-06-02T23:59:00Z"];
+    let texts = ["Bowling with Ana tonight.", "Bowling league final today.", "Bowling again!"];
+    let messages: Vec<Value> = days
+        .iter()
+        .zip(texts)
+        .map(|(d, t)| json!({ "role": "user", "content": t, "created_at": d }))
+        .collect();
+    let (st, b) = s
+        .post("/v1/conversations/c/messages", json!({ "user_id": "u", "messages": messages }))
+        .await;
+    assert_eq!(st, 202, "{b}");
+    let facts = [
+        "The user went bowling with Ana.",
+        "The user played in a bowling league final.",
+        "The user's favourite sport is bowling.",
+    ];
+    for (d, fact) in days.iter().zip(facts) {
+        let (st, b) = s
+            .post("/v1/memories", json!({ "user_id": "u", "content": fact, "observed_at": d }))
+            .await;
+        assert_eq!(st, 201, "{b}");
+    }
+    let search = |source: &'static str, since: Value, until: Value| {
+        let s = &s;
+        async move {
+            let (st, r) = s
+                .post(
+                    "/v1/search",
+                    json!({ "query": "bowling", "user_id": "u", "sources": [source],
+                            "since": since, "until": until, "mode": "text" }),
+                )
+                .await;
+            assert_eq!(st, 200, "{r}");
+            let mut c = contents(&r);
+            c.sort();
+            c
+        }
+    };
+    let msg = |i: usize| texts[i].to_string();
+    let fact = |i: usize| facts[i].to_string();
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    for (since, until, want) in [
+        // A date as `until` includes that day (the 11th at 09:30).
+        (json!(null), json!("2023-05-11"), vec![0, 1]),
+        // … as `since`, from its first instant.
+        (json!("2023-05-11"), json!(null), vec![1, 2]),
+        (json!("2023-05-11"), json!("2023-05-11"), vec![1]),
+        // A month, a year.
+        (json!("2023-05"), json!("2023-05"), vec![0, 1]),
+        (json!("2023-06"), json!(null), vec![2]),
+        (json!("2023"), json!("2023"), vec![0, 1, 2]),
+        (json!("2024"), json!(null), vec![]),
+        // RFC 3339 bounds keep their exact meaning: `until` excluded.
+        (json!("2023-05-01T20:00:00Z"), json!("2023-05-11T09:30:00Z"), vec![0]),
+        (json!("2023-05-01T20:00:01Z"), json!(null), vec![1, 2]),
+    ] {
+        let got = search("messages", since.clone(), until.clone()).await;
+        assert_eq!(got, sorted(want.iter().map(|i| msg(*i)).collect()), "{since} {until}");
+        let got = search("memories", since.clone(), until.clone()).await;
+        assert_eq!(got, sorted(want.iter().map(|i| fact(*i)).collect()), "{since} {until}");
+    }
+    // The list of memories takes the same bounds.
+    let (st, r) = s.get("/v1/memories?user_id=u&since=2023-05-02&until=2023-06-01").await;
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(contents(&r), [fact(1)]);
+
+    // Bad bounds are a 400 naming the field; a window that ends before it starts too.
+    for (body, field) in [
+        (json!({ "since": "2023-13-01" }), "since"),
+        (json!({ "until": "2023-02-30" }), "until"),
+        (json!({ "since": "May 2023" }), "since"),
+        (json!({ "until": "23-05-01" }), "until"),
+        (json!({ "since": "2023-05-03", "until": "2023-05-01" }), "until"),
+    ] {
+        let mut b = json!({ "query": "bowling", "user_id": "u", "sources": ["messages"] });
+        for (k, v) in body.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        let (st, r) = s.post("/v1/search", b.clone()).await;
+        assert_eq!(st, 400, "{b} → {r}");
+        assert_eq!(r["error"]["code"], "invalid_input", "{r}");
+        assert!(r["error"]["message"].as_str().unwrap().contains(field), "{b} → {r}");
+    }
+    let (st, r) = s.get("/v1/memories?user_id=u&since=yesterday").await;
+    assert_eq!(st, 400, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("2026-02-22"), "{r}");
+}
+
+on_both_backends!(dates_and_times_bound_every_source);

@@ -25,6 +25,34 @@ pub trait Embedder: Send + Sync {
     fn dims(&self) -> usize;
     /// Embed a batch of texts.
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+    /// How this model's cosine similarities read as semantic support (see
+    /// [`SimilarityScale`]). Models differ a lot: unrelated texts reach 0.2 with one and 0.5
+    /// with another.
+    fn similarity_scale(&self) -> SimilarityScale {
+        SimilarityScale::DEFAULT
+    }
+}
+
+/// Where a model's cosine similarity stops being noise and where it is certain: a cosine at
+/// or below `floor` is what a query reaches against texts on other topics (the best of a
+/// few thousand of them), one at or above `full` is a close paraphrase. In between, semantic
+/// support rises linearly from 0 to 1 ([`SimilarityScale::support`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimilarityScale {
+    pub floor: f32,
+    pub full: f32,
+}
+
+impl SimilarityScale {
+    /// For a model engram has not measured (an OpenAI-compatible endpoint): typical of
+    /// sentence-embedding models trained with a contrastive loss.
+    pub const DEFAULT: SimilarityScale = SimilarityScale { floor: 0.35, full: 0.80 };
+
+    /// Semantic support of a cosine similarity, 0 to 1.
+    pub fn support(&self, cosine: f32) -> f64 {
+        let span = f64::from(self.full - self.floor).max(1e-6);
+        (f64::from(cosine - self.floor) / span).clamp(0.0, 1.0)
+    }
 }
 
 /// Scale `v` to unit length in place (a zero vector stays zero).

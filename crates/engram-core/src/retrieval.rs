@@ -1,28 +1,55 @@
-//! Ranking: Reciprocal Rank Fusion (the one place ranked lists are merged), temporal decay,
-//! importance and rating weights, and the context block's packing into a token budget.
+//! Ranking: Reciprocal Rank Fusion (the one place ranked lists are merged), the relevance
+//! score, temporal decay, importance and rating weights, and the context block's packing
+//! into a token budget.
 //!
 //! Pure functions, so the scoring can be tested and explained without a store.
 //!
-//! The final score of a memory is
-//! `rrf × temporal_weight × importance_weight × rating_weight` where
+//! **The order** of results is `rrf × temporal_weight × importance_weight × rating_weight`
+//! (the `rank_score` of `explain`), where
 //! - `rrf = Σ 1/(60 + rank)` over the vector and the full-text lists (rank from 1);
 //! - `temporal = e^(−0.05·days_since_access) · (1 + 0.02·access_count)` (SPEC §3), applied as
 //!   `temporal_weight = 0.95 + 0.05·min(temporal, 2)`;
 //! - `importance_weight = 1 + 0.01·(importance − 5)` (1 → 0.96, 5 → 1.00, 10 → 1.05);
 //! - `rating_weight = 1 + 0.05·tanh(rating / 2)` (−1 → 0.977, +1 → 1.023, bounded in 0.95..1.05).
 //!
-//! Why so gentle: adjacent RRF ranks differ by only 1–2 % (1/61 vs 1/62), and a fact found by
-//! both lists scores twice one found by one. Weights of ±5 % let recency, importance and
-//! feedback move a fact a few places among equally relevant candidates — a +1 rated second hit
-//! overtakes a −1 rated first (Platos) — without letting an important but unrelated fact
-//! outrank the relevant one, or a fact that merely filled out many earlier result lists
-//! (and so collected access counts) outrank a better match.
+//! **The score** a caller reads (and `min_score` compares) is the row's *relevance*, 0 to 1
+//! and comparable across queries, unlike an RRF sum (≈ 0.016 for a first place whatever the
+//! query): `relevance = 1 − (1 − semantic)·(1 − lexical)` — support from either side counts,
+//! from both counts more — where
+//! - `semantic` is the cosine similarity read on the embedder's scale
+//!   ([`crate::embed::SimilarityScale`]): 0 at or below what unrelated texts reach, 1 for a
+//!   close paraphrase, linear between (0 for a row the vector list did not return);
+//! - `lexical` is the square of the keyword coverage the store gives a row of the keyword
+//!   list — the share of the query's IDF weight held by the query words found in it — and 0
+//!   for a row the keyword list did not return. Squared because a row holding one word of a
+//!   three-word query is weak evidence: unrelated queries ("Kubernetes pod eviction
+//!   thresholds") often share one word with something the user said, and squaring keeps
+//!   such a stray match (coverage ≈ 0.3 → 0.09) under the default threshold while a row
+//!   with all the query's words keeps 1 (measured in `benches/README.md`, "Abstention").
+//!
+//! A row with neither (a vector neighbour under the noise floor and no query word) has
+//! relevance 0 and is dropped by default ([`DEFAULT_MIN_SCORE`]): a query about something
+//! the user never mentioned returns nothing.
+//!
+//! Why the weights are so gentle: adjacent RRF ranks differ by only 1–2 % (1/61 vs 1/62), and
+//! a fact found by both lists scores twice one found by one. Weights of ±5 % let recency,
+//! importance and feedback move a fact a few places among equally relevant candidates — a +1
+//! rated second hit overtakes a −1 rated first (Platos) — without letting an important but
+//! unrelated fact outrank the relevant one, or a fact that merely filled out many earlier
+//! result lists (and so collected access counts) outrank a better match.
 
 use std::collections::HashMap;
 
 use time::OffsetDateTime;
 
+use crate::embed::SimilarityScale;
 use crate::model::{Kind, Memory, MemoryId};
+
+/// The `min_score` of a search that names none: results need real support, lexical or
+/// semantic. On LoCoMo it leaves nothing for about 9 in 10 queries on unrelated topics while
+/// fewer than 3 in 100 answerable questions lose an evidence turn from their top 10
+/// (`benches/README.md`, "Abstention").
+pub const DEFAULT_MIN_SCORE: f64 = 0.05;
 
 /// The RRF constant of SPEC §3.
 pub const RRF_K: f64 = 60.0;
@@ -35,8 +62,16 @@ pub struct Explain {
     pub vector_similarity: Option<f32>,
     /// 1-based rank in the full-text list, if present there.
     pub text_rank: Option<usize>,
-    /// `-bm25` (higher is better).
-    pub text_score: Option<f64>,
+    /// Keyword coverage: the share of the query's IDF weight held by the query words found
+    /// in the row (0 to 1), if the keyword list returned it.
+    pub text_coverage: Option<f64>,
+    /// Semantic support: the cosine on the embedder's scale (0 to 1).
+    pub semantic: f64,
+    /// Lexical support: the keyword coverage squared, 0 when the keyword list did not return
+    /// it.
+    pub lexical: f64,
+    /// `1 − (1 − semantic)·(1 − lexical)`.
+    pub relevance: f64,
     pub rrf: f64,
     pub days_since_access: f64,
     pub access_count: i64,
@@ -46,6 +81,9 @@ pub struct Explain {
     pub importance_weight: f64,
     pub rating: i64,
     pub rating_weight: f64,
+    /// What orders the results: `rrf × temporal_weight × importance_weight × rating_weight`.
+    pub rank_score: f64,
+    /// The score a caller reads: the relevance (0 to 1).
     pub score: f64,
 }
 
@@ -76,14 +114,24 @@ pub fn days_between(since: OffsetDateTime, now: OffsetDateTime) -> f64 {
     ((now - since).as_seconds_f64() / 86_400.0).max(0.0)
 }
 
-/// Fill in the derived fields of `e` (everything after the ranks) and return the score.
-pub fn finish(e: &mut Explain) -> f64 {
+/// `1 − (1 − semantic)·(1 − lexical)`, both in 0..=1.
+pub fn relevance(semantic: f64, lexical: f64) -> f64 {
+    (1.0 - (1.0 - semantic.clamp(0.0, 1.0)) * (1.0 - lexical.clamp(0.0, 1.0))).clamp(0.0, 1.0)
+}
+
+/// Fill in the derived fields of `e` (everything after the ranks and raw scores), reading
+/// its cosine on `scale`, and return the score a caller reads (the relevance).
+pub fn finish(e: &mut Explain, scale: SimilarityScale) -> f64 {
     e.rrf = e.vector_rank.map_or(0.0, rrf_term) + e.text_rank.map_or(0.0, rrf_term);
     e.temporal = temporal(e.days_since_access, e.access_count);
     e.temporal_weight = temporal_weight(e.temporal);
     e.importance_weight = importance_weight(e.importance);
     e.rating_weight = rating_weight(e.rating);
-    e.score = e.rrf * e.temporal_weight * e.importance_weight * e.rating_weight;
+    e.rank_score = e.rrf * e.temporal_weight * e.importance_weight * e.rating_weight;
+    e.semantic = e.vector_similarity.map_or(0.0, |c| scale.support(c));
+    e.lexical = e.text_coverage.unwrap_or(0.0).clamp(0.0, 1.0).powi(2);
+    e.relevance = relevance(e.semantic, e.lexical);
+    e.score = e.relevance;
     e.score
 }
 
@@ -124,7 +172,7 @@ pub fn fuse<K: Copy + Eq + std::hash::Hash>(
         let e = &mut out[*i].1;
         if e.text_rank.is_none() {
             e.text_rank = Some(rank + 1);
-            e.text_score = Some(*score);
+            e.text_coverage = Some(*score);
         }
     }
     out
@@ -221,6 +269,43 @@ pub fn pack<'a>(
 mod tests {
     use super::*;
 
+    /// The ranking score of `e`.
+    fn rank(e: &mut Explain) -> f64 {
+        finish(e, SimilarityScale::DEFAULT);
+        e.rank_score
+    }
+
+    #[test]
+    fn relevance_reads_support_from_either_side() {
+        let scale = SimilarityScale { floor: 0.3, full: 0.8 };
+        let mut e =
+            Explain { vector_rank: Some(1), vector_similarity: Some(0.25), ..Default::default() };
+        assert_eq!(finish(&mut e, scale), 0.0, "a neighbour under the noise floor");
+        let mut e =
+            Explain { vector_rank: Some(1), vector_similarity: Some(0.55), ..Default::default() };
+        assert!((finish(&mut e, scale) - 0.5).abs() < 1e-6, "{e:?}");
+        let mut e = Explain { vector_similarity: Some(0.95), ..Default::default() };
+        assert_eq!(finish(&mut e, scale), 1.0);
+        let mut e = Explain { text_rank: Some(4), text_coverage: Some(0.5), ..Default::default() };
+        assert_eq!(finish(&mut e, scale), 0.25, "half the keyword weight: weak support");
+        // Both: more than either alone, never above 1.
+        let mut e = Explain {
+            vector_rank: Some(2),
+            vector_similarity: Some(0.55),
+            text_rank: Some(1),
+            text_coverage: Some(0.5),
+            ..Default::default()
+        };
+        assert!((finish(&mut e, scale) - 0.625).abs() < 1e-6);
+        assert_eq!((e.semantic, e.lexical), (0.5, 0.25));
+        assert_eq!(relevance(2.0, 3.0), 1.0);
+        assert_eq!(relevance(0.0, 0.0), 0.0);
+        // The weights move the order, not the score.
+        let mut liked = Explain { rating: 3, importance: 10, ..e.clone() };
+        assert_eq!(finish(&mut liked, scale), e.score);
+        assert!(liked.rank_score > e.rank_score);
+    }
+
     #[test]
     fn fusion_keeps_both_ranks_in_first_seen_order() {
         let vector = [(1, 0.9f32), (2, 0.8), (3, 0.7)];
@@ -232,15 +317,15 @@ mod tests {
         assert_eq!((e(1).vector_rank, e(1).text_rank), (Some(1), Some(3)));
         assert_eq!((e(3).vector_rank, e(3).text_rank), (Some(3), Some(1)));
         assert_eq!((e(4).vector_rank, e(4).text_rank), (None, Some(2)));
-        assert_eq!(e(2).text_score, None);
-        assert_eq!(e(3).text_score, Some(12.0));
+        assert_eq!(e(2).text_coverage, None);
+        assert_eq!(e(3).text_coverage, Some(12.0));
         // Scored, the two found by both lists lead; 3 (ranks 3 + 1) beats 1 (ranks 1 + 3)?
         // No: RRF is symmetric, they tie, and first-seen order keeps 1 first.
         let mut scored: Vec<(i32, f64)> = fused
             .into_iter()
             .map(|(id, mut e)| {
                 e.importance = 5;
-                (id, finish(&mut e))
+                (id, rank(&mut e))
             })
             .collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -265,7 +350,7 @@ mod tests {
             ..Default::default()
         };
         let mut one = Explain { vector_rank: Some(1), importance: 5, ..Default::default() };
-        assert!(finish(&mut both) > finish(&mut one));
+        assert!(rank(&mut both) > rank(&mut one));
         assert!((both.rrf - 2.0 / 63.0).abs() < 1e-12);
     }
 
@@ -274,15 +359,15 @@ mod tests {
         let base = Explain { vector_rank: Some(1), importance: 5, ..Default::default() };
         let mut fresh = base.clone();
         let mut stale = Explain { days_since_access: 60.0, ..base.clone() };
-        assert!(finish(&mut fresh) > finish(&mut stale));
+        assert!(rank(&mut fresh) > rank(&mut stale));
         // Old but never below 95% of a fresh one.
-        assert!(stale.score > 0.95 * fresh.score - 1e-12);
+        assert!(stale.rank_score > 0.95 * fresh.rank_score - 1e-12);
         let mut liked = Explain { rating: 1, ..base.clone() };
         let mut disliked = Explain { rating: -1, ..base.clone() };
-        assert!(finish(&mut liked) > finish(&mut disliked));
+        assert!(rank(&mut liked) > rank(&mut disliked));
         let mut important = Explain { importance: 10, ..base.clone() };
         let mut trivial = Explain { importance: 1, ..base };
-        assert!(finish(&mut important) > finish(&mut trivial));
+        assert!(rank(&mut important) > rank(&mut trivial));
     }
 
     #[test]
@@ -292,7 +377,7 @@ mod tests {
             Explain { vector_rank: Some(1), importance: 5, rating: -1, ..Default::default() };
         let mut second =
             Explain { vector_rank: Some(2), importance: 5, rating: 1, ..Default::default() };
-        assert!(finish(&mut second) > finish(&mut top));
+        assert!(rank(&mut second) > rank(&mut top));
     }
 
     #[test]
@@ -306,7 +391,7 @@ mod tests {
         };
         let mut one =
             Explain { vector_rank: Some(1), importance: 10, rating: 3, ..Default::default() };
-        assert!(finish(&mut both) > finish(&mut one));
+        assert!(rank(&mut both) > rank(&mut one));
     }
 
     #[test]

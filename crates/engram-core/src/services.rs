@@ -28,6 +28,9 @@ pub struct EngineConfig {
     pub candidates: usize,
     /// Largest `limit` of a search or list.
     pub max_limit: usize,
+    /// Order results by their relevance instead of the fused rank (an experiment measured
+    /// in `benches/README.md`).
+    pub rank_by_relevance: bool,
 }
 
 impl Default for EngineConfig {
@@ -38,6 +41,7 @@ impl Default for EngineConfig {
             token_budget: 4000,
             candidates: 20,
             max_limit: 200,
+            rank_by_relevance: false,
         }
     }
 }

@@ -11,7 +11,12 @@
 //! - **Supersession, never overwrite.** Content, category, importance of a memory row never
 //!   change after insert; a change inserts a new row and marks the old one superseded, in one
 //!   transaction. Only `purge_memory` and `erase_user` delete rows.
-//! - **Scores are "higher is better"**: cosine similarity for vectors, `-bm25` for text.
+//! - **Scores.** A vector list gives each row's cosine similarity, best first. A keyword list
+//!   is ranked by BM25, best first, and gives each row its **coverage**: the share (0 to 1)
+//!   of the query's keyword weight the row holds — the IDF of the query terms found in it
+//!   over the IDF of all the query's terms (a term no row holds weighs the most, one dropped
+//!   as common almost nothing). Unlike BM25 it is comparable across queries, so the engine
+//!   can read it as lexical support.
 //! - **Durability.** When a write method returns `Ok`, the write is committed.
 //! - **Microsecond timestamps.** Every timestamp is kept to the microsecond (PostgreSQL's
 //!   `timestamptz`; the SQLite store cuts what it is given to match), so a row reads back
@@ -346,8 +351,8 @@ pub trait MemoryStore: Send + Sync {
         vector: &[f32],
         k: usize,
     ) -> Result<Vec<(MemoryId, f32)>>;
-    /// Top-`k` rows by BM25 (as `-bm25`, higher is better) for `query` (plain words, any
-    /// language; never a syntax error).
+    /// Top-`k` rows by BM25 for `query` (plain words, any language; never a syntax error),
+    /// best first, each with its keyword coverage (see the module docs).
     async fn text_search(
         &self,
         tenant: &TenantId,

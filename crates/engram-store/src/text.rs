@@ -156,9 +156,71 @@ pub fn index_text(parts: &[&str]) -> String {
     out
 }
 
+/// BM25's inverse document frequency of a term found in `df` of `n` rows, as FTS5 and the
+/// PostgreSQL store compute it: `ln((n − df + 0.5) / (df + 0.5))`, at least 1e-6.
+pub fn idf(n: f64, df: f64) -> f64 {
+    ((n - df + 0.5) / (df + 0.5)).ln().max(1e-6)
+}
+
+/// A query's keyword weight: its terms as matched ([`match_term`]), each with its IDF in
+/// the searched corpus. A term no row holds has the highest IDF; a term in half the rows or
+/// more has almost none.
+#[derive(Debug, Clone, Default)]
+pub struct QueryWeights {
+    pub terms: Vec<(MatchTerm, f64)>,
+}
+
+impl QueryWeights {
+    /// The share of the query's keyword weight a text holds: the IDF of the query terms
+    /// found in `parts` (as the index splits them, diacritics folded; a prefix term matches
+    /// any word starting with it) over the IDF of all of them. 0 to 1: a text with every
+    /// query word has 1, one with only the rarest of two has more than half, and how often
+    /// a word occurs or how long the text is does not count. Comparable across queries, unlike
+    /// a BM25 score.
+    pub fn coverage(&self, parts: &[&str]) -> f64 {
+        let total: f64 = self.terms.iter().map(|t| t.1).sum();
+        if total <= 0.0 {
+            return 0.0;
+        }
+        let text = index_text(parts);
+        let tokens: Vec<&str> = text.split(' ').collect();
+        let found: f64 = self
+            .terms
+            .iter()
+            .filter(|(t, _)| {
+                let want = fold_diacritics(&t.text);
+                tokens.iter().any(|w| if t.prefix { w.starts_with(&want) } else { *w == want })
+            })
+            .map(|t| t.1)
+            .sum();
+        (found / total).clamp(0.0, 1.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn coverage_is_the_share_of_the_query_weight_a_text_holds() {
+        let w = QueryWeights {
+            terms: vec![
+                (match_term("quantum"), 3.0),
+                (match_term("lattice"), 1.0),
+                (match_term("café"), 0.0),
+            ],
+        };
+        assert_eq!(w.coverage(&["A lattice of Lattices, lattice."]), 0.25);
+        assert_eq!(w.coverage(&["Quantum LATTICE"]), 1.0);
+        // Word forms through the prefix ("quant*"), but not inside another word.
+        assert_eq!(w.coverage(&["quantities", "sublattice"]), 0.75);
+        assert_eq!(w.coverage(&["nothing here"]), 0.0);
+        assert_eq!(QueryWeights::default().coverage(&["anything"]), 0.0);
+        // Diacritics folded on both sides.
+        let w = QueryWeights { terms: vec![(match_term("café"), 2.0)] };
+        assert_eq!(w.coverage(&["Un CAFE noir"]), 1.0);
+        assert!(idf(100.0, 0.0) > idf(100.0, 10.0) && idf(100.0, 60.0) == 1e-6);
+    }
 
     #[test]
     fn terms_drop_function_words_unless_nothing_is_left() {

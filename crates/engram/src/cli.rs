@@ -74,6 +74,9 @@ pub enum Command {
         /// Show every score component.
         #[arg(long)]
         explain: bool,
+        /// Drop results scoring under this (relevance, 0 to 1; default 0.05).
+        #[arg(long)]
+        min_score: Option<f64>,
         #[command(flatten)]
         out: Out,
     },
@@ -285,7 +288,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
         }
-        Command::Recall { query, user, agent, limit, explain, out } => {
+        Command::Recall { query, user, agent, limit, explain, min_score, out } => {
             let engine = open_existing(&cli.common).await?;
             let input = SearchInput {
                 query,
@@ -293,6 +296,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 agent_id: agent.map(AgentId::parse).transpose().map_err(err)?,
                 limit,
                 explain,
+                min_score,
                 ..Default::default()
             };
             let hits = engine.search(&admin(&out.tenant)?, input).await.map_err(err)?;
@@ -302,7 +306,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 return print_json(&serde_json::json!({ "results": results }));
             }
             if results.is_empty() {
-                println!("no memories found");
+                println!("nothing relevant found");
             }
             for r in &results {
                 if let Some(m) = &r.memory {

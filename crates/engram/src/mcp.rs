@@ -157,6 +157,13 @@ pub struct RememberArgs {
     pub expires_at: Option<String>,
 }
 
+/// What `recall` says when no fact is relevant to the query.
+const NOTHING_KNOWN: &str = "Nothing relevant is known about this: no remembered fact matches \
+     the query by keyword or by meaning.";
+/// What `memory_search` says when nothing is relevant.
+const NOTHING_FOUND: &str = "Nothing relevant found: no memory or past message matches the \
+     query by keyword or by meaning.";
+
 /// Arguments of `recall`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -268,6 +275,9 @@ pub struct SearchArgs {
     pub explain: Option<bool>,
     /// Your turn id: the returned memories are recorded so that rating the reply rates them.
     pub turn_id: Option<String>,
+    /// Drop results whose score (relevance, 0 to 1) is under this. Default 0.05: results
+    /// need some keyword or meaning in common with the query.
+    pub min_score: Option<f64>,
 }
 
 /// Arguments of `memory_browse`.
@@ -376,8 +386,7 @@ impl McpServer {
             hits.iter().map(|h| SearchResultDto::from_hit(h, false)).collect();
         let lines: Vec<String> =
             results.iter().filter_map(|r| r.memory.as_ref()).map(fact_line).collect();
-        let text =
-            if lines.is_empty() { "No memories match.".to_string() } else { lines.join("\n") };
+        let text = if lines.is_empty() { NOTHING_KNOWN.to_string() } else { lines.join("\n") };
         Ok(Outcome { value: json!({ "results": results }), text })
     }
 
@@ -468,10 +477,17 @@ impl McpServer {
             mode: SearchMode::Hybrid,
             source_conversation: None,
             rating: None,
+            min_score: a.min_score,
         };
         let hits = self.engine.search(p, input).await?;
         let results: Vec<SearchResultDto> =
             hits.iter().map(|h| SearchResultDto::from_hit(h, explain)).collect();
+        if results.is_empty() {
+            return Ok(Outcome {
+                value: json!({ "results": [], "note": NOTHING_FOUND }),
+                text: NOTHING_FOUND.to_string(),
+            });
+        }
         Ok(Outcome::json(json!({ "results": results })))
     }
 

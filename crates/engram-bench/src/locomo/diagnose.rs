@@ -270,6 +270,8 @@ pub async fn run(
                 limit: 2 * candidates,
                 explain: true,
                 mode: SearchMode::Hybrid,
+                // Every candidate of both lists, whatever its relevance.
+                min_score: Some(0.0),
                 ..Default::default()
             };
             let hits = engine.search(&principal(), input).await?;
@@ -280,7 +282,7 @@ pub async fn run(
                 if let (Some(r), Some(s)) = (explain.vector_rank, explain.vector_similarity) {
                     vector.push((r, d.clone(), f64::from(s)));
                 }
-                if let (Some(r), Some(s)) = (explain.text_rank, explain.text_score) {
+                if let (Some(r), Some(s)) = (explain.text_rank, explain.text_coverage) {
                     text.push((r, d, s));
                 }
             }

@@ -30,6 +30,7 @@
 //! `--diagnose` adds an analysis of the hybrid ranking ([`diagnose`]) and of alternative
 //! full-text set-ups ([`fts`]).
 
+mod abstain;
 mod diagnose;
 mod fts;
 
@@ -135,6 +136,19 @@ pub struct Args {
     /// score fusion) and alternative full-text set-ups (stemming).
     #[arg(long)]
     diagnose: bool,
+    /// With `--corpus messages`: write the session date into each message's text, as the
+    /// metric's turn text does (`(<date>) <speaker>: <text>`), instead of sending it only as
+    /// `created_at` the way a client does (the default, the realistic figure).
+    #[arg(long)]
+    date_in_text: bool,
+    /// Also measure abstention: how often a search returns nothing at each `min_score`
+    /// (adversarial questions, queries on unrelated topics) against how often an answerable
+    /// question loses its evidence from the top 10.
+    #[arg(long)]
+    abstention: bool,
+    /// Rank by relevance instead of by the fused rank (`EngineConfig::rank_by_relevance`).
+    #[arg(long)]
+    rank_by_relevance: bool,
     /// Candidates per list for `--diagnose`.
     #[arg(long, default_value_t = 200)]
     diagnose_candidates: usize,
@@ -157,6 +171,8 @@ pub struct Conversation {
     /// What each turn of `turns` (same index) needs to become a transcript message.
     pub messages: Vec<TurnMessage>,
     pub queries: Vec<Query>,
+    /// The adversarial questions (category 5): their answers are not in the conversation.
+    pub adversarial: Vec<String>,
 }
 
 /// The session facts of a turn that make it a transcript message (its dia_id and text are
@@ -168,6 +184,8 @@ pub struct TurnMessage {
     pub date: String,
     /// The conversation's first speaker is the `user`.
     pub first_speaker: bool,
+    /// `<speaker>: <text>` plus the caption: the turn without its date, as a client sends it.
+    pub plain: String,
 }
 
 /// `"1:56 pm on 8 May, 2023"` → that UTC time.
@@ -280,19 +298,32 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<Conversation>> {
                     t["text"].as_str().unwrap_or_default()
                 );
                 let speaker = t["speaker"].as_str().unwrap_or_default().to_string();
+                let mut plain = format!("{speaker}: {}", t["text"].as_str().unwrap_or_default());
                 if let Some(c) = t.get("blip_caption").and_then(|c| c.as_str()) {
                     content.push_str(&format!(" [shares {c}]"));
+                    plain.push_str(&format!(" [shares {c}]"));
                 }
                 let dia_id = t["dia_id"].as_str().context("dia_id")?.to_string();
                 let first_speaker = *first.get_or_insert_with(|| speaker.clone()) == speaker;
-                messages.push(TurnMessage { session: n, date: date.to_string(), first_speaker });
+                messages.push(TurnMessage {
+                    session: n,
+                    date: date.to_string(),
+                    first_speaker,
+                    plain,
+                });
                 turns.push((dia_id, content));
             }
         }
         let ids: std::collections::HashSet<&str> = turns.iter().map(|(d, _)| d.as_str()).collect();
         let mut queries = Vec::new();
+        let mut adversarial = Vec::new();
         for qa in sample["qa"].as_array().context("qa")? {
             let category = qa["category"].as_u64().unwrap_or(0) as u8;
+            if category == 5
+                && let Some(q) = qa["question"].as_str()
+            {
+                adversarial.push(q.to_string());
+            }
             if !(1..=4).contains(&category) {
                 continue;
             }
@@ -313,7 +344,7 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<Conversation>> {
                 qa["question"].as_str().map_or_else(|| qa["question"].to_string(), str::to_string);
             queries.push(Query { text, category, evidence });
         }
-        out.push(Conversation { sample_id, turns, messages, queries });
+        out.push(Conversation { sample_id, turns, messages, queries, adversarial });
     }
     Ok(out)
 }
@@ -408,6 +439,9 @@ struct Output {
     ingest_seconds: f64,
     modes: Vec<ModeResult>,
     diagnosis: Option<diagnose::Diagnosis>,
+    abstention: Option<abstain::Abstention>,
+    /// Messages carry their date in their text (`--date-in-text`).
+    date_in_text: bool,
 }
 
 // ---------------------------------------------------------------------------------- stores
@@ -459,6 +493,7 @@ async fn ingest(
     embedder: &Arc<dyn Embedder>,
     c: &Conversation,
     corpus: Corpus,
+    date_in_text: bool,
 ) -> anyhow::Result<Pristine> {
     let dir = scratch.tempdir()?;
     let store = engram_store::open_sqlite(&dir.path().join("data")).await?;
@@ -483,7 +518,7 @@ async fn ingest(
                         } else {
                             MessageRole::Assistant
                         },
-                        content: content.clone(),
+                        content: if date_in_text { content.clone() } else { m.plain.clone() },
                         created_at: parse_session_date(&m.date),
                         metadata: Some(serde_json::json!({ "dia_id": dia_id })),
                         ..Default::default()
@@ -588,13 +623,14 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     };
     let defaults = EngineConfig::default();
     let candidates = a.candidates.unwrap_or(defaults.candidates);
-    let cfg = EngineConfig { candidates, ..defaults.clone() };
+    let cfg =
+        EngineConfig { candidates, rank_by_relevance: a.rank_by_relevance, ..defaults.clone() };
 
     eprintln!("locomo: ingesting {} conversations with {}…", convs.len(), a.embedder.name());
     let t = Instant::now();
     let mut pristine = Vec::new();
     for c in &convs {
-        pristine.push(ingest(&a.scratch, &embedder, c, a.corpus).await?);
+        pristine.push(ingest(&a.scratch, &embedder, c, a.corpus, a.date_in_text).await?);
     }
     let ingest_seconds = t.elapsed().as_secs_f64();
     let ctx = Ctx {
@@ -620,6 +656,12 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
         None
     };
 
+    let abstention = if a.abstention {
+        eprintln!("locomo: abstention…");
+        Some(abstain::run(&ctx).await?)
+    } else {
+        None
+    };
     let out = Output {
         environment: report::environment(),
         embedder: a.embedder,
@@ -634,6 +676,8 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
         ingest_seconds,
         modes: results,
         diagnosis,
+        abstention,
+        date_in_text: a.date_in_text,
     };
     if json {
         return report::print_json(&out);
@@ -643,9 +687,12 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
          questions (categories 1-4), {} candidates per list, {} questions ({}); ingestion {:.1} s\n",
         out.embedder.name(),
         out.model_id,
-        match out.corpus {
-            Corpus::Memories => "memories",
-            Corpus::Messages => "messages (one conversation per session)",
+        match (out.corpus, out.date_in_text) {
+            (Corpus::Memories, _) => "memories",
+            (Corpus::Messages, false) =>
+                "messages (one conversation per session, date as created_at only)",
+            (Corpus::Messages, true) =>
+                "messages (one conversation per session, date also in the text)",
         },
         out.conversations,
         out.turns,
@@ -693,6 +740,10 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     if let Some(d) = &out.diagnosis {
         println!();
         print!("{}", d.markdown());
+    }
+    if let Some(a) = &out.abstention {
+        println!();
+        print!("{}", a.markdown());
     }
     Ok(())
 }

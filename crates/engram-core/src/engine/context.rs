@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
-use crate::model::{MemoryId, Principal};
+use crate::model::{Kind, MemoryId, Principal};
 use crate::retrieval::{self};
 use crate::store::ContextSession;
 
@@ -13,7 +13,9 @@ use super::{ContextBlock, ContextInput, Engine, Hit, SearchInput};
 impl Engine {
     /// The prompt block: `Known facts about the user:` and a bullet list, profile facts
     /// first, then all active facts by `observed_at` when they fit the budget, otherwise the
-    /// most relevant to the query. Same `session_id` → same text until `refresh`.
+    /// most relevant to the query. With `min_score` (and a query), only the profile and the
+    /// facts whose relevance to the query reaches it. Same `session_id` → same text until
+    /// `refresh`.
     pub async fn context(&self, p: &Principal, input: ContextInput) -> Result<ContextBlock> {
         let v = self.view(p, input.user_id.as_ref(), input.agent_id.as_ref(), true).await?;
         let user =
@@ -55,12 +57,17 @@ impl Engine {
                 });
             }
         }
+        let query = input.query.as_deref().filter(|q| !q.trim().is_empty());
+        if input.min_score.is_some() && query.is_none() {
+            return Err(Error::invalid("min_score", "min_score needs a query to score facts by"));
+        }
         let now = crate::model::now();
-        let all = self.svc.store.all_active(&v.tenant, &self.filter(&v)).await?;
-        // Over budget with a query: rank the facts by relevance to it.
+        let mut all = self.svc.store.all_active(&v.tenant, &self.filter(&v)).await?;
+        // Over budget with a query, or with a minimum score: rank the facts by relevance to
+        // the query.
         let mut relevance: Option<HashMap<MemoryId, usize>> = None;
-        if !retrieval::fits(&all, budget)
-            && let Some(q) = input.query.as_deref().filter(|q| !q.trim().is_empty())
+        if let Some(q) = query
+            && (input.min_score.is_some() || !retrieval::fits(&all, budget))
         {
             let hits = self
                 .search(
@@ -70,19 +77,24 @@ impl Engine {
                         user_id: Some(user.clone()),
                         agent_id: v.agent.clone(),
                         limit: self.svc.cfg.max_limit,
+                        min_score: input.min_score,
                         ..Default::default()
                     },
                 )
                 .await?;
-            relevance = Some(
-                hits.iter()
-                    .enumerate()
-                    .filter_map(|(i, h)| match h {
-                        Hit::Memory { memory, .. } => Some((memory.id, i)),
-                        Hit::Message { .. } => None,
-                    })
-                    .collect(),
-            );
+            let ranked: HashMap<MemoryId, usize> = hits
+                .iter()
+                .enumerate()
+                .filter_map(|(i, h)| match h {
+                    Hit::Memory { memory, .. } => Some((memory.id, i)),
+                    Hit::Message { .. } => None,
+                })
+                .collect();
+            if input.min_score.is_some() {
+                // Only what scored at least the minimum, and the profile.
+                all.retain(|m| m.kind == Kind::Profile || ranked.contains_key(&m.id));
+            }
+            relevance = Some(ranked);
         }
         let packed = retrieval::pack(&all, budget, relevance.as_ref());
         let text = packed.text();

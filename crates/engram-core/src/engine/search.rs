@@ -39,6 +39,14 @@ impl Engine {
         f.until = input.until;
         f.source_conversation = input.source_conversation.clone();
         f.rating = input.rating;
+        let min_score = match input.min_score {
+            None => retrieval::DEFAULT_MIN_SCORE,
+            Some(s) if (0.0..=1.0).contains(&s) => s,
+            Some(_) => {
+                return Err(Error::invalid("min_score", "min_score must be between 0 and 1"));
+            }
+        };
+        let scale = self.svc.embedder.similarity_scale();
         let now = crate::model::now();
         let n = self.svc.cfg.candidates.max(limit);
         let mut hits = Vec::new();
@@ -76,7 +84,7 @@ impl Engine {
                 e.access_count = m.access_count;
                 e.importance = m.importance.get();
                 e.rating = m.rating;
-                let score = retrieval::finish(&mut e);
+                let score = retrieval::finish(&mut e, scale);
                 hits.push(Hit::Memory { memory: m, score, explain: e });
             }
         }
@@ -136,11 +144,13 @@ impl Engine {
                 e.importance = 5;
                 e.rating = msg.rating;
                 e.days_since_access = retrieval::days_between(msg.created_at, now);
-                let score = retrieval::finish(&mut e);
+                let score = retrieval::finish(&mut e, scale);
                 hits.push(Hit::Message { message: msg, score, explain: e });
             }
         }
-        hits.sort_by(Hit::rank_cmp);
+        hits.retain(|h| h.score() >= min_score);
+        let by_relevance = self.svc.cfg.rank_by_relevance;
+        hits.sort_by(|a, b| Hit::rank_cmp(a, b, by_relevance));
         hits.truncate(limit);
         let ids: Vec<MemoryId> = hits
             .iter()

@@ -94,6 +94,9 @@ pub struct SearchInput {
     pub source_conversation: Option<ConversationId>,
     /// Only facts whose rating has this sign (memories only).
     pub rating: Option<std::cmp::Ordering>,
+    /// Drop results whose score (relevance, 0 to 1) is under this; `None`: the default
+    /// ([`crate::retrieval::DEFAULT_MIN_SCORE`], results with some support).
+    pub min_score: Option<f64>,
 }
 
 /// Which lists a search fuses.
@@ -122,6 +125,7 @@ impl Default for SearchInput {
             mode: SearchMode::Hybrid,
             source_conversation: None,
             rating: None,
+            min_score: None,
         }
     }
 }
@@ -145,7 +149,16 @@ impl Hit {
     /// give the same order. Keyword first: on LoCoMo it is the more precise list (R@10 text
     /// alone 0.633 vs vector alone 0.551), and breaking ties by it measured R@10 0.687 vs
     /// 0.682 by vector rank (memories; messages 0.737 vs 0.739, R@1 0.305 vs 0.293).
-    pub(super) fn rank_cmp(a: &Hit, b: &Hit) -> std::cmp::Ordering {
+    pub fn explain(&self) -> &Explain {
+        match self {
+            Hit::Memory { explain, .. } | Hit::Message { explain, .. } => explain,
+        }
+    }
+
+    pub(super) fn rank_cmp(a: &Hit, b: &Hit, by_relevance: bool) -> std::cmp::Ordering {
+        let rank = |h: &Hit| {
+            if by_relevance { h.explain().score } else { h.explain().rank_score }
+        };
         let key = |h: &Hit| match h {
             Hit::Memory { memory, explain, .. } => {
                 (explain.text_rank.unwrap_or(usize::MAX), memory.id.0)
@@ -154,7 +167,7 @@ impl Hit {
                 (explain.text_rank.unwrap_or(usize::MAX), message.id.0)
             }
         };
-        b.score().total_cmp(&a.score()).then_with(|| key(a).cmp(&key(b)))
+        rank(b).total_cmp(&rank(a)).then_with(|| key(a).cmp(&key(b)))
     }
 }
 
@@ -168,6 +181,8 @@ pub struct ContextInput {
     pub session_id: Option<String>,
     pub turn_id: Option<String>,
     pub refresh: bool,
+    /// Only facts whose relevance to `query` reaches this (and profile facts).
+    pub min_score: Option<f64>,
 }
 
 /// The prompt block and what went into it.

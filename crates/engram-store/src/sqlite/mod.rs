@@ -37,6 +37,7 @@ use crate::common::{self, Arg, Backend, SqlStore};
 pub use crate::fault::sqlite as db;
 use crate::tables::{blob_to_vec, vec_to_blob};
 pub use crate::text::{MatchTerm, fts_query, match_terms, query_terms};
+use crate::text::{QueryWeights, idf};
 use vectors::{Entry, VectorCache};
 
 /// The data dir can be read but not written (wrong owner, read-only mount, full disk).
@@ -296,8 +297,9 @@ impl SqliteDb {
     }
 
     /// BM25 keyword search in `table` (`memories` or `messages`, through its FTS5 index):
-    /// the ids (made by `id`) and scores of the best `k` rows of `tenant` that `narrow`
-    /// keeps (it appends conditions on the row, `m`).
+    /// the ids (made by `id`) of the best `k` rows of `tenant` that `narrow` keeps (it
+    /// appends conditions on the row, `m`), best first, each with the share of the query's
+    /// keyword weight it holds ([`QueryWeights::coverage`]).
     async fn fts_search<I>(
         &self,
         table: &'static str,
@@ -308,18 +310,24 @@ impl SqliteDb {
         id: fn(uuid::Uuid) -> I,
     ) -> Result<Vec<(I, f64)>> {
         let vocab = if table == "memories" { "memories_fts_vocab" } else { "messages_fts_vocab" };
-        let Some(fq) = self.informative_query(query, vocab, table).await? else {
+        let Some((fq, weights)) = self.informative_query(query, vocab, table).await? else {
             return Ok(vec![]);
         };
+        let tool = if table == "messages" { "coalesce(m.tool_name, '')" } else { "''" };
         let mut q = QueryBuilder::<Sqlite>::new(format!(
-            "SELECT m.id AS id, bm25({table}_fts) AS score FROM {table}_fts \
-             CROSS JOIN {table} m ON m.rowid = {table}_fts.rowid WHERE {table}_fts MATCH "
+            "SELECT m.id AS id, m.content AS content, {tool} AS tool, bm25({table}_fts) AS score \
+             FROM {table}_fts CROSS JOIN {table} m ON m.rowid = {table}_fts.rowid WHERE {table}_fts MATCH "
         ));
         q.push_bind(fq).push(" AND m.tenant_id = ").push_bind(tenant.as_str().to_string());
         narrow(&mut q);
         q.push(" ORDER BY score LIMIT ").push_bind(k as i64);
         let rows = q.build().fetch_all(&self.read).await.map_err(db)?;
-        rows.iter().map(|r| Ok((id(r.id("id")?), -r.real("score")?))).collect()
+        rows.iter()
+            .map(|r| {
+                let parts = [r.get::<&str, _>("content"), r.get::<&str, _>("tool")];
+                Ok((id(r.id("id")?), weights.coverage(&parts)))
+            })
+            .collect()
     }
 
     /// The query's terms ([`match_terms`]: words, or prefixes of longer words) minus those
@@ -327,13 +335,14 @@ impl SqliteDb {
     /// such terms an IDF of 1e-6, so a row matching only them would enter the fusion with a
     /// meaningless rank. A prefix's rows are counted as the sum over the indexed words it
     /// starts (an upper bound: a row holding two such words counts twice). Returns the FTS5
-    /// query, or None.
+    /// query and the weight of every term (dropped ones included, with their IDF of 1e-6),
+    /// or None.
     async fn informative_query(
         &self,
         query: &str,
         vocab: &'static str,
         table: &'static str,
-    ) -> Result<Option<String>> {
+    ) -> Result<Option<(String, QueryWeights)>> {
         let terms = match_terms(query);
         if terms.is_empty() {
             return Ok(None);
@@ -346,46 +355,48 @@ impl SqliteDb {
         .await
         .map_err(db)?
         .get(0);
-        let mut keep = terms.clone();
-        if n >= 4 {
-            // One statement: a row per term, `(index in terms, rows)`.
-            let mut q = QueryBuilder::<Sqlite>::new("");
-            for (i, t) in terms.iter().enumerate() {
-                if i > 0 {
-                    q.push(" UNION ALL ");
-                }
-                q.push(format!("SELECT {i}, coalesce(sum(doc), 0) FROM {vocab} WHERE "));
-                if t.prefix {
-                    // Every indexed word starting with the prefix (terms compare bytewise;
-                    // U+10FFFF sorts after any continuation of a UTF-8 string).
-                    q.push("term >= ")
-                        .push_bind(t.text.clone())
-                        .push(" AND term < ")
-                        .push_bind(format!("{}\u{10FFFF}", t.text));
-                } else {
-                    q.push("term = ").push_bind(t.text.clone());
-                }
+        // One statement: a row per term, `(index in terms, rows)`.
+        let mut q = QueryBuilder::<Sqlite>::new("");
+        for (i, t) in terms.iter().enumerate() {
+            if i > 0 {
+                q.push(" UNION ALL ");
             }
-            let common: Vec<usize> = q
-                .build()
-                .fetch_all(&self.read)
-                .await
-                .map_err(db)?
-                .iter()
-                .filter(|r| r.get::<i64, _>(1) * 2 >= n)
-                .map(|r| r.get::<i64, _>(0) as usize)
-                .collect();
-            keep = terms
-                .into_iter()
-                .enumerate()
-                .filter(|(i, _)| !common.contains(i))
-                .map(|(_, t)| t)
-                .collect();
+            q.push(format!("SELECT {i}, coalesce(sum(doc), 0) FROM {vocab} WHERE "));
+            if t.prefix {
+                // Every indexed word starting with the prefix (terms compare bytewise;
+                // U+10FFFF sorts after any continuation of a UTF-8 string).
+                q.push("term >= ")
+                    .push_bind(t.text.clone())
+                    .push(" AND term < ")
+                    .push_bind(format!("{}\u{10FFFF}", t.text));
+            } else {
+                q.push("term = ").push_bind(t.text.clone());
+            }
         }
+        let mut df = vec![0i64; terms.len()];
+        for r in q.build().fetch_all(&self.read).await.map_err(db)? {
+            if let Some(slot) = usize::try_from(r.get::<i64, _>(0)).ok().and_then(|i| df.get_mut(i))
+            {
+                *slot = r.get::<i64, _>(1);
+            }
+        }
+        let common = |i: usize| n >= 4 && df[i] * 2 >= n;
+        let weights = QueryWeights {
+            terms: terms
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let w = if common(i) { 1e-6 } else { idf(n as f64, df[i] as f64) };
+                    (t.clone(), w)
+                })
+                .collect(),
+        };
+        let keep: Vec<String> =
+            terms.iter().enumerate().filter(|(i, _)| !common(*i)).map(|(_, t)| t.fts5()).collect();
         if keep.is_empty() {
             return Ok(None);
         }
-        Ok(Some(keep.iter().map(MatchTerm::fts5).collect::<Vec<_>>().join(" OR ")))
+        Ok(Some((keep.join(" OR "), weights)))
     }
 
     /// Bring the vector index of one user up to date with the database.

@@ -412,13 +412,24 @@ impl From<&Message> for MessageDto {
     }
 }
 
-/// Every component of a score.
+/// Every component of a score and of the order.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ExplainDto {
     pub vector_rank: Option<usize>,
+    /// Cosine similarity to the query.
     pub vector_similarity: Option<f32>,
     pub text_rank: Option<usize>,
-    pub text_score: Option<f64>,
+    /// Share of the query's keyword weight (IDF) held by the query words in the row, 0–1.
+    pub text_coverage: Option<f64>,
+    /// The cosine read on the embedder's scale: 0 at what unrelated texts reach, 1 for a
+    /// close paraphrase.
+    pub semantic: f64,
+    /// The keyword coverage squared (0 when the keyword list did not return the row): one
+    /// word of a three-word query is weak support.
+    pub lexical: f64,
+    /// `1 − (1 − semantic)·(1 − lexical)`: the score.
+    pub relevance: f64,
+    /// Reciprocal Rank Fusion of the two lists (k = 60).
     pub rrf: f64,
     pub days_since_access: f64,
     pub access_count: i64,
@@ -428,6 +439,9 @@ pub struct ExplainDto {
     pub importance_weight: f64,
     pub rating: i64,
     pub rating_weight: f64,
+    /// What orders the results: `rrf × temporal_weight × importance_weight × rating_weight`.
+    pub rank_score: f64,
+    /// The relevance.
     pub score: f64,
 }
 
@@ -437,7 +451,10 @@ impl From<&Explain> for ExplainDto {
             vector_rank: e.vector_rank,
             vector_similarity: e.vector_similarity,
             text_rank: e.text_rank,
-            text_score: e.text_score,
+            text_coverage: e.text_coverage,
+            semantic: e.semantic,
+            lexical: e.lexical,
+            relevance: e.relevance,
             rrf: e.rrf,
             days_since_access: e.days_since_access,
             access_count: e.access_count,
@@ -447,6 +464,7 @@ impl From<&Explain> for ExplainDto {
             importance_weight: e.importance_weight,
             rating: e.rating,
             rating_weight: e.rating_weight,
+            rank_score: e.rank_score,
             score: e.score,
         }
     }
@@ -458,6 +476,10 @@ pub struct SearchResultDto {
     /// `memory` or `message`.
     #[serde(rename = "type")]
     pub kind: String,
+    /// Relevance to the query, 0 to 1, comparable across queries: `1 − (1 − semantic)·(1 −
+    /// lexical)`, where semantic support is the cosine similarity on the embedder's scale and
+    /// lexical support the share of the query's keyword weight the result holds. Results are
+    /// ordered by the fused rank (`explain.rank_score`).
     pub score: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryDto>,

@@ -40,6 +40,10 @@ pub struct SearchRequest {
     pub turn_id: Option<String>,
     /// `hybrid` (default), `vector` or `text`.
     pub mode: Option<String>,
+    /// Drop results scoring under this (0 to 1; see `score`). Default 0.05: results need real
+    /// lexical or semantic support, so a query about something never mentioned returns
+    /// nothing. 0 returns every candidate.
+    pub min_score: Option<f64>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -86,6 +90,7 @@ pub async fn search(
         mode,
         source_conversation: None,
         rating: None,
+        min_score: b.min_score,
     };
     let hits = st.engine.search(&p, input).await?;
     Ok(Json(SearchResponse {
@@ -107,6 +112,9 @@ pub struct ContextRequest {
     pub session_id: Option<String>,
     pub turn_id: Option<String>,
     pub refresh: Option<bool>,
+    /// With a `query`: only profile facts and the facts whose relevance to it (0 to 1, as
+    /// the `score` of a search) reaches this.
+    pub min_score: Option<f64>,
 }
 
 /// The prompt block: `Known facts about the user:` and a bullet list within a token budget.
@@ -125,6 +133,7 @@ pub async fn context(
         session_id: b.session_id,
         turn_id: b.turn_id,
         refresh: b.refresh.unwrap_or(false),
+        min_score: b.min_score,
     };
     let block = st.engine.context(&p, input).await?;
     Ok(Json((&block).into()))

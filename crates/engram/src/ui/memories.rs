@@ -164,13 +164,14 @@ fn explain_lines(e: &Explain) -> Vec<(String, String)> {
     let mut out = vec![];
     if let Some(r) = e.vector_rank {
         let sim = e.vector_similarity.map(|s| format!(", cosine {s:.3}")).unwrap_or_default();
-        out.push(("by meaning".into(), format!("rank {r}{sim}")));
+        out.push(("by meaning".into(), format!("rank {r}{sim}, support {:.2}", e.semantic)));
     }
     if let Some(r) = e.text_rank {
-        let s = e.text_score.map(|s| format!(", BM25 {s:.3}")).unwrap_or_default();
-        out.push(("by keyword".into(), format!("rank {r}{s}")));
+        let s = e.text_coverage.map(|s| format!(", {:.0}% of the query's keywords", s * 100.0));
+        out.push(("by keyword".into(), format!("rank {r}{}", s.unwrap_or_default())));
     }
-    out.push(("fused (RRF)".into(), format!("{:.5}", e.rrf)));
+    out.push(("relevance (the score)".into(), format!("{:.3}", e.relevance)));
+    out.push(("fused rank (RRF)".into(), format!("{:.5}", e.rrf)));
     out.push((
         "recency".into(),
         format!(
@@ -183,7 +184,7 @@ fn explain_lines(e: &Explain) -> Vec<(String, String)> {
         format!("× {:.3} (importance {})", e.importance_weight, e.importance),
     ));
     out.push(("rating".into(), format!("× {:.3} (rating {})", e.rating_weight, e.rating)));
-    out.push(("score".into(), format!("{:.5}", e.score)));
+    out.push(("order".into(), format!("{:.5}", e.rank_score)));
     out
 }
 
@@ -296,7 +297,7 @@ async fn load(
             .filter_map(|h| match h {
                 Hit::Memory { memory, score, explain } => Some(Row {
                     m: (&memory).into(),
-                    score: Some(format!("{score:.4}")),
+                    score: Some(format!("{score:.2}")),
                     why: explain_lines(&explain),
                 }),
                 Hit::Message { .. } => None,

@@ -186,7 +186,7 @@ async fn remember_recall_list_and_forget_from_the_shell(backend: Backend) {
     assert!(first.contains(&violin) && first.contains("violin"), "{plain}");
     assert!(plain.contains("\"vector_rank\""), "plain --explain shows no components: {plain}");
     // Nothing matches for a user with no memories.
-    assert_eq!(ok(d, &["recall", "violin", "--user", "nobody"]).trim(), "no memories found");
+    assert_eq!(ok(d, &["recall", "violin", "--user", "nobody"]).trim(), "nothing relevant found");
 
     // List: every active memory, newest first; --limit/--cursor pages through all of them.
     let all = listed(&ok_json(d, &["list", "--json"]));

@@ -23,6 +23,7 @@ mod migrate;
 mod outage;
 mod postgres;
 mod reembed;
+mod relevance;
 mod tenancy;
 mod time;
 mod trust;

@@ -1,0 +1,204 @@
+//! A search that knows when it has nothing: every result carries a relevance score from 0
+//! to 1 that means the same across queries, `min_score` drops what scores under it, and by
+//! default a query about something never mentioned returns nothing — from REST, MCP and the
+//! CLI, with MiniLM and with the built-in embedder.
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{Backend, Db, Server, assert_error, bin};
+use crate::mcp::Mcp;
+
+const FACTS: [&str; 6] = [
+    "The user lives in Porto and works as a nurse.",
+    "The user is allergic to peanuts.",
+    "The user plays the cello in a community orchestra.",
+    "The user's daughter Lea starts school in September.",
+    "The user prefers green tea to coffee.",
+    "The user is training for the Lisbon half marathon.",
+];
+
+/// Queries about things the user never mentioned.
+const UNRELATED: [&str; 4] = [
+    "quantum chromodynamics lattice",
+    "Byzantine fault tolerant consensus proof",
+    "mitochondrial DNA haplogroup distribution",
+    "Kubernetes pod eviction thresholds",
+];
+
+fn results(r: &Value) -> &Vec<Value> {
+    r["results"].as_array().unwrap_or_else(|| panic!("no results in {r}"))
+}
+
+async fn unrelated_queries_find_nothing_and_scores_mean_the_same_everywhere(backend: Backend) {
+    let s = Server::on(backend).await;
+    for f in FACTS {
+        let (st, b) = s.post("/v1/memories", json!({ "user_id": "u", "content": f })).await;
+        assert_eq!(st, 201, "{b}");
+    }
+    let (st, b) = s
+        .post(
+            "/v1/conversations/c/messages",
+            json!({ "user_id": "u", "messages": [
+                { "role": "user", "content": "I finally booked the cello lessons for Lea." },
+                { "role": "assistant", "content": "Lovely! When do they start?" },
+            ]}),
+        )
+        .await;
+    assert_eq!(st, 202, "{b}");
+    let search = |body: Value| {
+        let s = &s;
+        async move {
+            let (st, r) = s.post("/v1/search", body.clone()).await;
+            assert_eq!(st, 200, "{body} → {r}");
+            r
+        }
+    };
+    for q in UNRELATED {
+        for sources in [json!(["memories"]), json!(["memories", "messages"])] {
+            let r = search(json!({ "query": q, "user_id": "u", "sources": sources })).await;
+            assert!(results(&r).is_empty(), "{q}: {r:#}");
+        }
+        // With min_score 0 every candidate comes back, each with a score it does not pass
+        // by default.
+        let r =
+            search(json!({ "query": q, "user_id": "u", "min_score": 0, "explain": true })).await;
+        assert!(!results(&r).is_empty(), "{q}: {r}");
+        for h in results(&r) {
+            let score = h["score"].as_f64().unwrap();
+            assert!(score < 0.05, "{q}: {h}");
+            assert_eq!(h["explain"]["relevance"].as_f64(), Some(score), "{h}");
+        }
+    }
+
+    // Every retrieval still finds its fact, with a score in 0..1 explained by its parts.
+    for (q, want) in [
+        ("Where does the user live?", FACTS[0]),
+        ("food allergies", FACTS[1]),
+        ("musical instrument", FACTS[2]),
+        ("What does the user like to drink?", FACTS[4]),
+        ("running race", FACTS[5]),
+    ] {
+        let r = search(json!({ "query": q, "user_id": "u", "explain": true })).await;
+        let top = &results(&r)[0];
+        assert_eq!(top["memory"]["content"], want, "{q}: {r:#}");
+        let (score, e) = (top["score"].as_f64().unwrap(), &top["explain"]);
+        assert!((0.05..=1.0).contains(&score), "{q}: {top}");
+        let (sem, lex) = (e["semantic"].as_f64().unwrap(), e["lexical"].as_f64().unwrap());
+        assert!((score - (1.0 - (1.0 - sem) * (1.0 - lex))).abs() < 1e-9, "{top}");
+        for r in results(&r) {
+            let v = r["score"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&v), "{r}");
+        }
+    }
+    // Comparable across queries: a fact asked for in its own words scores near 1, a loose
+    // paraphrase lower, an unrelated query 0.
+    let exact = search(json!({ "query": FACTS[1], "user_id": "u" })).await;
+    let loose = search(json!({ "query": "nut allergy", "user_id": "u" })).await;
+    let (e, l) = (
+        results(&exact)[0]["score"].as_f64().unwrap(),
+        results(&loose)[0]["score"].as_f64().unwrap(),
+    );
+    assert!(e > 0.9, "{exact}");
+    assert!(l >= 0.05 && l < e, "{loose}");
+    // min_score keeps what reaches it.
+    let r = search(json!({ "query": "nut allergy", "user_id": "u", "min_score": l })).await;
+    assert_eq!(results(&r)[0]["memory"]["content"], FACTS[1]);
+    assert!(results(&r).iter().all(|h| h["score"].as_f64().unwrap() >= l), "{r}");
+    let r = search(json!({ "query": "nut allergy", "user_id": "u", "min_score": 1 })).await;
+    assert!(results(&r).iter().all(|h| h["score"] == 1.0), "{r}");
+    for bad in [json!(-0.1), json!(1.5), json!("high")] {
+        let (st, r) =
+            s.post("/v1/search", json!({ "query": "tea", "user_id": "u", "min_score": bad })).await;
+        assert_eq!(st, 400, "{bad}: {r}");
+        assert!(r["error"]["message"].as_str().unwrap().contains("min_score"), "{r}");
+    }
+
+    // Context: with a query and min_score, the facts relevant to it (and the profile).
+    let (st, b) = s
+        .post(
+            "/v1/memories",
+            json!({ "user_id": "u", "kind": "profile", "key": "name", "content": "Ana" }),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let (st, c) = s
+        .post("/v1/context", json!({ "user_id": "u", "query": "food allergies", "min_score": 0.2 }))
+        .await;
+    assert_eq!(st, 200, "{c}");
+    let text = c["text"].as_str().unwrap();
+    assert!(text.contains("peanuts") && text.contains("Ana"), "{text}");
+    assert!(!text.contains("cello") && !text.contains("marathon"), "{text}");
+    let (_, c) = s
+        .post("/v1/context", json!({ "user_id": "u", "query": UNRELATED[0], "min_score": 0.2 }))
+        .await;
+    assert_eq!(c["text"], "Known facts about the user:\n- Ana", "{c}");
+    let (_, c) = s.post("/v1/context", json!({ "user_id": "u" })).await;
+    assert!(c["text"].as_str().unwrap().contains("marathon"), "without min_score, everything: {c}");
+    assert_error(
+        &s.post("/v1/context", json!({ "user_id": "u", "min_score": 0.2 })).await,
+        400,
+        "invalid_input",
+    );
+
+    // MCP says so in words.
+    let mut m = Mcp::new(&s.base, None);
+    m.connect().await;
+    let r = m.call("recall", json!({ "user_id": "u", "query": UNRELATED[0] })).await;
+    let text = r["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("Nothing relevant is known"), "{r}");
+    let r = m
+        .call(
+            "memory_search",
+            json!({ "user_id": "u", "query": UNRELATED[1], "sources": ["memories", "messages"] }),
+        )
+        .await;
+    assert!(r["content"][0]["text"].as_str().unwrap().starts_with("Nothing relevant found"), "{r}");
+    assert_eq!(r["structuredContent"]["results"], json!([]), "{r}");
+    let r = m.ok("recall", json!({ "user_id": "u", "query": "food allergies" })).await;
+    assert!(r["results"][0]["memory"]["content"] == FACTS[1], "{r}");
+}
+
+/// The same with the built-in embedder, whose cosines sit much higher (its scale differs):
+/// through the CLI.
+async fn the_builtin_embedder_abstains_too(backend: Backend) {
+    let db = Db::new(backend).await;
+    let cli = |args: &[&str]| {
+        let out = Command::new(bin())
+            .arg("--data-dir")
+            .arg(db.dir())
+            .args(db.store_args())
+            .args(["--embedder", "builtin"])
+            .args(args)
+            .env("ENGRAM_LOG", "warn")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for f in FACTS {
+        cli(&["remember", f, "--user", "u"]);
+    }
+    for q in UNRELATED {
+        let out = cli(&["recall", q, "--user", "u", "--json"]);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert!(results(&v).is_empty(), "{q}: {v:#}");
+    }
+    for (q, want) in [("peanut allergy", FACTS[1]), ("cello orchestra", FACTS[2])] {
+        let v: Value = serde_json::from_str(&cli(&["recall", q, "--user", "u", "--json"])).unwrap();
+        assert_eq!(results(&v)[0]["memory"]["content"], want, "{q}: {v:#}");
+    }
+    // The built-in embedder's meaning alone is weak evidence (its cosines of unrelated texts
+    // reach 0.85): a question sharing no word with its fact ranks it first, with a low score.
+    let q = "Where does the user live?";
+    let v: Value =
+        serde_json::from_str(&cli(&["recall", q, "--user", "u", "--json", "--min-score", "0"]))
+            .unwrap();
+    assert_eq!(results(&v)[0]["memory"]["content"], FACTS[0], "{v:#}");
+}
+
+on_both_backends!(
+    unrelated_queries_find_nothing_and_scores_mean_the_same_everywhere,
+    the_builtin_embedder_abstains_too,
+);

@@ -69,8 +69,8 @@ pub enum Edge {
 /// after its last.
 fn period(s: &str) -> Option<(time::Date, time::Date)> {
     let parts: Vec<&str> = s.split('-').collect();
-    let num = |p: &str, len: usize| {
-        (p.len() == len && p.bytes().all(|b| b.is_ascii_digit())).then(|| p.parse::<i32>().ok())?
+    let num = |p: &str, len: usize| -> Option<i32> {
+        if p.len() == len && p.bytes().all(|b| b.is_ascii_digit()) { p.parse().ok() } else { None }
     };
     let year = num(parts.first()?, 4)?;
     let month = |m: i32| time::Month::try_from(u8::try_from(m).ok()?).ok();

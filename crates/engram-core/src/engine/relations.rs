@@ -46,7 +46,8 @@ impl Engine {
     }
 
     /// A fact the caller may see and up to `limit` others related to it (best first; the
-    /// fact itself left out).
+    /// fact itself left out). These are its nearest neighbours, however weak: no `min_score`
+    /// applies, since the caller asked what is closest, not whether anything matches.
     pub async fn related(
         &self,
         p: &Principal,
@@ -58,6 +59,7 @@ impl Engine {
             query: m.content.clone(),
             user_id: Some(m.user_id.clone()),
             limit: limit.saturating_add(1),
+            min_score: Some(0.0),
             ..Default::default()
         };
         let mut hits: Vec<Hit> = self

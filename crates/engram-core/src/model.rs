@@ -448,6 +448,78 @@ pub struct Message {
     pub rating: i64,
 }
 
+/// Identifier of a summary of the DAG (UUIDv7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SummaryId(pub Uuid);
+
+impl SummaryId {
+    pub fn new() -> Self {
+        Self(Uuid::now_v7())
+    }
+    pub fn parse(s: &str) -> Result<Self> {
+        Uuid::parse_str(s)
+            .map(Self)
+            .map_err(|_| Error::invalid("id", format!("'{s}' is not a valid summary id (UUID)")))
+    }
+}
+
+impl Default for SummaryId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for SummaryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+closed_enum!(
+    /// The level of a summary in the DAG (seed 004): a leaf summarizes messages, a branch
+    /// leaves, a root branches (or roots, past depth 2). **Stored in the DB.**
+    SummaryKind, "kind", default = Leaf, {
+        Leaf => "leaf",
+        Branch => "branch",
+        Root => "root",
+    }
+);
+
+impl SummaryKind {
+    /// The kind of a summary at `depth` (0 leaf, 1 branch, 2 and above root).
+    pub fn at_depth(depth: i64) -> Self {
+        match depth {
+            i64::MIN..=0 => SummaryKind::Leaf,
+            1 => SummaryKind::Branch,
+            _ => SummaryKind::Root,
+        }
+    }
+}
+
+/// A summary of the DAG: what a run of messages (a leaf) or of summaries one level down
+/// (a branch, a root) said, written by the main-tier LLM. Its sources are linked in
+/// `summary_sources`; `parent_id` is the summary one level up that covers it, once written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub id: SummaryId,
+    pub tenant_id: TenantId,
+    pub user_id: UserId,
+    pub conversation_id: ConversationId,
+    pub parent_id: Option<SummaryId>,
+    pub depth: i64,
+    pub kind: SummaryKind,
+    pub content: String,
+    /// Messages covered, through every level below.
+    pub message_count: i64,
+    /// The first and last covered message's `created_at`.
+    pub earliest_at: OffsetDateTime,
+    pub latest_at: OffsetDateTime,
+    /// The LLM that wrote it.
+    pub model: Option<String>,
+    pub created_at: OffsetDateTime,
+}
+
 /// Settings of an agent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Agent {
@@ -501,6 +573,7 @@ closed_enum!(
         Summarize => "summarize",
         SynthesizeToolCall => "synthesize_tool_call",
         EmbedMessages => "embed_messages",
+        Compact => "compact",
     }
 );
 
@@ -589,6 +662,16 @@ impl Job {
         let mut j = Self::conversation_job(tenant, user, JobKind::EmbedMessages, conversation);
         j.dedup_key = Some(format!("embed:{conversation}"));
         j.lock_key = Some(format!("embed:{conversation}"));
+        j
+    }
+
+    /// Compacting a conversation into the summary DAG: one pending per conversation, and it
+    /// holds the conversation's lock like extraction, so the extraction cursor it reads does
+    /// not move while it decides what may be summarized.
+    pub fn compact(tenant: &TenantId, user: &UserId, conversation: &ConversationId) -> Self {
+        let mut j = Self::conversation_job(tenant, user, JobKind::Compact, conversation);
+        j.dedup_key = Some(format!("compact:{conversation}"));
+        j.lock_key = Some(format!("conversation:{conversation}"));
         j
     }
 

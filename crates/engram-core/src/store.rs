@@ -37,7 +37,7 @@ use time::OffsetDateTime;
 use crate::error::Result;
 use crate::model::{
     Agent, AgentId, Category, ConversationId, EventKind, Job, JobKind, JobStatus, KeyRole, Kind,
-    Memory, MemoryEvent, MemoryId, Message, MessageId, TenantId, UserId,
+    Memory, MemoryEvent, MemoryId, Message, MessageId, Summary, SummaryId, TenantId, UserId,
 };
 
 /// Which memories a read sees.
@@ -113,6 +113,8 @@ pub struct ConversationInfo {
     pub agent_id: Option<AgentId>,
     /// Messages so far (the last `seq`).
     pub messages: i64,
+    /// The last message a leaf of the summary DAG covers (0: none is summarized).
+    pub summarized_seq: i64,
     pub created_at: OffsetDateTime,
     pub updated_at: OffsetDateTime,
 }
@@ -194,7 +196,14 @@ pub struct StoreStats {
     pub messages_with_vector: u64,
     pub messages_unsummarized: u64,
     pub summaries: u64,
+    /// Summaries with a vector.
+    pub summaries_with_vector: u64,
+    /// Levels of the deepest summary tree (0: no summary; 1: leaves only; 3: a root).
     pub summary_depth: u64,
+    /// Compaction jobs waiting or running, done, failed for good.
+    pub compactions_pending: u64,
+    pub compactions_done: u64,
+    pub compactions_failed: u64,
     pub jobs_pending: u64,
     pub jobs_running: u64,
     pub jobs_failed: u64,
@@ -282,13 +291,45 @@ pub struct RestoreState {
 /// tenant), `list_jobs`/`retry_job` with no tenant (operator), and the operator backup
 /// (`backup` of the whole store, `restore`: every row names its tenant). None of them is
 /// reachable with a tenant's key over the API.
-pub trait Store: MemoryStore + MessageStore + JobStore + AccessStore + MaintenanceStore {}
+pub trait Store:
+    MemoryStore + MessageStore + SummaryStore + JobStore + AccessStore + MaintenanceStore
+{
+}
 
-impl<T: MemoryStore + MessageStore + JobStore + AccessStore + MaintenanceStore> Store for T {}
+impl<T: MemoryStore + MessageStore + SummaryStore + JobStore + AccessStore + MaintenanceStore> Store
+    for T
+{
+}
 
 /// Every part of [`Store`], to import at once where a store is used.
 pub mod prelude {
-    pub use super::{AccessStore, JobStore, MaintenanceStore, MemoryStore, MessageStore, Store};
+    pub use super::{
+        AccessStore, JobStore, MaintenanceStore, MemoryStore, MessageStore, Store, SummaryStore,
+    };
+}
+
+/// A summary to write ([`SummaryStore::insert_summary`]): the row, its sources in order, its
+/// vector, and the claim that makes the write happen once.
+#[derive(Debug, Clone)]
+pub struct NewSummary {
+    pub summary: Summary,
+    /// Message ids (a leaf) or summary ids one level down (a branch, a root), in order.
+    pub sources: Vec<uuid::Uuid>,
+    /// `(model id, unit vector)`.
+    pub embedding: Option<(String, Vec<f32>)>,
+    pub claim: SummaryClaim,
+}
+
+/// What a summary takes for itself when written, checked in its transaction: if another run
+/// took it first (a job killed after its commit and re-run), nothing is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SummaryClaim {
+    /// A leaf over the messages after `after_seq` through `through_seq`: the conversation's
+    /// `summarized_seq` must still be `after_seq`, and becomes `through_seq`.
+    Messages { after_seq: i64, through_seq: i64 },
+    /// A parent over its sources (summaries one level down): each must still have no
+    /// parent, and gets this one.
+    Children,
 }
 
 /// Facts: insert, read, list, supersede, confirm, rate, purge, history, vector and keyword search, access counts, profile lookup; and the read side around them (recalls, context sessions).
@@ -532,6 +573,62 @@ pub trait MessageStore: Send + Sync {
         id: MessageId,
         content: &str,
     ) -> Result<bool>;
+}
+
+/// The summary DAG (seed 004): summaries written by the compactor once and never changed but
+/// for their parent link, read by id, by conversation and level, through their sources and
+/// children, and searched like messages.
+#[async_trait]
+pub trait SummaryStore: Send + Sync {
+    /// Write a summary, its source links and vector in one transaction, if its claim still
+    /// holds; `false` (and nothing written) when another run took it first.
+    async fn insert_summary(&self, tenant: &TenantId, new: NewSummary) -> Result<bool>;
+    async fn get_summary(&self, tenant: &TenantId, id: SummaryId) -> Result<Option<Summary>>;
+    /// Several summaries by id in one call (any order; unknown ids left out).
+    async fn get_summaries(&self, tenant: &TenantId, ids: &[SummaryId]) -> Result<Vec<Summary>>;
+    /// A summary's sources in order: message ids of a leaf, summary ids of a parent.
+    async fn summary_sources(&self, tenant: &TenantId, id: SummaryId) -> Result<Vec<uuid::Uuid>>;
+    /// Summaries of a conversation, oldest first (by `earliest_at`, then depth): all, or only
+    /// those of one depth, or (`unparented`) only those no summary covers yet.
+    async fn conversation_summaries(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        depth: Option<i64>,
+        unparented: bool,
+    ) -> Result<Vec<Summary>>;
+    /// Full-text search over a user's summaries that overlap the filter's time window.
+    async fn text_search_summaries(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<(SummaryId, f64)>>;
+    /// Exact nearest neighbours among a user's summaries embedded by `model_id` that overlap
+    /// the filter's time window, best first.
+    async fn vector_search_summaries(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        model_id: &str,
+        query: &[f32],
+        k: usize,
+    ) -> Result<Vec<(SummaryId, f32)>>;
+    /// Up to `limit` summaries of the tenant without a vector of `model_id`, with their text
+    /// (`engram reembed`).
+    async fn summaries_needing_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<(SummaryId, String)>>;
+    async fn set_summary_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        rows: Vec<(SummaryId, Vec<f32>)>,
+    ) -> Result<()>;
 }
 
 /// Durable background jobs: enqueue (deduplicated), claim with a lease, heartbeat, finish, fail or retry, list.

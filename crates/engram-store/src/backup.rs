@@ -84,7 +84,7 @@ fn scope_where(t: &Table, scope: &BackupScope, p: fn(usize) -> String) -> Option
             if t.name == "summary_sources" {
                 Some(format!(
                     " WHERE tenant_id = {0} AND summary_id IN \
-                     (SELECT id FROM summaries WHERE tenant_id = {0} AND user_id = {1})",
+                     (SELECT CAST(id AS TEXT) FROM summaries WHERE tenant_id = {0} AND user_id = {1})",
                     p(1),
                     p(2)
                 ))

@@ -36,7 +36,8 @@ pub(crate) enum Ty {
 pub(crate) struct Table {
     pub(crate) name: &'static str,
     pub(crate) cols: &'static [(&'static str, Ty)],
-    /// Columns whose words make `fts_text` (memories: content; messages: content, tool name).
+    /// Columns whose words make `fts_text` (memories, summaries: content; messages: content,
+    /// tool name).
     pub(crate) fts: &'static [&'static str],
     /// `memory_events`: keep the identity column's values.
     pub(crate) overriding: bool,
@@ -147,6 +148,7 @@ pub(crate) const TABLES: &[Table] = &[
             ("updated_at", Ts),
             ("rolling_summary", OptText),
             ("summary_user_turns", Int),
+            ("summarized_seq", Int),
         ],
         fts: &[],
         overriding: false,
@@ -179,10 +181,10 @@ pub(crate) const TABLES: &[Table] = &[
         name: "summaries",
         cols: &[
             ("tenant_id", Text),
-            ("id", Text),
+            ("id", Uuid),
             ("user_id", Text),
             ("conversation_id", OptText),
-            ("parent_id", OptText),
+            ("parent_id", OptUuid),
             ("depth", Int),
             ("kind", Text),
             ("content", Text),
@@ -194,7 +196,7 @@ pub(crate) const TABLES: &[Table] = &[
             ("model", OptText),
             ("created_at", Ts),
         ],
-        fts: &[],
+        fts: &["content"],
         overriding: false,
     },
     Table {
@@ -281,7 +283,7 @@ pub(crate) fn erase_statements(p: fn(usize) -> String) -> Vec<(&'static str, Str
                 t.name,
                 format!(
                     "DELETE FROM summary_sources WHERE tenant_id = {0} AND summary_id IN \
-                     (SELECT id FROM summaries WHERE tenant_id = {0} AND user_id = {1})",
+                     (SELECT CAST(id AS TEXT) FROM summaries WHERE tenant_id = {0} AND user_id = {1})",
                     p(1),
                     p(2)
                 ),

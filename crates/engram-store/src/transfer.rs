@@ -560,7 +560,7 @@ pub async fn compare_vectors(
     const CHUNK: i64 = 1000;
     let mut diffs = Vec::new();
     let mut compared = 0u64;
-    for (table, uuid_ids) in [("memories", true), ("messages", true), ("summaries", false)] {
+    for (table, uuid_ids) in [("memories", true), ("messages", true), ("summaries", true)] {
         let mut after = String::new();
         loop {
             let rows = sqlx::query(sqlx::AssertSqlSafe(format!(

@@ -1,7 +1,9 @@
 //! Stage 1 of extraction: where it resumes. The cursor is the `<seq>:<content hash>` of
 //! the last message an extraction batch processed, stored in the same transaction as the
-//! batch (`Store::apply_extraction`), so a batch is applied exactly once. A cursor whose
-//! message is gone (the conversation was compacted) means "from the start".
+//! batch (`Store::apply_extraction`), so a batch is applied exactly once. Extraction reads
+//! the messages no leaf of the summary DAG covers yet; a cursor whose message a leaf now
+//! covers is not among them (the conversation was compacted) and means "from the start" of
+//! what is left — the compactor never summarizes past the cursor ([`super::compact`]).
 
 use sha2::{Digest, Sha256};
 
@@ -18,6 +20,11 @@ pub fn message_hash(m: &Message) -> String {
 /// message at that position is still the one that was processed.
 pub fn cursor_of(m: &Message) -> String {
     format!("{}:{}", m.seq, message_hash(m))
+}
+
+/// The message number a cursor names (`<seq>:<hash>`; cursors of old stores have none).
+pub fn cursor_seq(cursor: &str) -> Option<i64> {
+    cursor.split_once(':').and_then(|(s, _)| s.parse().ok())
 }
 
 /// Where extraction resumes: after the cursor message; from the start when there is no

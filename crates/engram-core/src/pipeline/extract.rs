@@ -64,8 +64,15 @@ impl Services {
             (None, None) => None,
         };
         let messages = self.store().conversation_messages(tenant, &conv).await?;
+        // What no leaf of the summary DAG covers yet (`super::compact` never summarizes past
+        // the cursor, so a cursor not found here means all of it is new).
+        let summarized = match self.store().get_conversation(tenant, &conv).await? {
+            Some(info) => info.summarized_seq,
+            None => return Ok(report), // erased meanwhile
+        };
+        let live = messages.iter().position(|m| m.seq > summarized).unwrap_or(messages.len());
         let cursor = self.store().extraction_cursor(tenant, &conv).await?;
-        let start = resume_index(&messages, cursor.as_deref());
+        let start = live + resume_index(&messages[live..], cursor.as_deref());
         let scope = Scope {
             tenant,
             conversation: &conv,
@@ -83,6 +90,11 @@ impl Services {
         let (_, covered) = self.store().rolling_summary(tenant, &conv).await?;
         if user_turns - covered >= SUMMARY_EVERY {
             self.enqueue_summary(tenant, &user, &conv).await?;
+        }
+        // What extraction has processed may now be compacted.
+        let unsummarized = messages.last().map_or(0, |m| m.seq) - summarized;
+        if policy.compaction_threshold > 0 && unsummarized > policy.compaction_threshold {
+            self.enqueue_compaction(tenant, &user, &conv).await?;
         }
         self.metrics().observe_extraction(&report);
         Ok(report)

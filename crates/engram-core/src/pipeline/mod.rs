@@ -8,11 +8,13 @@
 //!   pure part (prompt and plan, unit-tested without I/O);
 //! - [`persist`]: the decision as rows and events (pure) and the one transaction.
 //!
-//! Beside it: the rolling summary ([`summary`]), tool-call synthesis ([`tool_calls`]), the
+//! Beside it: the compactor and its summary DAG ([`compact`]), the rolling summary
+//! ([`summary`]), tool-call synthesis ([`tool_calls`]), the
 //! background embedding of transcript messages ([`messages`]), the LLM output parsers
 //! ([`parse`]), the PII filter ([`pii`]), the prompts and the transcript form ([`prompts`]),
 //! and what every stage shares ([`stage`]).
 
+pub mod compact;
 pub mod consolidate;
 pub mod cursor;
 pub mod extract;
@@ -42,6 +44,7 @@ impl Services {
             JobKind::Summarize => self.run_summarize(job).await,
             JobKind::SynthesizeToolCall => self.run_tool_synthesis(job).await,
             JobKind::EmbedMessages => self.run_embed_messages(job).await,
+            JobKind::Compact => self.run_compact(job).await.map(|_| ()),
         }
     }
 }

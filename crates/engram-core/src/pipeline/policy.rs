@@ -1,7 +1,8 @@
 //! Stage 0 of extraction: the agent's memory policy (is memory on, when to extract, the
-//! token budget, a custom prompt, the PII policy, the dedup threshold, per-agent models),
-//! parsed and validated from the agent's `settings` JSON. The REST and MCP agent settings
-//! are checked with the same parser, so what the API accepts is what the pipeline runs.
+//! token budget, a custom prompt, the PII policy, the dedup threshold, per-agent models, the
+//! compaction threshold), parsed and validated from the agent's `settings` JSON. The REST and
+//! MCP agent settings are checked with the same parser, so what the API accepts is what the
+//! pipeline runs.
 
 use super::pii::PiiPolicy;
 use crate::error::{Error, JobError};
@@ -33,7 +34,13 @@ pub struct MemoryPolicy {
     /// process-wide ones.
     pub model: Option<String>,
     pub fast_model: Option<String>,
+    /// Unsummarized messages a conversation keeps before the compactor summarizes its oldest
+    /// into the summary DAG (`settings.compaction.threshold`; 0 turns compaction off).
+    pub compaction_threshold: i64,
 }
+
+/// The compaction threshold of an agent that sets none.
+pub const DEFAULT_COMPACTION_THRESHOLD: i64 = 100;
 
 impl MemoryPolicy {
     /// Parse and validate `settings` (`{"extraction": {"mode", "min_turns",
@@ -114,6 +121,24 @@ impl MemoryPolicy {
         };
         let model = name("model")?;
         let fast_model = name("fast_model")?;
+        let compaction = settings.get("compaction").cloned().unwrap_or(serde_json::Value::Null);
+        if !compaction.is_null() && !compaction.is_object() {
+            return Err(Error::invalid(
+                "settings.compaction",
+                "settings.compaction must be an object",
+            ));
+        }
+        let compaction_threshold = match compaction.get("threshold") {
+            None | Some(serde_json::Value::Null) => DEFAULT_COMPACTION_THRESHOLD,
+            Some(v) => {
+                v.as_i64().filter(|n| *n == 0 || (10..=1_000_000).contains(n)).ok_or_else(|| {
+                    Error::invalid(
+                        "settings.compaction.threshold",
+                        "threshold must be 0 (off) or 10 to 1000000 messages",
+                    )
+                })?
+            }
+        };
         Ok(MemoryPolicy {
             memory_enabled,
             mode,
@@ -123,6 +148,7 @@ impl MemoryPolicy {
             dedup_threshold,
             model,
             fast_model,
+            compaction_threshold,
         })
     }
 

@@ -21,6 +21,26 @@ pub fn extraction(custom: Option<&str>, date: time::Date) -> String {
         .replace("{weekday}", &date.weekday().to_string())
 }
 
+/// Compaction (main tier): the rules every level shares, and each level's task.
+pub const COMPACT_RULES: &str = include_str!("prompts/compact_rules.txt");
+pub const COMPACT_LEAF: &str = include_str!("prompts/compact_leaf.txt");
+pub const COMPACT_BRANCH: &str = include_str!("prompts/compact_branch.txt");
+pub const COMPACT_ROOT: &str = include_str!("prompts/compact_root.txt");
+
+/// A message as the LLM reads it: its text, and for a tool call what was called, with what
+/// and what came back (the synthesized sentence, once written, is its content).
+pub fn message_text(m: &Message) -> String {
+    let mut text = m.content.trim().to_string();
+    if let Some(tool) = &m.tool_name {
+        let args = m.tool_args.as_ref().map(ToString::to_string).unwrap_or_default();
+        text = format!("[called {tool} {args}] {text}").trim().to_string();
+        if let Some(r) = &m.tool_result {
+            text.push_str(&format!(" → {r}"));
+        }
+    }
+    text
+}
+
 /// `User:` / `Assistant:` lines for the extractor.
 pub fn transcript(messages: &[Message]) -> String {
     let mut out = String::new();
@@ -31,14 +51,7 @@ pub fn transcript(messages: &[Message]) -> String {
             MessageRole::System => "System",
             MessageRole::Tool => "Tool",
         };
-        let mut text = m.content.trim().to_string();
-        if let Some(tool) = &m.tool_name {
-            let args = m.tool_args.as_ref().map(ToString::to_string).unwrap_or_default();
-            text = format!("[called {tool} {args}] {text}").trim().to_string();
-            if let Some(r) = &m.tool_result {
-                text.push_str(&format!(" → {r}"));
-            }
-        }
+        let text = message_text(m);
         if text.is_empty() {
             continue;
         }

@@ -15,7 +15,7 @@ use engram_core::model::*;
 use engram_core::store::prelude::*;
 use engram_core::store::{
     Activity, ApiKey, BackupRow, BackupScope, ContextSession, ConversationInfo, EraseCounts,
-    ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, RestoreState, StoreStats,
+    ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, NewSummary, RestoreState, StoreStats,
     TranscriptFilter,
 };
 use time::OffsetDateTime;
@@ -567,6 +567,75 @@ impl MessageStore for Counting {
     ) -> Result<bool> {
         self.hit("set_message_content");
         self.inner.set_message_content(tenant, id, content).await
+    }
+}
+
+#[async_trait]
+impl SummaryStore for Counting {
+    async fn insert_summary(&self, tenant: &TenantId, new: NewSummary) -> Result<bool> {
+        self.hit("insert_summary");
+        self.inner.insert_summary(tenant, new).await
+    }
+    async fn get_summary(&self, tenant: &TenantId, id: SummaryId) -> Result<Option<Summary>> {
+        self.hit("get_summary");
+        self.inner.get_summary(tenant, id).await
+    }
+    async fn get_summaries(&self, tenant: &TenantId, ids: &[SummaryId]) -> Result<Vec<Summary>> {
+        self.hit("get_summaries");
+        self.inner.get_summaries(tenant, ids).await
+    }
+    async fn summary_sources(&self, tenant: &TenantId, id: SummaryId) -> Result<Vec<uuid::Uuid>> {
+        self.hit("summary_sources");
+        self.inner.summary_sources(tenant, id).await
+    }
+    async fn conversation_summaries(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        depth: Option<i64>,
+        unparented: bool,
+    ) -> Result<Vec<Summary>> {
+        self.hit("conversation_summaries");
+        self.inner.conversation_summaries(tenant, conversation, depth, unparented).await
+    }
+    async fn text_search_summaries(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<(SummaryId, f64)>> {
+        self.hit("text_search_summaries");
+        self.inner.text_search_summaries(tenant, filter, query, k).await
+    }
+    async fn vector_search_summaries(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        model_id: &str,
+        query: &[f32],
+        k: usize,
+    ) -> Result<Vec<(SummaryId, f32)>> {
+        self.hit("vector_search_summaries");
+        self.inner.vector_search_summaries(tenant, filter, model_id, query, k).await
+    }
+    async fn summaries_needing_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<(SummaryId, String)>> {
+        self.hit("summaries_needing_vectors");
+        self.inner.summaries_needing_vectors(tenant, model_id, limit).await
+    }
+    async fn set_summary_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        rows: Vec<(SummaryId, Vec<f32>)>,
+    ) -> Result<()> {
+        self.hit("set_summary_vectors");
+        self.inner.set_summary_vectors(tenant, model_id, rows).await
     }
 }
 

@@ -770,9 +770,12 @@ pub(crate) async fn stats<B: Backend>(
               (SELECT count(*) FROM conversations WHERE tenant_id = ?1) AS convs, \
               (SELECT count(*) FROM messages WHERE tenant_id = ?1) AS msgs, \
               (SELECT count(*) FROM messages WHERE tenant_id = ?1 AND embedding IS NOT NULL) AS msgs_vec, \
-              (SELECT count(*) FROM messages m WHERE tenant_id = ?1 AND NOT EXISTS \
-                 (SELECT 1 FROM summary_sources s WHERE s.tenant_id = ?1 AND s.source_id = CAST(m.id AS TEXT))) AS unsummarized, \
+              (SELECT CAST(coalesce(sum(last_seq - summarized_seq), 0) AS BIGINT) FROM conversations WHERE tenant_id = ?1) AS unsummarized, \
               (SELECT count(*) FROM summaries WHERE tenant_id = ?1) AS summaries, \
+              (SELECT count(*) FROM summaries WHERE tenant_id = ?1 AND embedding IS NOT NULL) AS summaries_vec, \
+              (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND kind = 'compact' AND status IN ('pending', 'running')) AS co_pending, \
+              (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND kind = 'compact' AND status = 'done') AS co_done, \
+              (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND kind = 'compact' AND status = 'failed') AS co_failed, \
               (SELECT coalesce(max(depth) + 1, 0) FROM summaries WHERE tenant_id = ?1) AS depth, \
               (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND status = 'pending') AS pending, \
               (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND status = 'running') AS running, \
@@ -795,7 +798,11 @@ pub(crate) async fn stats<B: Backend>(
         messages_with_vector: g("msgs_vec")?,
         messages_unsummarized: g("unsummarized")?,
         summaries: g("summaries")?,
+        summaries_with_vector: g("summaries_vec")?,
         summary_depth: g("depth")?,
+        compactions_pending: g("co_pending")?,
+        compactions_done: g("co_done")?,
+        compactions_failed: g("co_failed")?,
         jobs_pending: g("pending")?,
         jobs_running: g("running")?,
         jobs_failed: g("failed")?,

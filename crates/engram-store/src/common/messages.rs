@@ -222,7 +222,8 @@ impl<'a, B: Backend> Conversation<'a, B> {
 /// Conversations of a tenant (of one user), most recently updated first, after `before`
 /// (the update time and id of the last one of the previous page).
 /// What a listed conversation reads.
-const CONVERSATION_COLS: &str = "id, user_id, agent_id, last_seq, created_at, updated_at";
+const CONVERSATION_COLS: &str =
+    "id, user_id, agent_id, last_seq, summarized_seq, created_at, updated_at";
 
 pub(crate) async fn list_conversations<B: Backend>(
     b: &B,
@@ -257,6 +258,7 @@ fn conversation_info<R: Columns>(r: &R) -> Result<ConversationInfo> {
         user_id: UserId::parse(r.text("user_id")?)?,
         agent_id: r.opt_text("agent_id")?.map(AgentId::parse).transpose()?,
         messages: r.int("last_seq")?,
+        summarized_seq: r.int("summarized_seq")?,
         created_at: r.ts("created_at")?,
         updated_at: r.ts("updated_at")?,
     })

@@ -18,6 +18,7 @@ pub(crate) mod memories;
 pub(crate) mod messages;
 pub(crate) mod rows;
 pub(crate) mod store;
+pub(crate) mod summaries;
 
 pub use store::SqlStore;
 
@@ -167,6 +168,8 @@ pub(crate) trait Backend: Send + Sync {
     fn memory_index(m: &Memory) -> (&'static str, &'static str, Vec<Arg<'static>>);
     /// The same for a new message.
     fn message_index(m: &Message) -> (&'static str, &'static str, Vec<Arg<'static>>);
+    /// The same for a new summary of this content.
+    fn summary_index(content: &str) -> (&'static str, &'static str, Vec<Arg<'static>>);
 }
 
 #[cfg(test)]

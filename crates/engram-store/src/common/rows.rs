@@ -7,7 +7,7 @@ use engram_core::error::Result;
 use engram_core::model::{
     Agent, AgentId, Category, ConversationId, EventKind, Importance, Job, JobKind, JobStatus,
     KeyRole, Kind, Memory, MemoryEvent, MemoryId, Message, MessageId, MessageRole, Source,
-    SourceKind, TenantId, UserId,
+    SourceKind, Summary, SummaryId, SummaryKind, TenantId, UserId,
 };
 use engram_core::store::ApiKey;
 use serde_json::Value;
@@ -101,6 +101,25 @@ pub(crate) fn message(r: &impl Columns) -> Result<Message> {
         metadata: r.json("metadata")?,
         created_at: r.ts("created_at")?,
         rating: r.int("rating")?,
+    })
+}
+
+pub(crate) fn summary(r: &impl Columns) -> Result<Summary> {
+    let created_at = r.ts("created_at")?;
+    Ok(Summary {
+        id: SummaryId(r.id("id")?),
+        tenant_id: TenantId::parse(r.text("tenant_id")?)?,
+        user_id: UserId::parse(r.text("user_id")?)?,
+        conversation_id: ConversationId::parse(r.opt_text("conversation_id")?.unwrap_or_default())?,
+        parent_id: r.opt_id("parent_id")?.map(SummaryId),
+        depth: r.int("depth")?,
+        kind: SummaryKind::parse(&r.text("kind")?)?,
+        content: r.text("content")?,
+        message_count: r.int("message_count")?,
+        earliest_at: r.opt_ts("earliest_at")?.unwrap_or(created_at),
+        latest_at: r.opt_ts("latest_at")?.unwrap_or(created_at),
+        model: r.opt_text("model")?,
+        created_at,
     })
 }
 

@@ -12,18 +12,19 @@ use async_trait::async_trait;
 use engram_core::error::Result;
 use engram_core::model::{
     Agent, AgentId, ConversationId, Job, JobKind, JobStatus, Memory, MemoryEvent, MemoryId,
-    Message, MessageId, TenantId, UserId,
+    Message, MessageId, Summary, SummaryId, TenantId, UserId,
 };
 use engram_core::store::prelude::*;
 use engram_core::store::{
     Activity, ApiKey, BackupRow, BackupScope, ContextSession, ConversationInfo, EraseCounts,
-    ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, RestoreState, StoreStats,
+    ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, NewSummary, RestoreState, StoreStats,
     TranscriptFilter,
 };
 use time::OffsetDateTime;
+use uuid::Uuid;
 
 use super::messages::Conversation;
-use super::{Arg, Backend, access, jobs, memories, messages};
+use super::{Arg, Backend, access, jobs, memories, messages, summaries};
 
 /// A store: one backend ([`crate::sqlite::SqliteDb`], [`crate::postgres::PgDb`]) under the
 /// whole store contract. Its backend's own methods (opening, operators' tuning) are reached
@@ -49,8 +50,36 @@ pub(crate) struct Ranked<'a, S, Q: ?Sized> {
     pub k: usize,
 }
 
-/// A user's messages in a time window, compared only with vectors of the model (the id).
-pub(crate) type MessageScope<'a> = (&'a TranscriptFilter, &'a str);
+/// The two transcript tables, searched the same way: messages and the summaries of the DAG.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transcript {
+    Messages,
+    Summaries,
+}
+
+impl Transcript {
+    pub(crate) fn table(self) -> &'static str {
+        match self {
+            Transcript::Messages => "messages",
+            Transcript::Summaries => "summaries",
+        }
+    }
+
+    /// The columns of a row's span in time: a message is an instant (`created_at`), a summary
+    /// the span of the messages it covers. A row is in a window `since..until` when its span
+    /// overlaps it: `end >= since AND start < until`.
+    pub(crate) fn span(self) -> (&'static str, &'static str) {
+        match self {
+            Transcript::Messages => ("created_at", "created_at"),
+            Transcript::Summaries => ("earliest_at", "latest_at"),
+        }
+    }
+}
+
+/// A user's rows of one transcript table in a time window.
+pub(crate) type TranscriptScope<'a> = (&'a TranscriptFilter, Transcript);
+/// The same, compared only with vectors of the model (the id).
+pub(crate) type VectorScope<'a> = (&'a TranscriptFilter, Transcript, &'a str);
 
 /// A page of memories: `filter`, after `cursor`, in `order` (`ORDER BY …`), at most `limit`.
 pub(crate) struct Select<'a> {
@@ -74,22 +103,23 @@ pub(crate) trait Native: Backend + Sized + 'static {
     async fn search_vectors(&self, q: Ranked<'_, &MemoryFilter, [f32]>) -> Hits<MemoryId, f32>;
     /// Memories by keywords ([`MemoryStore::text_search`]).
     async fn search_text(&self, q: Ranked<'_, &MemoryFilter, str>) -> Hits<MemoryId, f64>;
-    /// A user's messages by keywords.
-    async fn search_message_text(
+    /// A user's messages or summaries by keywords.
+    async fn search_transcript_text(
         &self,
-        q: Ranked<'_, &TranscriptFilter, str>,
-    ) -> Hits<MessageId, f64>;
-    /// A user's messages by vector.
-    async fn search_message_vectors(
+        q: Ranked<'_, TranscriptScope<'_>, str>,
+    ) -> Hits<Uuid, f64>;
+    /// A user's messages or summaries by vector.
+    async fn search_transcript_vectors(
         &self,
-        q: Ranked<'_, MessageScope<'_>, [f32]>,
-    ) -> Hits<MessageId, f32>;
-    /// Store message vectors of the model (the `&str`).
-    async fn store_message_vectors(
+        q: Ranked<'_, VectorScope<'_>, [f32]>,
+    ) -> Hits<Uuid, f32>;
+    /// Store vectors of the model (the `&str`) for messages or summaries.
+    async fn store_transcript_vectors(
         &self,
         t: &TenantId,
+        table: Transcript,
         m: &str,
-        rows: Vectors<MessageId>,
+        rows: Vectors<Uuid>,
     ) -> Result<()>;
     /// Fill an empty message ([`MessageStore::set_message_content`]).
     async fn fill_message(&self, tenant: &TenantId, id: MessageId, text: &str) -> Result<bool>;
@@ -328,7 +358,9 @@ impl<D: Native> MessageStore for SqlStore<D> {
         query: &str,
         k: usize,
     ) -> Result<Vec<(MessageId, f64)>> {
-        self.0.search_message_text(Ranked { tenant, scope: filter, query, k }).await
+        let scope = (filter, Transcript::Messages);
+        let hits = self.0.search_transcript_text(Ranked { tenant, scope, query, k }).await?;
+        Ok(hits.into_iter().map(|(id, s)| (MessageId(id), s)).collect())
     }
 
     async fn messages_needing_vectors(
@@ -356,7 +388,8 @@ impl<D: Native> MessageStore for SqlStore<D> {
         model_id: &str,
         rows: Vec<(MessageId, Vec<f32>)>,
     ) -> Result<()> {
-        self.0.store_message_vectors(tenant, model_id, rows).await
+        let rows = rows.into_iter().map(|(id, v)| (id.0, v)).collect();
+        self.0.store_transcript_vectors(tenant, Transcript::Messages, model_id, rows).await
     }
 
     async fn vector_search_messages(
@@ -367,7 +400,9 @@ impl<D: Native> MessageStore for SqlStore<D> {
         query: &[f32],
         k: usize,
     ) -> Result<Vec<(MessageId, f32)>> {
-        self.0.search_message_vectors(Ranked { tenant, scope: (filter, model_id), query, k }).await
+        let scope = (filter, Transcript::Messages, model_id);
+        let hits = self.0.search_transcript_vectors(Ranked { tenant, scope, query, k }).await?;
+        Ok(hits.into_iter().map(|(id, s)| (MessageId(id), s)).collect())
     }
 
     async fn conversation_messages(
@@ -422,6 +457,79 @@ impl<D: Native> MessageStore for SqlStore<D> {
         content: &str,
     ) -> Result<bool> {
         self.0.fill_message(tenant, id, content).await
+    }
+}
+
+#[async_trait]
+impl<D: Native> SummaryStore for SqlStore<D> {
+    async fn insert_summary(&self, tenant: &TenantId, new: NewSummary) -> Result<bool> {
+        summaries::insert(&self.0, tenant, &new).await
+    }
+
+    async fn get_summary(&self, tenant: &TenantId, id: SummaryId) -> Result<Option<Summary>> {
+        summaries::get(&self.0, tenant, id).await
+    }
+
+    async fn get_summaries(&self, tenant: &TenantId, ids: &[SummaryId]) -> Result<Vec<Summary>> {
+        summaries::get_many(&self.0, tenant, ids).await
+    }
+
+    async fn summary_sources(&self, tenant: &TenantId, id: SummaryId) -> Result<Vec<Uuid>> {
+        summaries::sources(&self.0, tenant, id).await
+    }
+
+    async fn conversation_summaries(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        depth: Option<i64>,
+        unparented: bool,
+    ) -> Result<Vec<Summary>> {
+        summaries::of_conversation(&self.0, tenant, conversation, depth, unparented).await
+    }
+
+    async fn text_search_summaries(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<(SummaryId, f64)>> {
+        let scope = (filter, Transcript::Summaries);
+        let hits = self.0.search_transcript_text(Ranked { tenant, scope, query, k }).await?;
+        Ok(hits.into_iter().map(|(id, s)| (SummaryId(id), s)).collect())
+    }
+
+    async fn vector_search_summaries(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        model_id: &str,
+        query: &[f32],
+        k: usize,
+    ) -> Result<Vec<(SummaryId, f32)>> {
+        let scope = (filter, Transcript::Summaries, model_id);
+        let hits = self.0.search_transcript_vectors(Ranked { tenant, scope, query, k }).await?;
+        Ok(hits.into_iter().map(|(id, s)| (SummaryId(id), s)).collect())
+    }
+
+    async fn summaries_needing_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        limit: usize,
+    ) -> Result<Vec<(SummaryId, String)>> {
+        summaries::needing_vectors(&self.0, tenant, model_id, limit).await
+    }
+
+    async fn set_summary_vectors(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        rows: Vec<(SummaryId, Vec<f32>)>,
+    ) -> Result<()> {
+        let rows = rows.into_iter().map(|(id, v)| (id.0, v)).collect();
+        self.0.store_transcript_vectors(tenant, Transcript::Summaries, model_id, rows).await
     }
 }
 

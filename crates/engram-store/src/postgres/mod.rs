@@ -67,6 +67,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::common::memories::rating_condition;
+use crate::common::store::Transcript;
 use crate::common::{self, Arg, Backend, SqlStore};
 use crate::fault::is_unique_violation;
 pub use crate::fault::postgres as db;
@@ -176,6 +177,10 @@ impl Backend for PgDb {
     fn message_index(m: &Message) -> (&'static str, &'static str, Vec<Arg<'static>>) {
         let text = index_text(&[&m.content, m.tool_name.as_deref().unwrap_or("")]);
         (", fts_text", ", ?", vec![Arg::Owned(text)])
+    }
+
+    fn summary_index(content: &str) -> (&'static str, &'static str, Vec<Arg<'static>>) {
+        (", fts_text", ", ?", vec![Arg::Owned(index_text(&[content]))])
     }
 }
 
@@ -522,13 +527,19 @@ async fn check_server(pool: &PgPool, target: &str) -> Result<()> {
 /// Append the WHERE conditions of a memory filter (the query already has `WHERE tenant_id =
 /// …`); `p` qualifies the columns (e.g. `"m."`).
 /// ` AND <p>user_id = … [AND <p>created_at >= since] [AND <p>created_at < until]`.
-pub(crate) fn push_window(q: &mut QueryBuilder<Postgres>, f: &TranscriptFilter, p: &str) {
+pub(crate) fn push_window(
+    q: &mut QueryBuilder<Postgres>,
+    f: &TranscriptFilter,
+    t: Transcript,
+    p: &str,
+) {
+    let (start, end) = t.span();
     q.push(format!(" AND {p}user_id = ")).push_bind(f.user.as_str().to_string());
-    if let Some(t) = f.since {
-        q.push(format!(" AND {p}created_at >= ")).push_bind(t);
+    if let Some(at) = f.since {
+        q.push(format!(" AND {p}{end} >= ")).push_bind(at);
     }
-    if let Some(t) = f.until {
-        q.push(format!(" AND {p}created_at < ")).push_bind(t);
+    if let Some(at) = f.until {
+        q.push(format!(" AND {p}{start} < ")).push_bind(at);
     }
 }
 

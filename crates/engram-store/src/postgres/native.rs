@@ -5,7 +5,9 @@
 //! describes.
 
 use super::*;
-use crate::common::store::{Hits, MessageScope, Native, Ranked, Select, Sink, Vectors, Versions};
+use crate::common::store::{
+    Hits, Native, Ranked, Select, Sink, Transcript, TranscriptScope, VectorScope, Vectors, Versions,
+};
 
 #[async_trait]
 impl Native for PgDb {
@@ -44,57 +46,60 @@ impl Native for PgDb {
         self.text_search_impl(scope, q.query, q.k, MemoryId).await
     }
 
-    async fn search_message_text(
+    async fn search_transcript_text(
         &self,
-        q: Ranked<'_, &TranscriptFilter, str>,
-    ) -> Hits<MessageId, f64> {
-        let scope = search::TextScope::Messages(q.tenant, q.scope);
-        self.text_search_impl(scope, q.query, q.k, MessageId).await
+        q: Ranked<'_, TranscriptScope<'_>, str>,
+    ) -> Hits<Uuid, f64> {
+        let scope = search::TextScope::Transcript(q.tenant, q.scope.0, q.scope.1);
+        self.text_search_impl(scope, q.query, q.k, |id| id).await
     }
 
-    async fn search_message_vectors(
+    async fn search_transcript_vectors(
         &self,
-        q: Ranked<'_, MessageScope<'_>, [f32]>,
-    ) -> Hits<MessageId, f32> {
-        let ((filter, model), query) = (q.scope, q.query);
-        // Exact: a user's messages are ranked in full (no index on this column), and only
+        q: Ranked<'_, VectorScope<'_>, [f32]>,
+    ) -> Hits<Uuid, f32> {
+        let ((filter, table, model), query) = (q.scope, q.query);
+        // Exact: a user's rows are ranked in full (no index on this column), and only
         // vectors of the query's model and dimension are compared.
         let qv = pgvector::Vector::from(query.to_vec());
         let mut b = QueryBuilder::<Postgres>::new("SELECT id, -(embedding <#> ");
-        b.push_bind(qv.clone()).push(") AS sim FROM messages WHERE tenant_id = ");
+        b.push_bind(qv.clone()).push(format!(") AS sim FROM {} WHERE tenant_id = ", table.table()));
         b.push_bind(q.tenant.as_str().to_string());
-        super::push_window(&mut b, filter, "");
+        super::push_window(&mut b, filter, table, "");
         b.push(" AND embedding_model = ").push_bind(model.to_string());
         b.push(" AND vector_dims(embedding) = ").push_bind(query.len() as i32);
         b.push(" ORDER BY embedding <#> ").push_bind(qv).push(", id LIMIT ").push_bind(q.k as i64);
         let rows = b.build().fetch_all(&self.pool).await.map_err(db)?;
-        rows.iter().map(|r| Ok((MessageId(col(r, "id")?), col::<f64>(r, "sim")? as f32))).collect()
+        rows.iter().map(|r| Ok((col(r, "id")?, col::<f64>(r, "sim")? as f32))).collect()
     }
 
-    async fn store_message_vectors(
+    async fn store_transcript_vectors(
         &self,
         tenant: &TenantId,
+        table: Transcript,
         model: &str,
-        rows: Vectors<MessageId>,
+        rows: Vectors<Uuid>,
     ) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
-        let ids: Vec<Uuid> = rows.iter().map(|r| r.0.0).collect();
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
         let vectors: Vec<pgvector::Vector> =
             rows.into_iter().map(|r| pgvector::Vector::from(r.1)).collect();
-        sqlx::query(
-            "UPDATE messages m SET embedding = v.embedding, embedding_model = $2 \
+        let sql = format!(
+            "UPDATE {} m SET embedding = v.embedding, embedding_model = $2 \
              FROM unnest($3::uuid[], $4::vector[]) AS v(id, embedding) \
              WHERE m.tenant_id = $1 AND m.id = v.id",
-        )
-        .bind(tenant.as_str())
-        .bind(model)
-        .bind(&ids)
-        .bind(&vectors)
-        .execute(&self.pool)
-        .await
-        .map_err(db)?;
+            table.table()
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant.as_str())
+            .bind(model)
+            .bind(&ids)
+            .bind(&vectors)
+            .execute(&self.pool)
+            .await
+            .map_err(db)?;
         Ok(())
     }
 

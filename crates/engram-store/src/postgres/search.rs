@@ -141,7 +141,7 @@ use uuid::Uuid;
 use super::rows::col;
 use super::{PgDb, db, push_filter};
 use crate::common::memories::{embedding_space as space, same_space};
-use crate::common::store::Ranked;
+use crate::common::store::{Ranked, Transcript};
 use crate::text::{fold_diacritics, match_term, query_terms};
 
 /// Scopes with at most this many active vectors are searched exactly (see the module docs).
@@ -341,18 +341,18 @@ fn covering_index_ddl(dims: usize) -> Option<String> {
 }
 
 /// Where a text search looks.
-pub enum TextScope<'a> {
+pub(crate) enum TextScope<'a> {
     /// Memories of a tenant admitted by a filter.
     Memories(&'a TenantId, &'a MemoryFilter),
-    /// Messages of one user in a time window.
-    Messages(&'a TenantId, &'a TranscriptFilter),
+    /// Messages or summaries of one user in a time window.
+    Transcript(&'a TenantId, &'a TranscriptFilter, Transcript),
 }
 
 impl TextScope<'_> {
     fn table(&self) -> &'static str {
         match self {
             TextScope::Memories(..) => "memories",
-            TextScope::Messages(..) => "messages",
+            TextScope::Transcript(_, _, t) => t.table(),
         }
     }
 
@@ -361,7 +361,7 @@ impl TextScope<'_> {
     fn corpus(&self) -> (&TenantId, Option<&UserId>) {
         match self {
             TextScope::Memories(t, f) => (*t, f.user_id.as_ref()),
-            TextScope::Messages(t, f) => (*t, Some(&f.user)),
+            TextScope::Transcript(t, f, _) => (*t, Some(&f.user)),
         }
     }
 
@@ -381,9 +381,9 @@ impl TextScope<'_> {
                 q.push(format!("{p}tenant_id = ")).push_bind(t.as_str().to_string());
                 push_filter(q, f, now, p);
             }
-            TextScope::Messages(t, f) => {
+            TextScope::Transcript(t, f, table) => {
                 q.push(format!("{p}tenant_id = ")).push_bind(t.as_str().to_string());
-                super::push_window(q, f, p);
+                super::push_window(q, f, *table, p);
             }
         }
     }
@@ -760,8 +760,10 @@ impl PgDb {
                          AS avgdl FROM memories WHERE ",
                     );
                 }
-                TextScope::Messages(..) => {
-                    q.push("coalesce(avg(length(fts)), 0)::float8 AS avgdl FROM messages WHERE ");
+                TextScope::Transcript(..) => {
+                    q.push(format!(
+                        "coalesce(avg(length(fts)), 0)::float8 AS avgdl FROM {table} WHERE "
+                    ));
                 }
             }
             scope.push_corpus(&mut q, "");

@@ -33,6 +33,7 @@ use time::OffsetDateTime;
 use crate::common::memories::MEMORY_COLS;
 use crate::common::memories::rating_condition;
 use crate::common::rows::Columns;
+use crate::common::store::Transcript;
 use crate::common::{self, Arg, Backend, SqlStore};
 pub use crate::fault::sqlite as db;
 use crate::tables::{blob_to_vec, vec_to_blob};
@@ -159,6 +160,10 @@ impl Backend for SqliteDb {
 
     fn message_index(_: &Message) -> (&'static str, &'static str, Vec<Arg<'static>>) {
         ("", "", vec![])
+    }
+
+    fn summary_index(_: &str) -> (&'static str, &'static str, Vec<Arg<'static>>) {
+        ("", "", vec![]) // FTS5 follows by trigger
     }
 }
 
@@ -296,7 +301,8 @@ impl SqliteDb {
         self.write.begin_with("BEGIN IMMEDIATE").await.map_err(db)
     }
 
-    /// BM25 keyword search in `table` (`memories` or `messages`, through its FTS5 index):
+    /// BM25 keyword search in `table` (`memories`, `messages` or `summaries`, through its FTS5
+    /// index):
     /// the ids (made by `id`) of the best `k` rows of `tenant` that `narrow` keeps (it
     /// appends conditions on the row, `m`), best first, each with the share of the query's
     /// keyword weight it holds ([`QueryWeights::coverage`]).
@@ -309,7 +315,11 @@ impl SqliteDb {
         narrow: impl FnOnce(&mut QueryBuilder<Sqlite>),
         id: fn(uuid::Uuid) -> I,
     ) -> Result<Vec<(I, f64)>> {
-        let vocab = if table == "memories" { "memories_fts_vocab" } else { "messages_fts_vocab" };
+        let vocab = match table {
+            "memories" => "memories_fts_vocab",
+            "messages" => "messages_fts_vocab",
+            _ => "summaries_fts_vocab",
+        };
         let Some((fq, weights)) = self.informative_query(query, vocab, table).await? else {
             return Ok(vec![]);
         };
@@ -473,13 +483,14 @@ impl SqliteDb {
 
 /// Append the WHERE conditions of a memory filter (the query already has `WHERE tenant_id = ?`).
 /// ` AND <p>user_id = … [AND <p>created_at >= since] [AND <p>created_at < until]`.
-fn push_window(q: &mut QueryBuilder<Sqlite>, f: &TranscriptFilter, p: &str) {
+fn push_window(q: &mut QueryBuilder<Sqlite>, f: &TranscriptFilter, t: Transcript, p: &str) {
+    let (start, end) = t.span();
     q.push(format!(" AND {p}user_id = ")).push_bind(f.user.as_str().to_string());
-    if let Some(t) = f.since {
-        q.push(format!(" AND {p}created_at >= ")).push_bind(ts(t));
+    if let Some(at) = f.since {
+        q.push(format!(" AND {p}{end} >= ")).push_bind(ts(at));
     }
-    if let Some(t) = f.until {
-        q.push(format!(" AND {p}created_at < ")).push_bind(ts(t));
+    if let Some(at) = f.until {
+        q.push(format!(" AND {p}{start} < ")).push_bind(ts(at));
     }
 }
 

@@ -4,7 +4,10 @@
 //! on the one writer connection, and a claim is one `UPDATE … RETURNING`.
 
 use super::*;
-use crate::common::store::{Hits, MessageScope, Native, Ranked, Select, Sink, Vectors, Versions};
+use crate::common::store::{
+    Hits, Native, Ranked, Select, Sink, Transcript, TranscriptScope, VectorScope, Vectors, Versions,
+};
+use uuid::Uuid;
 
 #[async_trait]
 impl Native for SqliteDb {
@@ -51,24 +54,26 @@ impl Native for SqliteDb {
         self.fts_search("memories", q.tenant, q.query, q.k, narrow, MemoryId).await
     }
 
-    async fn search_message_text(
+    async fn search_transcript_text(
         &self,
-        q: Ranked<'_, &TranscriptFilter, str>,
-    ) -> Hits<MessageId, f64> {
-        let narrow = |b: &mut QueryBuilder<Sqlite>| push_window(b, q.scope, "m.");
-        self.fts_search("messages", q.tenant, q.query, q.k, narrow, MessageId).await
+        q: Ranked<'_, TranscriptScope<'_>, str>,
+    ) -> Hits<Uuid, f64> {
+        let (filter, table) = q.scope;
+        let narrow = |b: &mut QueryBuilder<Sqlite>| push_window(b, filter, table, "m.");
+        self.fts_search(table.table(), q.tenant, q.query, q.k, narrow, |id| id).await
     }
 
-    async fn search_message_vectors(
+    async fn search_transcript_vectors(
         &self,
-        q: Ranked<'_, MessageScope<'_>, [f32]>,
-    ) -> Hits<MessageId, f32> {
-        let ((filter, model), query) = (q.scope, q.query);
-        let mut b = QueryBuilder::<Sqlite>::new(
-            "SELECT m.id AS id, m.embedding AS embedding FROM messages m WHERE m.tenant_id = ",
-        );
+        q: Ranked<'_, VectorScope<'_>, [f32]>,
+    ) -> Hits<Uuid, f32> {
+        let ((filter, table, model), query) = (q.scope, q.query);
+        let mut b = QueryBuilder::<Sqlite>::new(format!(
+            "SELECT m.id AS id, m.embedding AS embedding FROM {} m WHERE m.tenant_id = ",
+            table.table()
+        ));
         b.push_bind(q.tenant.as_str().to_string());
-        push_window(&mut b, filter, "m.");
+        push_window(&mut b, filter, table, "m.");
         b.push(" AND m.embedding IS NOT NULL AND m.embedding_model = ")
             .push_bind(model.to_string());
         let rows = b.build().fetch_all(&self.read).await.map_err(db)?;
@@ -83,27 +88,37 @@ impl Native for SqliteDb {
         }
         scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         scored.truncate(q.k);
-        scored.into_iter().map(|(s, id)| Ok((MessageId::parse(&id)?, s))).collect()
+        scored
+            .into_iter()
+            .map(|(s, id)| {
+                Uuid::parse_str(&id)
+                    .map(|u| (u, s))
+                    .map_err(|_| Error::internal(format!("row id '{id}' is not a UUID")))
+            })
+            .collect()
     }
 
-    async fn store_message_vectors(
+    async fn store_transcript_vectors(
         &self,
         tenant: &TenantId,
+        table: Transcript,
         model: &str,
-        rows: Vectors<MessageId>,
+        rows: Vectors<Uuid>,
     ) -> Result<()> {
+        let sql = format!(
+            "UPDATE {} SET embedding = ?, embedding_model = ? WHERE tenant_id = ? AND id = ?",
+            table.table()
+        );
         let mut tx = self.begin().await?;
         for (id, v) in rows {
-            sqlx::query(
-                "UPDATE messages SET embedding = ?, embedding_model = ? WHERE tenant_id = ? AND id = ?",
-            )
-            .bind(vec_to_blob(&v))
-            .bind(model)
-            .bind(tenant.as_str())
-            .bind(id.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
+            sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(vec_to_blob(&v))
+                .bind(model)
+                .bind(tenant.as_str())
+                .bind(id.to_string())
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
         }
         tx.commit().await.map_err(db)
     }

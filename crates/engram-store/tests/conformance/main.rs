@@ -17,6 +17,7 @@ mod memories;
 mod message_vectors;
 mod pg_only;
 mod search;
+mod summaries;
 mod tls;
 mod unavailable;
 
@@ -88,6 +89,8 @@ conformance! {
         message_vectors::message_vectors_erased_with_the_user,
         message_vectors::message_search_time_window,
         erase::erase_user_removes_only_that_user,
+        summaries::summaries_are_written_once_under_their_claim,
+        summaries::summaries_are_searched_reembedded_and_erased,
         jobs::enqueue_dedup_and_claim_order,
         jobs::lease_expiry_reclaims,
         jobs::lock_key_is_exclusive,

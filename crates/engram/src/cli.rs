@@ -301,7 +301,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let hits = engine.search(&admin(&out.tenant)?, input).await.map_err(err)?;
             let results: Vec<SearchResultDto> =
-                hits.iter().map(|h| SearchResultDto::from_hit(h, explain)).collect();
+                hits.iter().map(|h| SearchResultDto::from_hit(h, explain, false)).collect();
             if out.json {
                 return print_json(&serde_json::json!({ "results": results }));
             }

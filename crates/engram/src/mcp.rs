@@ -37,6 +37,7 @@
 
 use engram_core::engine::{
     ContextInput, Engine, ListInput, RelateInput, RememberInput, SearchInput, SearchMode,
+    SearchSource,
 };
 use engram_core::model::{
     AgentId, Category, ConversationId, Importance, Kind, MemoryId, Principal, UserId,
@@ -160,6 +161,11 @@ pub struct RememberArgs {
 /// What `recall` says when no fact is relevant to the query.
 const NOTHING_KNOWN: &str = "Nothing relevant is known about this: no remembered fact matches \
      the query by keyword or by meaning.";
+/// What `memory_search` searches when no `sources` are named (seed 004: one search over
+/// everything kept).
+const MEMORY_SEARCH_SOURCES: [SearchSource; 3] =
+    [SearchSource::Memories, SearchSource::Messages, SearchSource::Summaries];
+
 /// What `memory_search` says when nothing is relevant.
 const NOTHING_FOUND: &str = "Nothing relevant found: no memory or past message matches the \
      query by keyword or by meaning.";
@@ -257,8 +263,12 @@ pub struct SearchArgs {
     pub user_id: String,
     /// Search within this agent's memory.
     pub agent_id: Option<String>,
-    /// `memories` (default) and/or `messages` (past conversation messages).
+    /// `memories`, `messages` (past conversation messages) and/or `summaries` (summaries of
+    /// older stretches of conversations); all three by default.
     pub sources: Option<Vec<String>>,
+    /// Show each summary found with its source messages that best match the query (default
+    /// true).
+    pub expand: Option<bool>,
     /// Only these categories.
     pub categories: Option<Vec<String>>,
     /// Only these kinds (`knowledge`, `profile`, `shared`).
@@ -383,7 +393,7 @@ impl McpServer {
         };
         let hits = self.engine.search(p, input).await?;
         let results: Vec<SearchResultDto> =
-            hits.iter().map(|h| SearchResultDto::from_hit(h, false)).collect();
+            hits.iter().map(|h| SearchResultDto::from_hit(h, false, false)).collect();
         let lines: Vec<String> =
             results.iter().filter_map(|r| r.memory.as_ref()).map(fact_line).collect();
         let text = if lines.is_empty() { NOTHING_KNOWN.to_string() } else { lines.join("\n") };
@@ -440,7 +450,7 @@ impl McpServer {
                 let (m, hits) =
                     self.engine.related(p, MemoryId::parse(id)?, a.limit.unwrap_or(5)).await?;
                 let related: Vec<SearchResultDto> =
-                    hits.iter().map(|h| SearchResultDto::from_hit(h, false)).collect();
+                    hits.iter().map(|h| SearchResultDto::from_hit(h, false, false)).collect();
                 Ok(Outcome::json(json!({ "memory": MemoryDto::from(&m), "related": related })))
             }
             (None, true) => {
@@ -459,8 +469,9 @@ impl McpServer {
     }
 
     async fn memory_search(&self, p: &Principal, a: SearchArgs) -> Result<Outcome> {
-        let sources = dto::sources(a.sources)?;
+        let sources = dto::sources(a.sources, &MEMORY_SEARCH_SOURCES)?;
         let explain = a.explain.unwrap_or(false);
+        let expand = a.expand.unwrap_or(true);
         let (since, until) = dto::window(a.since.as_deref(), a.until.as_deref())?;
         let input = SearchInput {
             query: a.query,
@@ -478,10 +489,11 @@ impl McpServer {
             source_conversation: None,
             rating: None,
             min_score: a.min_score,
+            expand,
         };
         let hits = self.engine.search(p, input).await?;
         let results: Vec<SearchResultDto> =
-            hits.iter().map(|h| SearchResultDto::from_hit(h, explain)).collect();
+            hits.iter().map(|h| SearchResultDto::from_hit(h, explain, expand)).collect();
         if results.is_empty() {
             return Ok(Outcome {
                 value: json!({ "results": [], "note": NOTHING_FOUND }),

@@ -553,6 +553,8 @@ pub fn dia_id(h: &Hit) -> Option<String> {
         Hit::Message { message, .. } => {
             message.metadata.get("dia_id")?.as_str().map(str::to_string)
         }
+        // The bench ingests no LLM summaries: a summary carries no turn.
+        Hit::Summary { .. } => None,
     }
 }
 

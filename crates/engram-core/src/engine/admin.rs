@@ -2,7 +2,7 @@
 //! and the tenant's own job queue (the web UI's health page).
 
 use crate::error::{Error, Result};
-use crate::model::{Agent, AgentId, Job, JobStatus, KeyRole, Principal, UserId};
+use crate::model::{Agent, AgentId, ConversationId, Job, JobStatus, KeyRole, Principal, UserId};
 use crate::pipeline::policy::MemoryPolicy;
 use crate::store::{Activity, EraseCounts};
 
@@ -75,12 +75,21 @@ impl Engine {
         self.authorize_user_admin(p, user)?;
         let (memories, events) = self.svc.store.user_memories(&p.tenant, user).await?;
         let messages = self.svc.store.user_messages(&p.tenant, user).await?;
+        let mut conversations: Vec<&ConversationId> =
+            messages.iter().map(|m| &m.conversation_id).collect();
+        conversations.dedup();
+        let mut summaries = Vec::new();
+        for c in conversations {
+            summaries
+                .extend(self.svc.store.conversation_summaries(&p.tenant, c, None, false).await?);
+        }
         Ok(UserExport {
             tenant_id: p.tenant.clone(),
             user_id: user.clone(),
             memories,
             events,
             messages,
+            summaries,
         })
     }
 

@@ -87,7 +87,7 @@ impl Engine {
                 .enumerate()
                 .filter_map(|(i, h)| match h {
                     Hit::Memory { memory, .. } => Some((memory.id, i)),
-                    Hit::Message { .. } => None,
+                    Hit::Message { .. } | Hit::Summary { .. } => None,
                 })
                 .collect();
             if input.min_score.is_some() {

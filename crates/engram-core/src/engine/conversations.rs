@@ -8,6 +8,7 @@ use crate::model::{
     Agent, AgentId, ConversationId, EventKind, Job, KeyRole, MemoryId, Message, MessageId,
     MessageRole, Principal, TenantId, UserId, default_pool,
 };
+use crate::pipeline::compact::LEAF_MESSAGES;
 use crate::pipeline::cursor::resume_index;
 use crate::pipeline::policy::{ExtractionMode, MemoryPolicy};
 use crate::store::ConversationInfo;
@@ -109,7 +110,8 @@ impl Engine {
         }
         let jobs = self.append_jobs(&v.tenant, &user, &conversation, &rows);
         let stored = self.svc.store.append_messages_with_jobs(&v.tenant, rows, &jobs).await?;
-        self.after_append(&v.tenant, &user, v.settings.as_ref(), &conversation).await?;
+        let seqs = stored.first().map(|f| f.seq).zip(stored.last().map(|l| l.seq));
+        self.after_append(&v.tenant, &user, v.settings.as_ref(), &conversation, seqs).await?;
         Ok(stored)
     }
 
@@ -133,15 +135,19 @@ impl Engine {
         jobs
     }
 
-    /// Enqueue the extraction an append may call for (never runs it here). Unlike the jobs
-    /// of [`Self::append_jobs`] it is decided after the append; if the process dies in
-    /// between, the conversation's next append decides again.
+    /// Enqueue the extraction an append may call for (never runs it here), or, when none is
+    /// due, the compaction: extraction enqueues it when it is done, and an agent that does
+    /// not extract after every turn gets one each time its conversation passes the threshold
+    /// by another leaf's worth of messages (`seqs`: the first and last appended). Unlike the
+    /// jobs of [`Self::append_jobs`] these are decided after the append; if the process dies
+    /// in between, the conversation's next append decides again.
     pub(super) async fn after_append(
         &self,
         tenant: &TenantId,
         user: &UserId,
         writer: Option<&Agent>,
         conversation: &ConversationId,
+        seqs: Option<(i64, i64)>,
     ) -> Result<()> {
         if self.svc.llm.is_none() {
             return Ok(());
@@ -159,6 +165,10 @@ impl Engine {
         };
         if due {
             self.enqueue_extraction(tenant, user, conversation).await?;
+        } else if let Some((first, last)) = seqs
+            && compaction_due(first, last, policy.compaction_threshold)
+        {
+            self.svc.enqueue_compaction(tenant, user, conversation).await?;
         }
         Ok(())
     }
@@ -282,7 +292,9 @@ impl Engine {
         }
         let (rolling_summary, summarized_user_turns) =
             self.svc.store.rolling_summary(&p.tenant, conversation).await?;
-        Ok(ConversationView { info, rolling_summary, summarized_user_turns })
+        let summaries =
+            self.svc.store.conversation_summaries(&p.tenant, conversation, None, false).await?;
+        Ok(ConversationView { info, rolling_summary, summarized_user_turns, summaries })
     }
 
     /// Rate a reply; cascades the rating to every memory recalled for its turn.
@@ -346,4 +358,28 @@ impl Engine {
     }
 
     // ------------------------------------------------------------------ agents, users, stats
+}
+
+/// Did an append of messages `first..=last` take the conversation past `threshold` by another
+/// [`LEAF_MESSAGES`] (at `threshold + LEAF_MESSAGES`, `threshold + 2·LEAF_MESSAGES`, …)?
+fn compaction_due(first: i64, last: i64, threshold: i64) -> bool {
+    let leaf = LEAF_MESSAGES as i64;
+    let steps = |seq: i64| if seq < threshold { -1 } else { (seq - threshold).div_euclid(leaf) };
+    threshold > 0 && steps(last) >= 1 && steps(last) > steps(first - 1)
+}
+
+#[cfg(test)]
+mod compaction_tests {
+    use super::compaction_due;
+
+    #[test]
+    fn compaction_is_due_once_per_leaf_past_the_threshold() {
+        // Threshold 100, leaves of 20: due at 120, 140, … whichever append crosses them.
+        assert!(!compaction_due(1, 119, 100));
+        assert!(compaction_due(120, 120, 100));
+        assert!(!compaction_due(121, 139, 100));
+        assert!(compaction_due(110, 145, 100));
+        assert!(compaction_due(1, 500, 100));
+        assert!(!compaction_due(1, 500, 0), "0: compaction off");
+    }
 }

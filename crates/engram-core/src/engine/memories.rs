@@ -238,7 +238,7 @@ impl Engine {
             .into_iter()
             .filter_map(|h| match h {
                 super::Hit::Memory { memory, .. } => Some(memory),
-                super::Hit::Message { .. } => None,
+                super::Hit::Message { .. } | super::Hit::Summary { .. } => None,
             })
             .collect();
         Ok(MemoryPage { memories, next_cursor: None })

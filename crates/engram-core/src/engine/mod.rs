@@ -12,8 +12,8 @@
 //!
 //! A row the caller may not see is reported exactly like a row that does not exist.
 //!
-//! One file per group of operations (`remember`, `memories`, `search`, `context`,
-//! `conversations`, `admin`, `backup`, `reembed`); `scope` resolves who sees what.
+//! One file per group of operations (`remember`, `memories`, `search`, `summaries`,
+//! `context`, `conversations`, `admin`, `backup`, `reembed`); `scope` resolves who sees what.
 
 use std::sync::Arc;
 
@@ -36,6 +36,7 @@ mod relations;
 mod remember;
 mod scope;
 mod search;
+mod summaries;
 mod types;
 
 pub use crate::model::{actor_name, actor_name_system};

@@ -1,14 +1,41 @@
-//! Hybrid search over memories and messages: vector and keyword lists fused by RRF, then
-//! weighted by recency, importance and rating.
+//! Hybrid search over memories, messages and the summaries of the DAG: vector and keyword
+//! lists fused by RRF, then weighted by recency, importance and rating; summary hits
+//! expanded on request to their best source messages.
 
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
-use crate::model::{AgentId, MemoryId, Message, MessageId, Principal};
+use crate::model::{AgentId, MemoryId, Message, MessageId, Principal, Summary, SummaryId};
 use crate::retrieval::{self, Explain};
 use crate::store::TranscriptFilter;
 
+use super::scope::View;
 use super::{Engine, Hit, SearchInput, SearchMode, SearchSource, clamp_limit};
+
+/// Source messages an expanded summary hit shows at most.
+pub const EXPANDED_MESSAGES: usize = 3;
+
+/// The two ranked lists of a transcript search: the query, its vector (none in text mode),
+/// which lists to ask for, and how many candidates each returns.
+struct Lists<'a> {
+    query: &'a str,
+    vector: Option<&'a [f32]>,
+    mode: SearchMode,
+    k: usize,
+}
+
+fn finish_message(
+    message: Message,
+    mut e: Explain,
+    now: time::OffsetDateTime,
+    scale: crate::embed::SimilarityScale,
+) -> Hit {
+    e.importance = 5;
+    e.rating = message.rating;
+    e.days_since_access = retrieval::days_between(message.created_at, now);
+    let score = retrieval::finish(&mut e, scale);
+    Hit::Message { message, score, explain: e }
+}
 
 impl Engine {
     /// Hybrid search (vector + BM25, RRF k=60, then decay, importance and rating).
@@ -28,7 +55,7 @@ impl Engine {
         if input.sources.is_empty() {
             return Err(Error::invalid(
                 "sources",
-                "sources must name at least one of: memories, messages",
+                "sources must name at least one of: memories, messages, summaries",
             ));
         }
         let v = self.view(p, input.user_id.as_ref(), input.agent_id.as_ref(), true).await?;
@@ -88,75 +115,39 @@ impl Engine {
                 hits.push(Hit::Memory { memory: m, score, explain: e });
             }
         }
-        if input.sources.contains(&SearchSource::Messages) {
+        if input.sources.contains(&SearchSource::Messages)
+            || input.sources.contains(&SearchSource::Summaries)
+        {
             let user =
                 v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
             let window = TranscriptFilter { user, since: input.since, until: input.until };
-            // Messages are embedded in the background (pipeline::messages): one not embedded
-            // yet is found by its words only.
-            let vector = async {
-                match &qv {
-                    None => Ok(vec![]),
-                    Some(qv) => {
-                        let model = self.svc.embedder.model_id();
-                        self.svc
-                            .store
-                            .vector_search_messages(&v.tenant, &window, model, qv, n)
-                            .await
-                    }
+            let lists = Lists { query, vector: qv.as_deref(), mode: input.mode, k: n };
+            if input.sources.contains(&SearchSource::Messages) {
+                for (message, e) in self.message_hits(&v, &window, &lists).await? {
+                    hits.push(finish_message(message, e, now, scale));
                 }
-            };
-            let text = async {
-                if input.mode == SearchMode::VectorOnly {
-                    Ok(vec![])
-                } else {
-                    self.svc.store.text_search_messages(&v.tenant, &window, query, n).await
+            }
+            if input.sources.contains(&SearchSource::Summaries) {
+                for (summary, mut e) in self.summary_hits(&v, &window, &lists).await? {
+                    e.importance = 5;
+                    e.days_since_access = retrieval::days_between(summary.latest_at, now);
+                    let score = retrieval::finish(&mut e, scale);
+                    hits.push(Hit::Summary { summary, score, explain: e, expanded: vec![] });
                 }
-            };
-            let (vec_list, text_list) = tokio::try_join!(vector, text)?;
-            // One fusion, one load of the candidates, one read of their agents' settings:
-            // a fixed number of store calls whatever the number of candidates.
-            let fused = retrieval::fuse(&vec_list, &text_list);
-            let ids: Vec<MessageId> = fused.iter().map(|(id, _)| *id).collect();
-            let mut rows: HashMap<MessageId, Message> = self
-                .svc
-                .store
-                .get_messages(&v.tenant, &ids)
-                .await?
-                .into_iter()
-                .map(|m| (m.id, m))
-                .collect();
-            let pools = match &v.pool {
-                Some(_) => {
-                    let agents: Vec<AgentId> =
-                        rows.values().filter_map(|m| m.agent_id.clone()).collect();
-                    self.pools_of(&v.tenant, &agents).await?
-                }
-                None => HashMap::new(),
-            };
-            for (id, mut e) in fused {
-                let Some(msg) = rows.remove(&id) else { continue };
-                if let (Some(pool), Some(agent)) = (&v.pool, &msg.agent_id)
-                    && pools.get(agent) != Some(pool)
-                {
-                    continue;
-                }
-                e.importance = 5;
-                e.rating = msg.rating;
-                e.days_since_access = retrieval::days_between(msg.created_at, now);
-                let score = retrieval::finish(&mut e, scale);
-                hits.push(Hit::Message { message: msg, score, explain: e });
             }
         }
         hits.retain(|h| h.score() >= min_score);
         let by_relevance = self.svc.cfg.rank_by_relevance;
         hits.sort_by(|a, b| Hit::rank_cmp(a, b, by_relevance));
         hits.truncate(limit);
+        if input.expand {
+            self.expand(&v, query, qv.as_deref(), input.mode, &mut hits).await?;
+        }
         let ids: Vec<MemoryId> = hits
             .iter()
             .filter_map(|h| match h {
                 Hit::Memory { memory, .. } => Some(memory.id),
-                Hit::Message { .. } => None,
+                Hit::Message { .. } | Hit::Summary { .. } => None,
             })
             .collect();
         if !ids.is_empty() {
@@ -166,5 +157,187 @@ impl Engine {
             }
         }
         Ok(hits)
+    }
+}
+
+impl Engine {
+    /// A user's messages in the window, fused from both lists, loaded and checked against the
+    /// caller's pool; best first. A message not embedded yet (they are embedded in the
+    /// background, `pipeline::messages`) is found by its words only.
+    async fn message_hits(
+        &self,
+        v: &View,
+        window: &TranscriptFilter,
+        l: &Lists<'_>,
+    ) -> Result<Vec<(Message, Explain)>> {
+        let store = &self.svc.store;
+        let model = self.svc.embedder.model_id();
+        let vector = async {
+            match l.vector {
+                None => Ok(vec![]),
+                Some(qv) => store.vector_search_messages(&v.tenant, window, model, qv, l.k).await,
+            }
+        };
+        let text = async {
+            if l.mode == SearchMode::VectorOnly {
+                Ok(vec![])
+            } else {
+                store.text_search_messages(&v.tenant, window, l.query, l.k).await
+            }
+        };
+        let (vec_list, text_list) = tokio::try_join!(vector, text)?;
+        // One fusion, one load of the candidates, one read of their agents' settings: a
+        // fixed number of store calls whatever the number of candidates.
+        let fused = retrieval::fuse(&vec_list, &text_list);
+        let ids: Vec<MessageId> = fused.iter().map(|(id, _)| *id).collect();
+        let mut rows: HashMap<MessageId, Message> =
+            store.get_messages(&v.tenant, &ids).await?.into_iter().map(|m| (m.id, m)).collect();
+        let pools = match &v.pool {
+            Some(_) => {
+                let agents: Vec<AgentId> =
+                    rows.values().filter_map(|m| m.agent_id.clone()).collect();
+                self.pools_of(&v.tenant, &agents).await?
+            }
+            None => HashMap::new(),
+        };
+        let mut out = Vec::with_capacity(fused.len());
+        for (id, e) in fused {
+            let Some(msg) = rows.remove(&id) else { continue };
+            if let (Some(pool), Some(agent)) = (&v.pool, &msg.agent_id)
+                && pools.get(agent) != Some(pool)
+            {
+                continue;
+            }
+            out.push((msg, e));
+        }
+        Ok(out)
+    }
+
+    /// A user's summaries overlapping the window, fused from both lists, each checked
+    /// against the caller's pool through its conversation's agent; best first.
+    async fn summary_hits(
+        &self,
+        v: &View,
+        window: &TranscriptFilter,
+        l: &Lists<'_>,
+    ) -> Result<Vec<(Summary, Explain)>> {
+        let store = &self.svc.store;
+        let model = self.svc.embedder.model_id();
+        let vector = async {
+            match l.vector {
+                None => Ok(vec![]),
+                Some(qv) => store.vector_search_summaries(&v.tenant, window, model, qv, l.k).await,
+            }
+        };
+        let text = async {
+            if l.mode == SearchMode::VectorOnly {
+                Ok(vec![])
+            } else {
+                store.text_search_summaries(&v.tenant, window, l.query, l.k).await
+            }
+        };
+        let (vec_list, text_list) = tokio::try_join!(vector, text)?;
+        let fused = retrieval::fuse(&vec_list, &text_list);
+        let ids: Vec<SummaryId> = fused.iter().map(|(id, _)| *id).collect();
+        let mut rows: HashMap<SummaryId, Summary> =
+            store.get_summaries(&v.tenant, &ids).await?.into_iter().map(|s| (s.id, s)).collect();
+        // An agent key sees the summaries of the conversations it may read.
+        let mut readable: HashMap<crate::model::ConversationId, bool> = HashMap::new();
+        let mut out = Vec::with_capacity(fused.len());
+        for (id, e) in fused {
+            let Some(s) = rows.remove(&id) else { continue };
+            if v.pool.is_some() {
+                let ok = match readable.get(&s.conversation_id) {
+                    Some(ok) => *ok,
+                    None => {
+                        let ok = match store.get_conversation(&v.tenant, &s.conversation_id).await?
+                        {
+                            Some(c) => self.agent_sees(v, c.agent_id.as_ref()).await?,
+                            None => false,
+                        };
+                        readable.insert(s.conversation_id.clone(), ok);
+                        ok
+                    }
+                };
+                if !ok {
+                    continue;
+                }
+            }
+            out.push((s, e));
+        }
+        Ok(out)
+    }
+
+    /// Does the view's agent pool see a conversation written through `agent` (those written
+    /// without an agent are user-wide)?
+    async fn agent_sees(&self, v: &View, agent: Option<&AgentId>) -> Result<bool> {
+        match (&v.pool, agent) {
+            (Some(pool), Some(a)) => Ok(&self.pool_of(&v.tenant, a).await? == pool),
+            (None, _) | (Some(_), None) => Ok(true),
+        }
+    }
+
+    /// Every message a summary covers, through the levels below it, in order.
+    pub(super) async fn covered_messages(
+        &self,
+        tenant: &crate::model::TenantId,
+        summary: &Summary,
+    ) -> Result<Vec<MessageId>> {
+        let mut level = vec![summary.clone()];
+        loop {
+            let mut sources = Vec::new();
+            for s in &level {
+                sources.extend(self.svc.store.summary_sources(tenant, s.id).await?);
+            }
+            if level.iter().all(|s| s.depth == 0) {
+                return Ok(sources.into_iter().map(MessageId).collect());
+            }
+            let ids: Vec<SummaryId> = sources.into_iter().map(SummaryId).collect();
+            let mut children = self.svc.store.get_summaries(tenant, &ids).await?;
+            children.sort_by_key(|c| (c.earliest_at, c.id));
+            if children.is_empty() {
+                return Ok(vec![]);
+            }
+            level = children;
+        }
+    }
+
+    /// Expand each summary hit to its best source messages: the query's message search
+    /// within the summary's span, kept to the messages the summary covers.
+    async fn expand(
+        &self,
+        v: &View,
+        query: &str,
+        vector: Option<&[f32]>,
+        mode: SearchMode,
+        hits: &mut [Hit],
+    ) -> Result<()> {
+        let scale = self.svc.embedder.similarity_scale();
+        let now = crate::model::now();
+        for h in hits.iter_mut() {
+            let Hit::Summary { summary, expanded, .. } = h else { continue };
+            let covered: std::collections::HashSet<MessageId> =
+                self.covered_messages(&v.tenant, summary).await?.into_iter().collect();
+            let window = TranscriptFilter {
+                user: summary.user_id.clone(),
+                since: Some(summary.earliest_at),
+                until: Some(summary.latest_at + time::Duration::microseconds(1)),
+            };
+            let k = covered.len().max(EXPANDED_MESSAGES);
+            let lists = Lists { query, vector, mode, k };
+            for (message, e) in self.message_hits(v, &window, &lists).await? {
+                if covered.contains(&message.id)
+                    && let Hit::Message { message, score, .. } =
+                        finish_message(message, e, now, scale)
+                {
+                    expanded.push((message, score));
+                }
+            }
+            // The messages that hold what the query asks, first: by relevance (a message
+            // embedded with the one before it as context can outrank it in the fused order).
+            expanded.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.seq.cmp(&b.0.seq)));
+            expanded.truncate(EXPANDED_MESSAGES);
+        }
+        Ok(())
     }
 }

@@ -4,7 +4,7 @@ use time::OffsetDateTime;
 
 use crate::model::{
     AgentId, Category, ConversationId, Importance, Kind, Memory, MemoryEvent, MemoryId, Message,
-    MessageRole, SourceKind, TenantId, UserId,
+    MessageRole, SourceKind, Summary, TenantId, UserId,
 };
 use crate::pipeline::pii::PiiKind;
 use crate::retrieval::Explain;
@@ -72,6 +72,8 @@ pub struct EditInput {
 pub enum SearchSource {
     Memories,
     Messages,
+    /// The summaries of the DAG (`pipeline::compact`).
+    Summaries,
 }
 
 /// Hybrid search request.
@@ -97,6 +99,8 @@ pub struct SearchInput {
     /// Drop results whose score (relevance, 0 to 1) is under this; `None`: the default
     /// ([`crate::retrieval::DEFAULT_MIN_SCORE`], results with some support).
     pub min_score: Option<f64>,
+    /// Expand each summary hit to its best source messages ([`Hit::Summary::expanded`]).
+    pub expand: bool,
 }
 
 /// Which lists a search fuses.
@@ -126,6 +130,7 @@ impl Default for SearchInput {
             source_conversation: None,
             rating: None,
             min_score: None,
+            expand: false,
         }
     }
 }
@@ -133,14 +138,32 @@ impl Default for SearchInput {
 /// One search result.
 #[derive(Debug, Clone)]
 pub enum Hit {
-    Memory { memory: Memory, score: f64, explain: Explain },
-    Message { message: Message, score: f64, explain: Explain },
+    Memory {
+        memory: Memory,
+        score: f64,
+        explain: Explain,
+    },
+    Message {
+        message: Message,
+        score: f64,
+        explain: Explain,
+    },
+    Summary {
+        summary: Summary,
+        score: f64,
+        explain: Explain,
+        /// With `expand`: the summary's source messages (through every level below) that
+        /// best match the query, best first.
+        expanded: Vec<(Message, f64)>,
+    },
 }
 
 impl Hit {
     pub fn score(&self) -> f64 {
         match self {
-            Hit::Memory { score, .. } | Hit::Message { score, .. } => *score,
+            Hit::Memory { score, .. } | Hit::Message { score, .. } | Hit::Summary { score, .. } => {
+                *score
+            }
         }
     }
 
@@ -151,7 +174,9 @@ impl Hit {
     /// 0.682 by vector rank (memories; messages 0.737 vs 0.739, R@1 0.305 vs 0.293).
     pub fn explain(&self) -> &Explain {
         match self {
-            Hit::Memory { explain, .. } | Hit::Message { explain, .. } => explain,
+            Hit::Memory { explain, .. }
+            | Hit::Message { explain, .. }
+            | Hit::Summary { explain, .. } => explain,
         }
     }
 
@@ -165,6 +190,9 @@ impl Hit {
             }
             Hit::Message { message, explain, .. } => {
                 (explain.text_rank.unwrap_or(usize::MAX), message.id.0)
+            }
+            Hit::Summary { summary, explain, .. } => {
+                (explain.text_rank.unwrap_or(usize::MAX), summary.id.0)
             }
         };
         rank(b).total_cmp(&rank(a)).then_with(|| key(a).cmp(&key(b)))
@@ -225,6 +253,17 @@ pub struct ConversationView {
     pub rolling_summary: Option<String>,
     /// User turns the rolling summary covers.
     pub summarized_user_turns: i64,
+    /// The summary tree: every summary of the conversation, oldest first.
+    pub summaries: Vec<Summary>,
+}
+
+/// A summary of the DAG with what it covers: the summaries one level down (a branch, a
+/// root), or the messages (a leaf).
+#[derive(Debug, Clone)]
+pub struct SummaryView {
+    pub summary: Summary,
+    pub children: Vec<Summary>,
+    pub messages: Vec<Message>,
 }
 
 /// Everything stored about one user (GDPR portability).
@@ -235,6 +274,8 @@ pub struct UserExport {
     pub memories: Vec<Memory>,
     pub events: Vec<MemoryEvent>,
     pub messages: Vec<Message>,
+    /// The summaries of the user's conversations.
+    pub summaries: Vec<Summary>,
 }
 
 /// Outcome of an import.

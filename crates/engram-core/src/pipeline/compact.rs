@@ -175,7 +175,7 @@ struct Target<'a> {
 
 impl Services {
     /// Enqueue a compaction of a conversation (one pending per conversation).
-    pub(crate) async fn enqueue_compaction(
+    pub async fn enqueue_compaction(
         &self,
         tenant: &TenantId,
         user: &UserId,

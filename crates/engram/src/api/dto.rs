@@ -7,7 +7,7 @@
 use engram_core::engine::{ContextBlock, Decision, Hit, SearchSource};
 use engram_core::model::{
     Agent, AgentId, Category, ConversationId, EventKind, Importance, Kind, Memory, MemoryEvent,
-    MemoryId, Message, MessageId, Source, SourceKind, TenantId, UserId, micros,
+    MemoryId, Message, MessageId, Source, SourceKind, Summary, TenantId, UserId, micros,
 };
 use engram_core::retrieval::Explain;
 use engram_core::{Error, Result};
@@ -41,16 +41,18 @@ pub fn list<T>(v: Option<Vec<String>>, parse: fn(&str) -> Result<T>) -> Result<O
     v.map(|v| v.iter().map(|s| parse(s)).collect()).transpose()
 }
 
-/// The `sources` of a search: `memories` (the default) and/or `messages`.
-pub fn sources(v: Option<Vec<String>>) -> Result<Vec<SearchSource>> {
-    let Some(v) = v else { return Ok(vec![SearchSource::Memories]) };
+/// The `sources` of a search: `memories`, `messages` and/or `summaries` (`default` when none
+/// is named).
+pub fn sources(v: Option<Vec<String>>, default: &[SearchSource]) -> Result<Vec<SearchSource>> {
+    let Some(v) = v else { return Ok(default.to_vec()) };
     v.iter()
         .map(|s| match s.as_str() {
             "memories" => Ok(SearchSource::Memories),
             "messages" => Ok(SearchSource::Messages),
+            "summaries" => Ok(SearchSource::Summaries),
             other => Err(Error::invalid(
                 "sources",
-                format!("unknown source '{other}'; expected memories or messages"),
+                format!("unknown source '{other}'; expected memories, messages or summaries"),
             )),
         })
         .collect()
@@ -470,10 +472,61 @@ impl From<&Explain> for ExplainDto {
     }
 }
 
+/// A summary of the DAG: a leaf summarizes messages, a branch leaves, a root branches.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SummaryDto {
+    pub id: String,
+    pub conversation_id: String,
+    pub user_id: String,
+    /// The summary one level up that covers this one, once written.
+    pub parent_id: Option<String>,
+    /// 0 for a leaf, 1 for a branch, 2 and above for a root.
+    pub depth: i64,
+    /// `leaf`, `branch` or `root`.
+    pub kind: String,
+    /// Starts with a line naming the level and the span, then the LLM's summary.
+    pub content: String,
+    /// Messages covered, through every level below.
+    pub message_count: i64,
+    /// The first and last covered message's `created_at`.
+    pub earliest_at: String,
+    pub latest_at: String,
+    /// The LLM that wrote it.
+    pub model: Option<String>,
+    pub created_at: String,
+}
+
+impl From<&Summary> for SummaryDto {
+    fn from(s: &Summary) -> Self {
+        SummaryDto {
+            id: s.id.to_string(),
+            conversation_id: s.conversation_id.to_string(),
+            user_id: s.user_id.to_string(),
+            parent_id: s.parent_id.map(|p| p.to_string()),
+            depth: s.depth,
+            kind: s.kind.as_str().into(),
+            content: s.content.clone(),
+            message_count: s.message_count,
+            earliest_at: fmt_ts(s.earliest_at),
+            latest_at: fmt_ts(s.latest_at),
+            model: s.model.clone(),
+            created_at: fmt_ts(s.created_at),
+        }
+    }
+}
+
+/// A source message of an expanded summary hit.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ExpandedDto {
+    /// The message's relevance to the query (0 to 1).
+    pub score: f64,
+    pub message: MessageDto,
+}
+
 /// One search result.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct SearchResultDto {
-    /// `memory` or `message`.
+    /// `memory`, `message` or `summary`.
     #[serde(rename = "type")]
     pub kind: String,
     /// Relevance to the query, 0 to 1, comparable across queries: `1 − (1 − semantic)·(1 −
@@ -486,17 +539,26 @@ pub struct SearchResultDto {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<MessageDto>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<SummaryDto>,
+    /// With `expand`, for a summary: the source messages that best match the query (up to
+    /// 3), best first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expanded: Option<Vec<ExpandedDto>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub explain: Option<ExplainDto>,
 }
 
 impl SearchResultDto {
-    pub fn from_hit(h: &Hit, explain: bool) -> Self {
+    /// A hit as returned; `expand`: the search asked for expanded summaries.
+    pub fn from_hit(h: &Hit, explain: bool, expand: bool) -> Self {
         match h {
             Hit::Memory { memory, score, explain: e } => SearchResultDto {
                 kind: "memory".into(),
                 score: *score,
                 memory: Some(memory.into()),
                 message: None,
+                summary: None,
+                expanded: None,
                 explain: explain.then(|| e.into()),
             },
             Hit::Message { message, score, explain: e } => SearchResultDto {
@@ -504,6 +566,22 @@ impl SearchResultDto {
                 score: *score,
                 memory: None,
                 message: Some(message.into()),
+                summary: None,
+                expanded: None,
+                explain: explain.then(|| e.into()),
+            },
+            Hit::Summary { summary, score, explain: e, expanded } => SearchResultDto {
+                kind: "summary".into(),
+                score: *score,
+                memory: None,
+                message: None,
+                summary: Some(summary.into()),
+                expanded: expand.then(|| {
+                    expanded
+                        .iter()
+                        .map(|(m, s)| ExpandedDto { score: *s, message: m.into() })
+                        .collect()
+                }),
                 explain: explain.then(|| e.into()),
             },
         }
@@ -619,6 +697,25 @@ impl From<engram_core::engine::Stats> for StatsDto {
                 failed: s.store.extractions_failed,
                 pending: s.store.jobs_pending,
             },
+            compaction: CompactionStats {
+                enabled: s.extraction_enabled,
+                status: match (s.extraction_enabled, s.store.compactions_pending) {
+                    (false, _) => "off: no LLM configured".into(),
+                    (true, 0) => "idle".into(),
+                    (true, _) => "running".into(),
+                },
+                unsummarized_messages: s.store.messages_unsummarized,
+                summaries: s.store.summaries,
+                tree_depth: s.store.summary_depth,
+                summary_embedding_coverage: if s.store.summaries == 0 {
+                    1.0
+                } else {
+                    s.store.summaries_with_vector as f64 / s.store.summaries as f64
+                },
+                pending: s.store.compactions_pending,
+                done: s.store.compactions_done,
+                failed: s.store.compactions_failed,
+            },
             store: (&s.store).into(),
         }
     }
@@ -725,6 +822,26 @@ pub struct StatsDto {
     /// the queue has caught up; tool calls not yet described have no text to embed).
     pub message_embedding_coverage: f64,
     pub extraction: ExtractionStats,
+    pub compaction: CompactionStats,
+}
+
+/// The compactor (the summary DAG).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CompactionStats {
+    /// Compaction runs (an LLM is configured); without one, nothing is compacted.
+    pub enabled: bool,
+    /// `idle`, `running` (jobs waiting or running), or `off: no LLM configured`.
+    pub status: String,
+    /// Messages no summary covers yet.
+    pub unsummarized_messages: u64,
+    pub summaries: u64,
+    /// Levels of the deepest summary tree (1: leaves only; 3: leaves, branches and a root).
+    pub tree_depth: u64,
+    /// Share of summaries with a vector (1.0 when every one is embedded).
+    pub summary_embedding_coverage: f64,
+    pub pending: u64,
+    pub done: u64,
+    pub failed: u64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -748,6 +865,7 @@ pub struct UserExportDto {
     pub memories: Vec<MemoryDto>,
     pub events: Vec<EventDto>,
     pub messages: Vec<MessageDto>,
+    pub summaries: Vec<SummaryDto>,
 }
 
 impl From<&engram_core::engine::UserExport> for UserExportDto {
@@ -758,6 +876,7 @@ impl From<&engram_core::engine::UserExport> for UserExportDto {
             memories: x.memories.iter().map(Into::into).collect(),
             events: x.events.iter().map(Into::into).collect(),
             messages: x.messages.iter().map(Into::into).collect(),
+            summaries: x.summaries.iter().map(Into::into).collect(),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! `/v1/conversations/{id}` (a conversation and its rolling summary),
+//! `/v1/conversations/{id}` (a conversation, its rolling summary and summary tree),
 //! `/v1/conversations/{id}/messages` (append, browse), `/v1/conversations/{id}/end` and
 //! `/v1/messages/{id}/rating`.
 
@@ -14,7 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiJson, ApiPath, ApiQuery, ApiResult, ErrorBody};
 use super::{AppState, Auth};
-use crate::api::dto::{self, MessageDto};
+use crate::api::dto::{self, MessageDto, SummaryDto};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -147,6 +147,11 @@ pub struct ConversationDto {
     pub rolling_summary: Option<String>,
     /// User turns the rolling summary covers.
     pub summarized_user_turns: i64,
+    /// The last message a leaf of the summary DAG covers (0: none is summarized yet).
+    pub summarized_through: i64,
+    /// The summary tree: every summary of the conversation (leaves, branches, roots, each
+    /// with its `parent_id`), oldest first.
+    pub summaries: Vec<SummaryDto>,
 }
 
 /// A conversation and its rolling summary.
@@ -168,6 +173,8 @@ pub async fn get(
         updated_at: dto::fmt_ts(v.info.updated_at),
         rolling_summary: v.rolling_summary,
         summarized_user_turns: v.summarized_user_turns,
+        summarized_through: v.info.summarized_seq,
+        summaries: v.summaries.iter().map(Into::into).collect(),
     }))
 }
 

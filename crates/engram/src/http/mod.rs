@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod other;
 pub mod search;
+pub mod summaries;
 
 use std::sync::Arc;
 
@@ -140,7 +141,7 @@ fn is_loopback_name(name: &str) -> bool {
     paths(
         memories::create, memories::batch, memories::list, memories::get_one, memories::patch, memories::delete,
         memories::history, memories::rate, search::search, search::context, conversations::append,
-        conversations::browse, conversations::get, conversations::end, conversations::rate_message, other::put_agent, other::get_agent,
+        conversations::browse, conversations::get, summaries::get, conversations::end, conversations::rate_message, other::put_agent, other::get_agent,
         other::erase_user, other::export_user, other::stats, healthz
     ),
     components(schemas(error::ErrorBody, dto::MemoryDto, dto::EventDto, dto::MessageDto, dto::SearchResultDto, dto::ContextDto, dto::AgentDto)),
@@ -210,6 +211,7 @@ pub fn router(
             post(conversations::append).get(conversations::browse),
         )
         .route("/v1/conversations/{id}", get(conversations::get))
+        .route("/v1/summaries/{id}", get(summaries::get))
         .route("/v1/conversations/{id}/end", post(conversations::end))
         .route("/v1/messages/{id}/rating", post(conversations::rate_message))
         .route("/v1/agents/{id}", get(other::get_agent).put(other::put_agent))

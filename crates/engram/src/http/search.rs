@@ -5,7 +5,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use engram_core::Error;
-use engram_core::engine::{ContextInput, SearchInput, SearchMode};
+use engram_core::engine::{ContextInput, SearchInput, SearchMode, SearchSource};
 use engram_core::model::{AgentId, Category, Kind, UserId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -23,8 +23,11 @@ pub struct SearchRequest {
     pub agent_id: Option<String>,
     pub categories: Option<Vec<String>>,
     pub kinds: Option<Vec<String>>,
-    /// `memories` (default) and/or `messages`.
+    /// `memories` (default), `messages` and/or `summaries`.
     pub sources: Option<Vec<String>>,
+    /// Expand each summary hit to its source messages that best match the query (up to 3,
+    /// in `expanded`). Default false.
+    pub expand: Option<bool>,
     /// Only what happened at or after this time: facts observed, messages sent, summaries
     /// reaching it. RFC 3339, or a date (`2023-05-08`, `2023-05`, `2023`) from its first
     /// instant (UTC).
@@ -61,7 +64,8 @@ pub async fn search(
     ApiJson(b): ApiJson<SearchRequest>,
 ) -> ApiResult<Json<SearchResponse>> {
     let explain = b.explain.unwrap_or(false);
-    let sources = dto::sources(b.sources)?;
+    let sources = dto::sources(b.sources, &[SearchSource::Memories])?;
+    let expand = b.expand.unwrap_or(false);
     let mode = match b.mode.as_deref() {
         None | Some("hybrid") => SearchMode::Hybrid,
         Some("vector") => SearchMode::VectorOnly,
@@ -91,10 +95,11 @@ pub async fn search(
         source_conversation: None,
         rating: None,
         min_score: b.min_score,
+        expand,
     };
     let hits = st.engine.search(&p, input).await?;
     Ok(Json(SearchResponse {
-        results: hits.iter().map(|h| SearchResultDto::from_hit(h, explain)).collect(),
+        results: hits.iter().map(|h| SearchResultDto::from_hit(h, explain, expand)).collect(),
     }))
 }
 

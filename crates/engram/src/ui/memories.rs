@@ -300,7 +300,7 @@ async fn load(
                     score: Some(format!("{score:.2}")),
                     why: explain_lines(&explain),
                 }),
-                Hit::Message { .. } => None,
+                Hit::Message { .. } | Hit::Summary { .. } => None,
             })
             .collect();
         return Ok((rows, None));

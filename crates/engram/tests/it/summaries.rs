@@ -1,0 +1,341 @@
+//! The summary DAG through the REST API with a scripted LLM (issue 13): a long conversation
+//! compacts into leaves, branches and a root that link their sources and keep their
+//! timestamps; summaries are searched, a root hit expands to the right messages; extraction
+//! goes on after its cursor message was summarized; a compaction killed mid-job leaves no
+//! duplicate; erasure removes summaries; with no LLM nothing is compacted and stats say so.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use testkit::{Match, Rule, ScriptedLlm};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::helpers::{Backend, Db, Server};
+
+const EXTRACT: &str = "memory extraction system";
+const LEAF: &str = "stretch of a conversation";
+const MERGE: &str = "You merge";
+
+/// A server whose LLM is the scripted one; short leases and backoff so faults resolve fast.
+fn start(db: &Db, llm: &ScriptedLlm) -> Server {
+    let base = llm.base_url();
+    db.serve(&[
+        "--llm-provider",
+        "openai",
+        "--llm-base-url",
+        &base,
+        "--llm-model",
+        "main-model",
+        "--llm-fast-model",
+        "fast-model",
+        "--llm-timeout-secs",
+        "5",
+        "--job-backoff-ms",
+        "200",
+        "--job-lease-secs",
+        "3",
+    ])
+}
+
+/// A scripted LLM that extracts nothing and "summarizes" by echoing its input: so every
+/// level holds the words of the messages it covers, and a search finds each level.
+async fn echoing_llm() -> ScriptedLlm {
+    let llm = ScriptedLlm::start().await;
+    llm.set_default(Rule::any().reply("A short summary."));
+    llm.on(Rule::system_contains(EXTRACT).reply("[]"));
+    llm.on(Rule::system_contains(LEAF).reply_with(|r| format!("Summary of: {}", r.user)));
+    llm.on(Rule::system_contains(MERGE).reply_with(|r| format!("Merged: {}", r.user)));
+    llm
+}
+
+fn at(minute: i64) -> OffsetDateTime {
+    time::macros::datetime!(2023-05-01 09:00 UTC) + time::Duration::minutes(minute)
+}
+
+fn iso_minute(t: OffsetDateTime) -> String {
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute()
+    )
+}
+
+/// The text of message `i` (1-based): one with a word nobody else uses.
+fn text(i: i64) -> String {
+    if i == 137 {
+        "We adopted a greyhound named Biscuit from the shelter.".to_string()
+    } else {
+        format!("Note {i}: the weather was mild and I read a chapter.")
+    }
+}
+
+/// Append messages `from..=to` of conversation `conv` (one a minute), as `agent` if any.
+async fn append(s: &Server, conv: &str, agent: Option<&str>, from: i64, to: i64) {
+    let msgs: Vec<Value> = (from..=to)
+        .map(|i| {
+            let role = if i % 2 == 1 { "user" } else { "assistant" };
+            json!({ "role": role, "content": text(i), "created_at": at(i).format(&Rfc3339).unwrap() })
+        })
+        .collect();
+    let mut body = json!({ "user_id": "u", "messages": msgs });
+    if let Some(a) = agent {
+        body["agent_id"] = json!(a);
+    }
+    let (st, b) = s.post(&format!("/v1/conversations/{conv}/messages"), body).await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{b}");
+}
+
+/// Wait until the job queue of the tenant is drained.
+async fn drained(s: &Server) -> Value {
+    for _ in 0..600 {
+        let (_, st) = s.get("/v1/stats").await;
+        if st["jobs_pending"] == 0 && st["jobs_running"] == 0 {
+            return st;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("jobs did not drain");
+}
+
+fn of_depth(summaries: &[Value], depth: i64) -> Vec<Value> {
+    summaries.iter().filter(|x| x["depth"] == depth).cloned().collect()
+}
+
+async fn a_long_conversation_compacts_into_a_dag_that_search_expands(backend: Backend) {
+    let llm = echoing_llm().await;
+    let db = Db::new(backend).await;
+    let s = start(&db, &llm);
+    for batch in 0..10 {
+        append(&s, "long", None, batch * 50 + 1, batch * 50 + 50).await;
+    }
+    let stats = drained(&s).await;
+
+    // 500 messages, threshold 100 (the default): the oldest 400 in 20 leaves of 20, every
+    // 4 leaves a branch (5), every 4 branches a root (1).
+    let (st, conv) = s.get("/v1/conversations/long").await;
+    assert_eq!(st, StatusCode::OK, "{conv}");
+    assert_eq!(conv["summarized_through"], 400, "{conv}");
+    let all = conv["summaries"].as_array().unwrap().clone();
+    let (leaves, branches, roots) = (of_depth(&all, 0), of_depth(&all, 1), of_depth(&all, 2));
+    assert_eq!((leaves.len(), branches.len(), roots.len(), all.len()), (20, 5, 1, 26));
+    assert!(roots.iter().all(|r| r["kind"] == "root" && r["message_count"] == 320));
+    assert!(branches.iter().all(|b| b["kind"] == "branch" && b["message_count"] == 80));
+    assert_eq!(stats["compaction"]["tree_depth"], 3, "{stats}");
+    assert_eq!(stats["compaction"]["unsummarized_messages"], 100, "{stats}");
+    assert_eq!(stats["compaction"]["summaries"], 26, "{stats}");
+    assert_eq!(stats["compaction"]["summary_embedding_coverage"], 1.0, "{stats}");
+    assert_eq!(stats["compaction"]["status"], "idle", "{stats}");
+    assert_eq!(stats["compaction"]["failed"], 0, "{stats}");
+
+    // Every leaf links its 20 messages in order, and keeps their span and timestamps.
+    let mut next = 1;
+    for leaf in &leaves {
+        let (st, v) = s.get(&format!("/v1/summaries/{}", leaf["id"].as_str().unwrap())).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        let seqs: Vec<i64> =
+            v["messages"].as_array().unwrap().iter().map(|m| m["seq"].as_i64().unwrap()).collect();
+        assert_eq!(seqs, (next..next + 20).collect::<Vec<_>>());
+        let (first, last) = (at(next), at(next + 19));
+        assert_eq!(leaf["earliest_at"], v["messages"][0]["created_at"]);
+        assert_eq!(leaf["latest_at"], v["messages"][19]["created_at"]);
+        assert_eq!(
+            OffsetDateTime::parse(leaf["earliest_at"].as_str().unwrap(), &Rfc3339).unwrap(),
+            first
+        );
+        let content = leaf["content"].as_str().unwrap();
+        assert!(content.starts_with("[leaf summary, 1 May 2023, "), "{content}");
+        // The header and every message line carry ISO-minute timestamps and speakers.
+        for t in [first, last] {
+            assert!(content.contains(&iso_minute(t)), "{content}");
+        }
+        assert!(content.contains(&format!("-/user] {}", text(next))), "{content}");
+        assert_eq!(leaf["model"], "main-model");
+        assert!(leaf["parent_id"].is_string(), "every leaf is in a branch");
+        next += 20;
+    }
+    // A branch lists its 4 leaves, which name it as their parent.
+    let b0 = branches[0]["id"].as_str().unwrap();
+    let (_, v) = s.get(&format!("/v1/summaries/{b0}")).await;
+    let children = v["children"].as_array().unwrap();
+    assert_eq!(children.len(), 4);
+    assert!(children.iter().all(|c| c["parent_id"] == b0 && c["depth"] == 0));
+    assert_eq!(v["messages"], json!([]));
+
+    // The leaf prompt carried the rules and ISO-minute lines.
+    let leaf_calls = llm.calls_matching(&Match::any().system_contains(LEAF));
+    assert_eq!(leaf_calls.len(), 20, "one LLM call per leaf");
+    assert!(leaf_calls[0].system.contains("Keep identifiers verbatim"));
+    assert!(
+        leaf_calls[0].user.starts_with("[#01 2023-05-01T09:01Z -/user] Note 1:"),
+        "{}",
+        leaf_calls[0].user
+    );
+
+    // Search: summaries by keyword; a root hit expands to the message that holds the words.
+    let (st, r) = s
+        .post(
+            "/v1/search",
+            json!({ "user_id": "u", "query": "greyhound Biscuit", "sources": ["summaries"], "expand": true, "limit": 10 }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{r}");
+    let results = r["results"].as_array().unwrap();
+    let kinds: Vec<&str> = results.iter().map(|h| h["summary"]["kind"].as_str().unwrap()).collect();
+    assert!(results.iter().all(|h| h["type"] == "summary"), "{r}");
+    assert_eq!(kinds.len(), 3, "the leaf, branch and root that cover it: {kinds:?}");
+    let root = results.iter().find(|h| h["summary"]["kind"] == "root").expect("the root is found");
+    let expanded = root["expanded"].as_array().unwrap();
+    let seqs: Vec<&Value> = expanded.iter().map(|e| &e["message"]["seq"]).collect();
+    assert_eq!(expanded[0]["message"]["seq"], 137, "{seqs:?}");
+    assert!(expanded[0]["score"].as_f64().unwrap() > 0.0);
+    // Without `expand`, no expansion; with `sources` left out, no summaries (REST default).
+    let (_, r) = s
+        .post(
+            "/v1/search",
+            json!({ "user_id": "u", "query": "greyhound Biscuit", "sources": ["summaries"] }),
+        )
+        .await;
+    assert!(r["results"][0].get("expanded").is_none(), "{r}");
+    let (_, r) =
+        s.post("/v1/search", json!({ "user_id": "u", "query": "greyhound Biscuit" })).await;
+    assert_eq!(r["results"], json!([]));
+    // A time window keeps the summaries whose span overlaps it.
+    let (_, r) = s
+        .post(
+            "/v1/search",
+            json!({ "user_id": "u", "query": "greyhound Biscuit", "sources": ["summaries"], "until": "2023-05-01T11:00:00Z" }),
+        )
+        .await;
+    assert_eq!(r["results"].as_array().unwrap().len(), 2, "the leaf after 11:00 is out: {r}");
+
+    // A bad summary id is a 400; an unknown one a 404; another user's key sees none.
+    let (st, _) = s.get("/v1/summaries/not-a-uuid").await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    let (st, _) = s.get(&format!("/v1/summaries/{}", uuid::Uuid::now_v7())).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+
+    // The user's export carries the summaries; erasure removes them.
+    let (_, export) = s.get("/v1/users/u/export").await;
+    assert_eq!(export["summaries"].as_array().unwrap().len(), 26);
+    let (st, erased) = s.req("DELETE", "/v1/users/u", None).await;
+    assert_eq!(st, StatusCode::OK, "{erased}");
+    assert_eq!(erased["erased"]["summaries"], 26, "{erased}");
+    let (st, _) = s.get(&format!("/v1/summaries/{b0}")).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    let (_, stats) = s.get("/v1/stats").await;
+    assert_eq!(stats["compaction"]["summaries"], 0);
+}
+
+async fn extraction_goes_on_after_its_cursor_is_summarized_and_a_killed_compaction_reruns_once(
+    backend: Backend,
+) {
+    let llm = echoing_llm().await;
+    let db = Db::new(backend).await;
+    let mut s = start(&db, &llm);
+    // A low threshold: 40 messages, all extracted, compact to 10 or fewer unsummarized —
+    // the whole of them, cursor message included.
+    let (st, b) = s
+        .req(
+            "PUT",
+            "/v1/agents/a",
+            Some(json!({ "settings": { "compaction": { "threshold": 10 } } })),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    let (st, b) = s
+        .req(
+            "PUT",
+            "/v1/agents/bad",
+            Some(json!({ "settings": { "compaction": { "threshold": 3 } } })),
+        )
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().contains("threshold"), "{b}");
+
+    // The first leaf's LLM call hangs: the server is killed in it.
+    let hang = llm.on(Rule::system_contains(LEAF).hang());
+    append(&s, "c", Some("a"), 1, 40).await;
+    llm.wait_for(&Match::any().system_contains(LEAF), 1, Duration::from_secs(30)).await;
+    s.kill9();
+    drop(s);
+    llm.remove(&hang);
+    let s = start(&db, &llm);
+    // The lease (3 s) expires and the job runs again: each message in exactly one leaf.
+    let mut conv = Value::Null;
+    for _ in 0..300 {
+        conv = s.get("/v1/conversations/c").await.1;
+        if conv["summarized_through"] == 40 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drained(&s).await;
+    let conv =
+        if conv["summarized_through"] == 40 { s.get("/v1/conversations/c").await.1 } else { conv };
+    assert_eq!(conv["summarized_through"], 40, "{conv}");
+    let leaves = of_depth(conv["summaries"].as_array().unwrap(), 0);
+    assert_eq!(leaves.len(), 2, "no duplicate leaf: {leaves:?}");
+    let covered: i64 = leaves.iter().map(|l| l["message_count"].as_i64().unwrap()).sum();
+    assert_eq!(covered, 40);
+
+    // The extraction cursor's message is now summarized: the next extraction finds it
+    // gone and reads every unsummarized message — only the new one.
+    llm.on(Rule::system_contains(EXTRACT).and(Match::any().user_contains("Miso")).reply(
+        r#"[{"content": "The user has a cat named Miso.", "category": "fact", "importance": 6}]"#,
+    ));
+    let before = llm.calls_matching(&Match::any().system_contains(EXTRACT)).len();
+    let (st, b) = s
+        .post(
+            "/v1/conversations/c/messages",
+            json!({ "user_id": "u", "agent_id": "a", "messages": [{ "role": "user", "content": "My cat Miso turned three today." }] }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{b}");
+    drained(&s).await;
+    let calls = llm.calls_matching(&Match::any().system_contains(EXTRACT));
+    assert_eq!(calls.len(), before + 1, "one extraction call for the new message");
+    let last = calls.last().unwrap();
+    assert!(last.user.contains("Miso"), "{}", last.user);
+    assert!(!last.user.contains("Note 1:") && !last.user.contains("Note 40"), "{}", last.user);
+    let (_, m) = s.get("/v1/memories?user_id=u").await;
+    assert_eq!(m["memories"][0]["content"], "The user has a cat named Miso.", "{m}");
+}
+
+async fn without_an_llm_nothing_is_compacted_and_stats_say_so(backend: Backend) {
+    let db = Db::new(backend).await;
+    let s = db.serve(&[]);
+    for batch in 0..3 {
+        append(&s, "quiet", None, batch * 50 + 1, batch * 50 + 50).await;
+    }
+    let (_, st) = s.get("/v1/stats").await;
+    assert_eq!(st["compaction"]["enabled"], false, "{st}");
+    assert_eq!(st["compaction"]["status"], "off: no LLM configured", "{st}");
+    assert_eq!(st["compaction"]["unsummarized_messages"], 150, "{st}");
+    assert_eq!(st["compaction"]["summaries"], 0, "{st}");
+    let (_, conv) = s.get("/v1/conversations/quiet").await;
+    assert_eq!(
+        (conv["summarized_through"].clone(), conv["summaries"].clone()),
+        (json!(0), json!([]))
+    );
+    // Searching summaries is valid and finds nothing.
+    let (st, r) = s
+        .post("/v1/search", json!({ "user_id": "u", "query": "weather", "sources": ["summaries"] }))
+        .await;
+    assert_eq!((st, r["results"].clone()), (StatusCode::OK, json!([])));
+    let (st, r) = s
+        .post("/v1/search", json!({ "user_id": "u", "query": "weather", "sources": ["digests"] }))
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("summaries"), "{r}");
+}
+
+on_both_backends!(
+    a_long_conversation_compacts_into_a_dag_that_search_expands,
+    extraction_goes_on_after_its_cursor_is_summarized_and_a_killed_compaction_reruns_once,
+    without_an_llm_nothing_is_compacted_and_stats_say_so,
+);

@@ -493,6 +493,16 @@ pub trait MessageStore: Send + Sync {
         query: &str,
         k: usize,
     ) -> Result<Vec<(MessageId, f64)>>;
+    /// Up to `limit` of a user's messages in the filter's time window, newest first (by
+    /// `created_at`, then id), before `before` (the `created_at` and id of the last message
+    /// of the previous page): what a literal (substring, regex) search reads.
+    async fn scan_messages(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        before: Option<(OffsetDateTime, MessageId)>,
+        limit: usize,
+    ) -> Result<Vec<Message>>;
     // ---- message vectors (filled in the background, see `Engine::embed_conversation`) ----
     /// Up to `limit` messages of the conversation that need a vector of `model_id` (none
     /// yet, or one made by another model), as `(id, seq)` by `seq`. Messages with empty

@@ -36,8 +36,7 @@
 //! session with another key is refused before it reaches the session.
 
 use engram_core::engine::{
-    ContextInput, Engine, ListInput, RelateInput, RememberInput, SearchInput, SearchMode,
-    SearchSource,
+    ContextInput, Engine, ListInput, RelateInput, RememberInput, SearchInput, SearchSource,
 };
 use engram_core::model::{
     AgentId, Category, ConversationId, Importance, Kind, MemoryId, Principal, UserId,
@@ -269,6 +268,10 @@ pub struct SearchArgs {
     /// Show each summary found with its source messages that best match the query (default
     /// true).
     pub expand: Option<bool>,
+    /// `fts` (default: keywords and meaning, ranked), or over messages only (sources
+    /// `["messages"]`): `substring` (messages containing the query as written) or `regex`
+    /// (a regular expression), newest first.
+    pub mode: Option<String>,
     /// Only these categories.
     pub categories: Option<Vec<String>>,
     /// Only these kinds (`knowledge`, `profile`, `shared`).
@@ -485,7 +488,7 @@ impl McpServer {
             limit: a.limit.unwrap_or(10),
             explain,
             turn_id: a.turn_id,
-            mode: SearchMode::Hybrid,
+            mode: dto::search_mode(a.mode.as_deref())?,
             source_conversation: None,
             rating: None,
             min_score: a.min_score,

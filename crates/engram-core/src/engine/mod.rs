@@ -12,7 +12,7 @@
 //!
 //! A row the caller may not see is reported exactly like a row that does not exist.
 //!
-//! One file per group of operations (`remember`, `memories`, `search`, `summaries`,
+//! One file per group of operations (`remember`, `memories`, `search`, `literal`, `summaries`,
 //! `context`, `conversations`, `admin`, `backup`, `reembed`); `scope` resolves who sees what.
 
 use std::sync::Arc;
@@ -30,6 +30,7 @@ mod admin;
 mod backup;
 mod context;
 mod conversations;
+mod literal;
 mod memories;
 mod reembed;
 mod relations;

@@ -73,12 +73,15 @@ impl Engine {
                 return Err(Error::invalid("min_score", "min_score must be between 0 and 1"));
             }
         };
+        if input.mode.is_literal() {
+            return self.literal_search(&v, &input, query, limit).await;
+        }
         let scale = self.svc.embedder.similarity_scale();
         let now = crate::model::now();
         let n = self.svc.cfg.candidates.max(limit);
         let mut hits = Vec::new();
         let qv = match input.mode {
-            SearchMode::TextOnly => None,
+            SearchMode::TextOnly | SearchMode::Substring | SearchMode::Regex => None,
             SearchMode::Hybrid | SearchMode::VectorOnly => Some(self.embed_one(query).await?),
         };
 

@@ -103,13 +103,25 @@ pub struct SearchInput {
     pub expand: bool,
 }
 
-/// Which lists a search fuses.
+/// How a search matches: the ranked lists it fuses, or a literal match over messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SearchMode {
+    /// Vectors and keywords fused (REST `hybrid`, or `fts` as seed 004 names it).
     #[default]
     Hybrid,
     VectorOnly,
     TextOnly,
+    /// Messages containing the query as written (case-insensitive), newest first.
+    Substring,
+    /// Messages matching the query as a regular expression, newest first.
+    Regex,
+}
+
+impl SearchMode {
+    /// A literal match (substring, regex) rather than a ranked search.
+    pub fn is_literal(self) -> bool {
+        matches!(self, SearchMode::Substring | SearchMode::Regex)
+    }
 }
 
 impl Default for SearchInput {

@@ -504,6 +504,16 @@ impl MessageStore for Counting {
         self.hit("set_message_vectors");
         self.inner.set_message_vectors(tenant, model_id, rows).await
     }
+    async fn scan_messages(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        before: Option<(OffsetDateTime, MessageId)>,
+        limit: usize,
+    ) -> Result<Vec<Message>> {
+        self.hit("scan_messages");
+        self.inner.scan_messages(tenant, filter, before, limit).await
+    }
     async fn vector_search_messages(
         &self,
         tenant: &TenantId,

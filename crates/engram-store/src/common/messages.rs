@@ -4,7 +4,7 @@
 
 use engram_core::error::{Error, Result};
 use engram_core::model::{AgentId, ConversationId, Job, Message, MessageId, TenantId, UserId};
-use engram_core::store::ConversationInfo;
+use engram_core::store::{ConversationInfo, TranscriptFilter};
 
 use super::Arg::{Id, Int, Json, OptJson, OptText, Text, Ts};
 use time::OffsetDateTime;
@@ -338,4 +338,34 @@ fn check_conversation_agent(
         return Err(Error::Conflict(format!("conversation '{conv}' belongs to another agent")));
     }
     Ok(())
+}
+
+/// A page of a user's messages in a time window, newest first ([`MessageStore::scan_messages`]).
+///
+/// [`MessageStore::scan_messages`]: engram_core::store::MessageStore::scan_messages
+pub(crate) async fn scan<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    f: &TranscriptFilter,
+    before: Option<(OffsetDateTime, MessageId)>,
+    n: usize,
+) -> Result<Vec<Message>> {
+    let mut sql = "SELECT * FROM messages WHERE tenant_id = ? AND user_id = ?".to_string();
+    let mut args = vec![Text(tenant.as_str()), Text(f.user.as_str())];
+    if let Some(t) = f.since {
+        sql.push_str(" AND created_at >= ?");
+        args.push(Ts(t));
+    }
+    if let Some(t) = f.until {
+        sql.push_str(" AND created_at < ?");
+        args.push(Ts(t));
+    }
+    if let Some((at, id)) = before {
+        sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
+        args.extend([Ts(at), Ts(at), Id(id.0)]);
+    }
+    sql.push_str(" ORDER BY created_at DESC, id DESC LIMIT ?");
+    args.push(Int(limit(n)));
+    let rows = b.read_all(&sql, &args).await?;
+    rows.iter().map(rows::message).collect()
 }

@@ -363,6 +363,16 @@ impl<D: Native> MessageStore for SqlStore<D> {
         Ok(hits.into_iter().map(|(id, s)| (MessageId(id), s)).collect())
     }
 
+    async fn scan_messages(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        before: Option<(OffsetDateTime, MessageId)>,
+        limit: usize,
+    ) -> Result<Vec<Message>> {
+        messages::scan(&self.0, tenant, filter, before, limit).await
+    }
+
     async fn messages_needing_vectors(
         &self,
         tenant: &TenantId,

@@ -4,7 +4,7 @@
 //! Timestamps are RFC 3339 strings in UTC. Enumerations travel as strings and are parsed by
 //! the core types, so an unknown category gets the same message everywhere.
 
-use engram_core::engine::{ContextBlock, Decision, Hit, SearchSource};
+use engram_core::engine::{ContextBlock, Decision, Hit, SearchMode, SearchSource};
 use engram_core::model::{
     Agent, AgentId, Category, ConversationId, EventKind, Importance, Kind, Memory, MemoryEvent,
     MemoryId, Message, MessageId, Source, SourceKind, Summary, TenantId, UserId, micros,
@@ -56,6 +56,25 @@ pub fn sources(v: Option<Vec<String>>, default: &[SearchSource]) -> Result<Vec<S
             )),
         })
         .collect()
+}
+
+/// The `mode` of a search (default `hybrid`).
+pub fn search_mode(mode: Option<&str>) -> Result<SearchMode> {
+    Ok(match mode {
+        None | Some("hybrid") | Some("fts") => SearchMode::Hybrid,
+        Some("vector") => SearchMode::VectorOnly,
+        Some("text") => SearchMode::TextOnly,
+        Some("substring") => SearchMode::Substring,
+        Some("regex") => SearchMode::Regex,
+        Some(other) => {
+            return Err(Error::invalid(
+                "mode",
+                format!(
+                    "unknown mode '{other}'; expected hybrid, fts, vector, text, substring or regex"
+                ),
+            ));
+        }
+    })
 }
 
 /// Which end of a time window a bound is.

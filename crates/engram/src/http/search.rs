@@ -4,8 +4,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use engram_core::Error;
-use engram_core::engine::{ContextInput, SearchInput, SearchMode, SearchSource};
+use engram_core::engine::{ContextInput, SearchInput, SearchSource};
 use engram_core::model::{AgentId, Category, Kind, UserId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -41,7 +40,11 @@ pub struct SearchRequest {
     pub explain: Option<bool>,
     /// The caller's turn id: the returned memories are recorded for rating cascades.
     pub turn_id: Option<String>,
-    /// `hybrid` (default), `vector` or `text`.
+    /// `hybrid` (default; `fts` is the same: keywords and meaning, ranked), `vector` or
+    /// `text` (one of the two ranked lists), or, over messages only (`sources:
+    /// ["messages"]`), `substring` (messages containing the query as written) or `regex`
+    /// (messages a regular expression matches): both case-insensitive, newest first, the
+    /// pattern at most 512 characters, the user's newest 50,000 messages read at most.
     pub mode: Option<String>,
     /// Drop results scoring under this (0 to 1; see `score`). Default 0.05: results need real
     /// lexical or semantic support, so a query about something never mentioned returns
@@ -66,18 +69,7 @@ pub async fn search(
     let explain = b.explain.unwrap_or(false);
     let sources = dto::sources(b.sources, &[SearchSource::Memories])?;
     let expand = b.expand.unwrap_or(false);
-    let mode = match b.mode.as_deref() {
-        None | Some("hybrid") => SearchMode::Hybrid,
-        Some("vector") => SearchMode::VectorOnly,
-        Some("text") => SearchMode::TextOnly,
-        Some(other) => {
-            return Err(Error::invalid(
-                "mode",
-                format!("unknown mode '{other}'; expected hybrid, vector or text"),
-            )
-            .into());
-        }
-    };
+    let mode = dto::search_mode(b.mode.as_deref())?;
     let (since, until) = dto::window(b.since.as_deref(), b.until.as_deref())?;
     let input = SearchInput {
         query: b.query,

@@ -49,8 +49,8 @@ fn per_table(rows: &[(String, Value)]) -> BTreeMap<String, usize> {
     m
 }
 
-/// Summaries, their sources and an extraction cursor of `alice` in `acme`: no engine path
-/// writes the first two yet (the compactor is issue 13), so they enter through a restore.
+/// A summary, its source and an extraction cursor of `alice` in `acme`, as the compactor and
+/// extraction would write them (without an LLM in this test), entering through a restore.
 fn crafted(reply: &str) -> String {
     let summary = "01a20297-0000-7000-8000-00000000aaaa";
     [
@@ -80,10 +80,10 @@ async fn every_table_round_trips_through_an_empty_store(backend: Backend) {
         support: key(&a, &["--tenant", "acme", "--role", "agent", "--agent", "support"]),
         alice: key(&a, &["--tenant", "acme", "--role", "user", "--user", "alice"]),
     };
-    let (reply, before) = {
+    let reply = {
         let s = a.serve(&[]);
         let (_, _, reply) = build(&s, &k).await;
-        (reply, snapshot(&s.with_key(&k.acme), &s.with_key(&k.globex)).await)
+        reply
     };
     let file = a.dir().join("crafted.jsonl");
     std::fs::write(&file, crafted(&reply)).unwrap();
@@ -92,6 +92,10 @@ async fn every_table_round_trips_through_an_empty_store(backend: Backend) {
         out.trim(),
         "imported 3 rows (extraction_cursors 1, summaries 1, summary_sources 1), skipped 0 already present"
     );
+    let before = {
+        let s = a.serve(&[]);
+        snapshot(&s.with_key(&k.acme), &s.with_key(&k.globex)).await
+    };
 
     // The whole store: every table is in the file.
     let full = cli_ok(&a, &["export"]);

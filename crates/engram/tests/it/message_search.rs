@@ -141,7 +141,87 @@ async fn reembed_embeds_messages_that_have_no_vector(backend: Backend) {
     assert_eq!(r["results"][0]["message"]["content"], "We adopted a puppy called Biscuit.", "{r}");
 }
 
+async fn substring_and_regex_modes_find_literal_text_newest_first(backend: Backend) {
+    let s = Server::on(backend).await;
+    let day = |d: u32| format!("2024-03-{d:02}T10:00:00Z");
+    let (st, b) = s
+        .post(
+            "/v1/conversations/ops/messages",
+            json!({ "user_id": "u", "messages": [
+                { "role": "user", "content": "Deploy of PROJ-1201 failed on staging.", "created_at": day(1) },
+                { "role": "assistant", "content": "Rolled back proj-1201; logs attached.", "created_at": day(2) },
+                { "role": "user", "content": "PROJ-77 is unrelated, ignore it.", "created_at": day(3) },
+                { "role": "user", "content": "Retry PROJ-1305 after lunch (a+b)*c.", "created_at": day(4) }
+            ]}),
+        )
+        .await;
+    assert_eq!(st, 202, "{b}");
+    // Another user's identical text is never found.
+    s.post(
+        "/v1/conversations/other/messages",
+        json!({ "user_id": "w", "messages": [{ "role": "user", "content": "PROJ-1201 again" }] }),
+    )
+    .await;
+    let s = &s;
+    let search = |body: Value| async move { s.post("/v1/search", body).await };
+    let contents = |r: &Value| -> Vec<String> {
+        r["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["message"]["content"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // substring: as written, case-insensitive, newest first, special characters literal.
+    let (st, r) = search(json!({ "user_id": "u", "query": "proj-1201", "sources": ["messages"], "mode": "substring" })).await;
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(
+        contents(&r),
+        ["Rolled back proj-1201; logs attached.", "Deploy of PROJ-1201 failed on staging."]
+    );
+    assert_eq!(r["results"][0]["score"], 1.0);
+    let (_, r) = search(
+        json!({ "user_id": "u", "query": "(a+b)*c", "sources": ["messages"], "mode": "substring" }),
+    )
+    .await;
+    assert_eq!(contents(&r), ["Retry PROJ-1305 after lunch (a+b)*c."]);
+    // regex: four-digit tickets only; with a window and a limit.
+    let (_, r) = search(json!({ "user_id": "u", "query": r"proj-\d{4}\b", "sources": ["messages"], "mode": "regex" })).await;
+    assert_eq!(contents(&r).len(), 3, "{r}");
+    let (_, r) = search(json!({ "user_id": "u", "query": r"proj-\d{4}", "sources": ["messages"], "mode": "regex", "until": "2024-03-02", "limit": 1 })).await;
+    assert_eq!(contents(&r), ["Rolled back proj-1201; logs attached."]);
+    // Bad input: a pattern that does not compile, a mode for other sources, an unknown mode.
+    let (st, r) = search(
+        json!({ "user_id": "u", "query": "(unclosed", "sources": ["messages"], "mode": "regex" }),
+    )
+    .await;
+    assert_eq!(st, 400, "{r}");
+    assert_eq!(r["error"]["code"], "invalid_input");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("not a valid regular expression"),
+        "{r}"
+    );
+    let (st, r) = search(json!({ "user_id": "u", "query": "x", "mode": "regex" })).await;
+    assert_eq!(st, 400, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("messages only"), "{r}");
+    let (st, r) =
+        search(json!({ "user_id": "u", "query": "x", "sources": ["messages"], "mode": "grep" }))
+            .await;
+    assert_eq!(st, 400, "{r}");
+    let long = "a".repeat(600);
+    let (st, _) = search(
+        json!({ "user_id": "u", "query": long, "sources": ["messages"], "mode": "substring" }),
+    )
+    .await;
+    assert_eq!(st, 400);
+    // fts is the ranked search.
+    let (st, r) = search(json!({ "user_id": "u", "query": "staging deploy", "sources": ["messages"], "mode": "fts" })).await;
+    assert_eq!(st, 200);
+    assert_eq!(contents(&r)[0], "Deploy of PROJ-1201 failed on staging.");
+}
+
 on_both_backends!(
+    substring_and_regex_modes_find_literal_text_newest_first,
     messages_are_found_by_meaning_with_their_context,
     reembed_embeds_messages_that_have_no_vector,
 );

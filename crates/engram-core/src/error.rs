@@ -30,6 +30,8 @@ pub enum ErrorCode {
     Unprocessable,
     RateLimited,
     EmbedderUnavailable,
+    /// The LLM of a request-path operation (synthesis) failed or timed out.
+    LlmUnavailable,
     StoreUnavailable,
     /// The server is handling as many requests as it may (503, retry shortly).
     Overloaded,
@@ -51,6 +53,7 @@ impl ErrorCode {
             ErrorCode::Unprocessable => "unprocessable",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::EmbedderUnavailable => "embedder_unavailable",
+            ErrorCode::LlmUnavailable => "llm_unavailable",
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::Overloaded => "overloaded",
             ErrorCode::Internal => "internal",
@@ -85,6 +88,9 @@ pub enum Error {
     /// The embedder failed; the write was not applied.
     #[error("embedder unavailable: {0}")]
     Embedder(#[from] EmbedError),
+    /// The LLM of a request-path operation (synthesis) failed; nothing was written.
+    #[error("LLM unavailable: {0}")]
+    Llm(String),
     /// The database cannot be reached or is shutting down (connection refused or lost, pool
     /// exhausted, SQLite busy past its timeout). Retryable; the write was not applied. The
     /// detail (host names, driver text) is logged, never shown to clients.
@@ -117,6 +123,7 @@ impl Error {
             Error::Conflict(_) => ErrorCode::Conflict,
             Error::Unprocessable(_) => ErrorCode::Unprocessable,
             Error::Embedder(_) => ErrorCode::EmbedderUnavailable,
+            Error::Llm(_) => ErrorCode::LlmUnavailable,
             Error::StoreUnavailable(_) => ErrorCode::StoreUnavailable,
             Error::Internal(_) => ErrorCode::Internal,
         }
@@ -130,6 +137,7 @@ impl Error {
                 "the database is unavailable; retry later (details in the server log)".to_string()
             }
             Error::Embedder(e) => format!("the embedder failed: {}", e.message),
+            Error::Llm(m) => format!("the LLM failed: {m}"),
             Error::InvalidInput { .. }
             | Error::TooLarge(_)
             | Error::NotFound { .. }

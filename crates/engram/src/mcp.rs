@@ -272,6 +272,9 @@ pub struct SearchArgs {
     /// `["messages"]`): `substring` (messages containing the query as written) or `regex`
     /// (a regular expression), newest first.
     pub mode: Option<String>,
+    /// Also answer the query in a few sentences from the results, citing them by label
+    /// (needs an LLM configured on the server).
+    pub synthesize: Option<bool>,
     /// Only these categories.
     pub categories: Option<Vec<String>>,
     /// Only these kinds (`knowledge`, `profile`, `shared`).
@@ -475,6 +478,7 @@ impl McpServer {
         let sources = dto::sources(a.sources, &MEMORY_SEARCH_SOURCES)?;
         let explain = a.explain.unwrap_or(false);
         let expand = a.expand.unwrap_or(true);
+        let synthesize = a.synthesize.unwrap_or(false).then(|| a.query.clone());
         let (since, until) = dto::window(a.since.as_deref(), a.until.as_deref())?;
         let input = SearchInput {
             query: a.query,
@@ -495,15 +499,24 @@ impl McpServer {
             expand,
         };
         let hits = self.engine.search(p, input).await?;
+        let answer = match synthesize {
+            Some(q) => {
+                Some(crate::api::dto::AnswerDto::from(&self.engine.synthesize(&q, &hits).await?))
+            }
+            None => None,
+        };
         let results: Vec<SearchResultDto> =
             hits.iter().map(|h| SearchResultDto::from_hit(h, explain, expand)).collect();
         if results.is_empty() {
             return Ok(Outcome {
-                value: json!({ "results": [], "note": NOTHING_FOUND }),
+                value: json!({ "results": [], "note": NOTHING_FOUND, "answer": answer }),
                 text: NOTHING_FOUND.to_string(),
             });
         }
-        Ok(Outcome::json(json!({ "results": results })))
+        match answer {
+            Some(a) => Ok(Outcome::json(json!({ "answer": a, "results": results }))),
+            None => Ok(Outcome::json(json!({ "results": results }))),
+        }
     }
 
     async fn memory_browse(&self, p: &Principal, a: BrowseArgs) -> Result<Outcome> {

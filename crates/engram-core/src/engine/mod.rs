@@ -12,8 +12,9 @@
 //!
 //! A row the caller may not see is reported exactly like a row that does not exist.
 //!
-//! One file per group of operations (`remember`, `memories`, `search`, `literal`, `summaries`,
-//! `context`, `conversations`, `admin`, `backup`, `reembed`); `scope` resolves who sees what.
+//! One file per group of operations (`remember`, `memories`, `search`, `literal`,
+//! `summaries`, `synthesis`, `context`, `conversations`, `admin`, `backup`, `reembed`);
+//! `scope` resolves who sees what.
 
 use std::sync::Arc;
 
@@ -38,6 +39,7 @@ mod remember;
 mod scope;
 mod search;
 mod summaries;
+mod synthesis;
 mod types;
 
 pub use crate::model::{actor_name, actor_name_system};
@@ -45,6 +47,7 @@ pub use crate::services::EngineConfig;
 pub use crate::services::Services;
 pub use access::Operator;
 use scope::{View, ViewKey};
+pub use synthesis::{Citation, Synthesis};
 pub use types::*;
 
 /// The engine. Cheap to clone (everything is behind `Arc`).
@@ -131,6 +134,7 @@ pub fn prefix_batch_error(e: Error, i: usize, n: usize) -> Error {
         | Error::Conflict(_)
         | Error::Unprocessable(_)
         | Error::Embedder(_)
+        | Error::Llm(_)
         | Error::StoreUnavailable(_)
         | Error::Internal(_)) => other,
     }

@@ -63,6 +63,7 @@ impl From<Error> for JobError {
             Error::Embedder(x) => x.fault,
             // A fact edited or purged by someone else meanwhile: the next attempt re-reads.
             Error::Internal(_)
+            | Error::Llm(_)
             | Error::StoreUnavailable(_)
             | Error::Conflict(_)
             | Error::NotFound { .. } => FaultSource::Runtime,

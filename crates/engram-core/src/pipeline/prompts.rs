@@ -9,6 +9,8 @@ pub const EXTRACT: &str = include_str!("prompts/extract.txt");
 pub const CONSOLIDATE: &str = include_str!("prompts/consolidate.txt");
 /// Rolling summary (main tier).
 pub const SUMMARY: &str = include_str!("prompts/summary.txt");
+/// A search's optional answer (main tier).
+pub const SYNTHESIZE: &str = include_str!("prompts/synthesize.txt");
 /// Tool-call synthesis (fast tier).
 pub const TOOL_CALL: &str = include_str!("prompts/tool_call.txt");
 

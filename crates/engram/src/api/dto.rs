@@ -4,7 +4,7 @@
 //! Timestamps are RFC 3339 strings in UTC. Enumerations travel as strings and are parsed by
 //! the core types, so an unknown category gets the same message everywhere.
 
-use engram_core::engine::{ContextBlock, Decision, Hit, SearchMode, SearchSource};
+use engram_core::engine::{ContextBlock, Decision, Hit, SearchMode, SearchSource, Synthesis};
 use engram_core::model::{
     Agent, AgentId, Category, ConversationId, EventKind, Importance, Kind, Memory, MemoryEvent,
     MemoryId, Message, MessageId, Source, SourceKind, Summary, TenantId, UserId, micros,
@@ -540,6 +540,39 @@ pub struct ExpandedDto {
     /// The message's relevance to the query (0 to 1).
     pub score: f64,
     pub message: MessageDto,
+}
+
+/// A search's synthesized answer.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AnswerDto {
+    /// A few sentences, with `[n]` labels citing the results they rest on.
+    pub text: String,
+    /// What each cited label stands for.
+    pub citations: Vec<CitationDto>,
+}
+
+/// One cited result.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CitationDto {
+    /// The `[n]` in the answer (n is the result's position, from 1).
+    pub label: usize,
+    /// `memory`, `message` or `summary`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub id: String,
+}
+
+impl From<&Synthesis> for AnswerDto {
+    fn from(s: &Synthesis) -> Self {
+        AnswerDto {
+            text: s.answer.clone(),
+            citations: s
+                .citations
+                .iter()
+                .map(|c| CitationDto { label: c.label, kind: c.kind.into(), id: c.id.clone() })
+                .collect(),
+        }
+    }
 }
 
 /// One search result.

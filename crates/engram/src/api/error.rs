@@ -63,9 +63,10 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorCode::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-        ErrorCode::EmbedderUnavailable | ErrorCode::StoreUnavailable | ErrorCode::Overloaded => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        ErrorCode::EmbedderUnavailable
+        | ErrorCode::LlmUnavailable
+        | ErrorCode::StoreUnavailable
+        | ErrorCode::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiJson, ApiResult, ErrorBody};
 use super::{AppState, Auth};
-use crate::api::dto::{self, ContextDto, SearchResultDto};
+use crate::api::dto::{self, AnswerDto, ContextDto, SearchResultDto};
 
 /// Body of `POST /v1/search`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -27,6 +27,9 @@ pub struct SearchRequest {
     /// Expand each summary hit to its source messages that best match the query (up to 3,
     /// in `expanded`). Default false.
     pub expand: Option<bool>,
+    /// Also answer the query in a few sentences from the results, citing them (`answer`),
+    /// with the main-tier LLM. Without an LLM configured: 422. Default false.
+    pub synthesize: Option<bool>,
     /// Only what happened at or after this time: facts observed, messages sent, summaries
     /// reaching it. RFC 3339, or a date (`2023-05-08`, `2023-05`, `2023`) from its first
     /// instant (UTC).
@@ -56,11 +59,15 @@ pub struct SearchRequest {
 pub struct SearchResponse {
     /// Best first.
     pub results: Vec<SearchResultDto>,
+    /// With `synthesize`: the answer grounded in `results`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<AnswerDto>,
 }
 
 /// Hybrid search: vector + BM25 fused by RRF (k = 60), then temporal decay, importance and rating.
 #[utoipa::path(post, path = "/v1/search", request_body = SearchRequest,
-    responses((status = 200, body = SearchResponse), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = SearchResponse), (status = 400, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn search(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
@@ -71,6 +78,7 @@ pub async fn search(
     let expand = b.expand.unwrap_or(false);
     let mode = dto::search_mode(b.mode.as_deref())?;
     let (since, until) = dto::window(b.since.as_deref(), b.until.as_deref())?;
+    let query = b.query.clone();
     let input = SearchInput {
         query: b.query,
         user_id: Some(UserId::parse(b.user_id)?),
@@ -90,7 +98,12 @@ pub async fn search(
         expand,
     };
     let hits = st.engine.search(&p, input).await?;
+    let answer = match b.synthesize.unwrap_or(false) {
+        true => Some((&st.engine.synthesize(&query, &hits).await?).into()),
+        false => None,
+    };
     Ok(Json(SearchResponse {
+        answer,
         results: hits.iter().map(|h| SearchResultDto::from_hit(h, explain, expand)).collect(),
     }))
 }

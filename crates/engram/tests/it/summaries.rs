@@ -339,3 +339,59 @@ on_both_backends!(
     extraction_goes_on_after_its_cursor_is_summarized_and_a_killed_compaction_reruns_once,
     without_an_llm_nothing_is_compacted_and_stats_say_so,
 );
+
+async fn synthesis_answers_from_the_results_and_cites_them(backend: Backend) {
+    let llm = echoing_llm().await;
+    llm.on(Rule::system_contains("memory records below").reply(
+        "They adopted a greyhound named Biscuit [1], a rescue [ 1 ][12]. Nothing else [x].",
+    ));
+    let db = Db::new(backend).await;
+    let s = start(&db, &llm);
+    s.remember("u", "The user adopted a greyhound named Biscuit.").await;
+    s.remember("u", "The user drinks green tea every morning.").await;
+    let ask =
+        json!({ "user_id": "u", "query": "Which dog did the user adopt?", "synthesize": true });
+    let (st, r) = s.post("/v1/search", ask.clone()).await;
+    assert_eq!(st, StatusCode::OK, "{r}");
+    assert_eq!(
+        r["answer"]["text"],
+        "They adopted a greyhound named Biscuit [1], a rescue [1]. Nothing else [x]."
+    );
+    let first = r["results"][0]["memory"]["id"].clone();
+    assert_eq!(r["answer"]["citations"], json!([{ "label": 1, "type": "memory", "id": first }]));
+    // The LLM read the question and every result under its label, never a stored id.
+    let call =
+        llm.calls_matching(&Match::any().system_contains("memory records below")).pop().unwrap();
+    assert!(call.user.starts_with("Question: Which dog did the user adopt?"), "{}", call.user);
+    assert!(call.user.contains("[1] (fact, observed "), "{}", call.user);
+    assert!(!call.user.contains(first.as_str().unwrap()), "{}", call.user);
+    // Without `synthesize`: no answer and no LLM call.
+    let calls = llm.calls_matching(&Match::any().system_contains("memory records below")).len();
+    let (_, r) = s.post("/v1/search", json!({ "user_id": "u", "query": "greyhound" })).await;
+    assert!(r.get("answer").is_none(), "{r}");
+    // Nothing found: the answer says so without asking the LLM.
+    let (_, r) = s
+        .post("/v1/search", json!({ "user_id": "u", "query": "quantum chromodynamics lattice", "synthesize": true }))
+        .await;
+    assert_eq!(
+        (r["results"].clone(), r["answer"]["text"].clone()),
+        (json!([]), json!("Nothing relevant is known."))
+    );
+    assert_eq!(
+        llm.calls_matching(&Match::any().system_contains("memory records below")).len(),
+        calls
+    );
+    // A failing LLM is a 503 in the error format.
+    llm.on(Rule::system_contains("memory records below").status(500));
+    let (st, r) = s.post("/v1/search", ask.clone()).await;
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{r}");
+    assert_eq!(r["error"]["code"], "llm_unavailable", "{r}");
+    // With no LLM configured, synthesis is refused plainly, never silently skipped.
+    drop(s);
+    let s = db.serve(&[]);
+    let (st, r) = s.post("/v1/search", ask).await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("needs an LLM"), "{r}");
+}
+
+on_both_backends!(synthesis_answers_from_the_results_and_cites_them);

@@ -15,8 +15,9 @@ use engram_core::model::{
 };
 use engram_core::store::BackupScope;
 
-use crate::api::dto::{self, MemoryDto, SearchResultDto, key_json};
+use crate::api::dto::{self, MemoryDto, key_json};
 use crate::api::error::cli_error as err;
+use crate::api::results::SearchResultDto;
 use crate::settings::{CommonArgs, ServeArgs, Settings};
 
 #[derive(Debug, Parser)]

@@ -54,7 +54,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::api::dto::{self, MemoryDto, MessageDto, SearchResultDto};
+use crate::api::dto::{self, MemoryDto, MessageDto};
+use crate::api::results::SearchResultDto;
 
 /// What the server tells a client (and its model) at `initialize`.
 const INSTRUCTIONS: &str = "engram is the long-term memory of this assistant: durable facts \
@@ -500,9 +501,9 @@ impl McpServer {
         };
         let hits = self.engine.search(p, input).await?;
         let answer = match synthesize {
-            Some(q) => {
-                Some(crate::api::dto::AnswerDto::from(&self.engine.synthesize(&q, &hits).await?))
-            }
+            Some(q) => Some(crate::api::results::AnswerDto::from(
+                &self.engine.synthesize(&q, &hits).await?,
+            )),
             None => None,
         };
         let results: Vec<SearchResultDto> =

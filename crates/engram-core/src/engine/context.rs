@@ -1,13 +1,14 @@
 //! The context block: the facts worth knowing for a query, fitted to a token budget, cached
-//! per session.
+//! per session; with a conversation, its short-term context after them (`short_term`).
 
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
-use crate::model::{Kind, MemoryId, Principal};
+use crate::model::{Kind, MemoryId, Principal, UserId};
 use crate::retrieval::{self};
 use crate::store::ContextSession;
 
+use super::scope::View;
 use super::{ContextBlock, ContextInput, Engine, Hit, SearchInput};
 
 impl Engine {
@@ -16,10 +17,38 @@ impl Engine {
     /// most relevant to the query. With `min_score` (and a query), only the profile and the
     /// facts whose relevance to the query reaches it. Same `session_id` → same text until
     /// `refresh`.
+    /// With a `conversation_id`, the short-term context follows the facts in what is left
+    /// of the budget (`short_term`).
     pub async fn context(&self, p: &Principal, input: ContextInput) -> Result<ContextBlock> {
         let v = self.view(p, input.user_id.as_ref(), input.agent_id.as_ref(), true).await?;
         let user =
             v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
+        let budget = input.token_budget.unwrap_or(self.svc.cfg.token_budget);
+        let conversation = input.conversation_id.clone();
+        let mut block = self.facts_context(p, &v, &user, input).await?;
+        if let Some(c) = conversation {
+            let left = budget.saturating_sub(block.token_estimate + 2);
+            let st = self.short_term(&v, p, &user, &c, left).await?;
+            if !st.text.is_empty() {
+                block.text.push_str("\n\n");
+                block.text.push_str(&st.text);
+                block.token_estimate = retrieval::estimate_tokens(&block.text);
+            }
+            block.message_ids = st.message_ids;
+            block.summary_ids = st.summary_ids;
+        }
+        Ok(block)
+    }
+
+    /// The facts part of the block (what a session caches).
+    async fn facts_context(
+        &self,
+        p: &Principal,
+        v: &View,
+        user: &UserId,
+        input: ContextInput,
+    ) -> Result<ContextBlock> {
+        let user = user.clone();
         if let Some(q) = &input.query
             && q.trim().len() > self.svc.cfg.max_content_bytes
         {
@@ -54,6 +83,7 @@ impl Engine {
                     token_estimate,
                     truncated: false,
                     cached: true,
+                    ..Default::default()
                 });
             }
         }
@@ -62,7 +92,7 @@ impl Engine {
             return Err(Error::invalid("min_score", "min_score needs a query to score facts by"));
         }
         let now = crate::model::now();
-        let mut all = self.svc.store.all_active(&v.tenant, &self.filter(&v)).await?;
+        let mut all = self.svc.store.all_active(&v.tenant, &self.filter(v)).await?;
         // Over budget with a query, or with a minimum score: rank the facts by relevance to
         // the query.
         let mut relevance: Option<HashMap<MemoryId, usize>> = None;
@@ -124,7 +154,14 @@ impl Engine {
             }
         }
         let token_estimate = retrieval::estimate_tokens(&text);
-        Ok(ContextBlock { text, memory_ids, token_estimate, truncated, cached: false })
+        Ok(ContextBlock {
+            text,
+            memory_ids,
+            token_estimate,
+            truncated,
+            cached: false,
+            ..Default::default()
+        })
     }
 
     // ------------------------------------------------------------------ conversations

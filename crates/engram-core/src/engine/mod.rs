@@ -13,7 +13,7 @@
 //! A row the caller may not see is reported exactly like a row that does not exist.
 //!
 //! One file per group of operations (`remember`, `memories`, `search`, `literal`,
-//! `summaries`, `synthesis`, `context`, `conversations`, `admin`, `backup`, `reembed`);
+//! `summaries`, `synthesis`, `context`, `short_term`, `conversations`, `admin`, `backup`, `reembed`);
 //! `scope` resolves who sees what.
 
 use std::sync::Arc;
@@ -38,6 +38,7 @@ mod relations;
 mod remember;
 mod scope;
 mod search;
+mod short_term;
 mod summaries;
 mod synthesis;
 mod types;

@@ -4,7 +4,7 @@ use time::OffsetDateTime;
 
 use crate::model::{
     AgentId, Category, ConversationId, Importance, Kind, Memory, MemoryEvent, MemoryId, Message,
-    MessageRole, SourceKind, Summary, TenantId, UserId,
+    MessageId, MessageRole, SourceKind, Summary, SummaryId, TenantId, UserId,
 };
 use crate::pipeline::pii::PiiKind;
 use crate::retrieval::Explain;
@@ -223,18 +223,23 @@ pub struct ContextInput {
     pub refresh: bool,
     /// Only facts whose relevance to `query` reaches this (and profile facts).
     pub min_score: Option<f64>,
+    /// Add this conversation's latest summaries and last messages after the facts.
+    pub conversation_id: Option<ConversationId>,
 }
 
 /// The prompt block and what went into it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ContextBlock {
     pub text: String,
     pub memory_ids: Vec<MemoryId>,
     pub token_estimate: usize,
     /// True when not every active fact fit and the most relevant were chosen.
     pub truncated: bool,
-    /// True when the text came from the session cache.
+    /// True when the facts came from the session cache.
     pub cached: bool,
+    /// With a conversation: the messages and summaries of its short-term context.
+    pub message_ids: Vec<MessageId>,
+    pub summary_ids: Vec<SummaryId>,
 }
 
 /// One message to append.

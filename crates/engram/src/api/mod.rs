@@ -1,7 +1,8 @@
 //! The API layer every front door goes through: REST ([`crate::http`]), MCP
 //! ([`crate::mcp`]) and the command line ([`crate::cli`]) — and the web UI and the proxy to
 //! come. It owns the wire shapes ([`dto`]: what clients send and receive, converted from and
-//! into engine types here, so no engine type is serialized onto the wire by a transport) and
+//! into engine types here, so no engine type is serialized onto the wire by a transport;
+//! [`results`]: search results, expansions and synthesized answers) and
 //! the one error format ([`error`]), and who is calling ([`auth`]: key → principal). Transports own only what is theirs: routing, extractors,
 //! sessions.
 //!
@@ -11,3 +12,4 @@
 pub mod auth;
 pub mod dto;
 pub mod error;
+pub mod results;

@@ -32,7 +32,7 @@ use engram_core::model::{KeyRole, Principal, TenantId};
 use utoipa::OpenApi;
 
 use crate::api::auth::Caller;
-use crate::api::dto;
+use crate::api::{dto, results};
 use error::ApiError;
 
 /// State shared by every handler.
@@ -144,7 +144,7 @@ fn is_loopback_name(name: &str) -> bool {
         conversations::browse, conversations::get, summaries::get, conversations::end, conversations::rate_message, other::put_agent, other::get_agent,
         other::erase_user, other::export_user, other::stats, healthz
     ),
-    components(schemas(error::ErrorBody, dto::MemoryDto, dto::EventDto, dto::MessageDto, dto::SearchResultDto, dto::ContextDto, dto::AgentDto)),
+    components(schemas(error::ErrorBody, dto::MemoryDto, dto::EventDto, dto::MessageDto, results::SearchResultDto, dto::ContextDto, dto::AgentDto)),
     modifiers(&SecurityAddon)
 )]
 pub struct ApiDoc;

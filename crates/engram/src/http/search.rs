@@ -5,13 +5,14 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use engram_core::engine::{ContextInput, SearchInput, SearchSource};
-use engram_core::model::{AgentId, Category, Kind, UserId};
+use engram_core::model::{AgentId, Category, ConversationId, Kind, UserId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiJson, ApiResult, ErrorBody};
 use super::{AppState, Auth};
-use crate::api::dto::{self, AnswerDto, ContextDto, SearchResultDto};
+use crate::api::dto::{self, ContextDto};
+use crate::api::results::{AnswerDto, SearchResultDto};
 
 /// Body of `POST /v1/search`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -125,11 +126,17 @@ pub struct ContextRequest {
     /// With a `query`: only profile facts and the facts whose relevance to it (0 to 1, as
     /// the `score` of a search) reaches this.
     pub min_score: Option<f64>,
+    /// Short-term context: this conversation's latest summaries and last messages follow
+    /// the facts, within the same `token_budget` (the newest first kept). The conversation
+    /// must be the user's.
+    pub conversation_id: Option<String>,
 }
 
-/// The prompt block: `Known facts about the user:` and a bullet list within a token budget.
+/// The prompt block: `Known facts about the user:` and a bullet list within a token budget;
+/// with a `conversation_id`, the conversation's latest summaries and last messages after it.
 #[utoipa::path(post, path = "/v1/context", request_body = ContextRequest,
-    responses((status = 200, body = ContextDto), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = ContextDto), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
 pub async fn context(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
@@ -144,6 +151,7 @@ pub async fn context(
         turn_id: b.turn_id,
         refresh: b.refresh.unwrap_or(false),
         min_score: b.min_score,
+        conversation_id: b.conversation_id.map(ConversationId::parse).transpose()?,
     };
     let block = st.engine.context(&p, input).await?;
     Ok(Json((&block).into()))

@@ -66,7 +66,7 @@ fn iso_minute(t: OffsetDateTime) -> String {
 }
 
 /// The text of message `i` (1-based): one with a word nobody else uses.
-fn text(i: i64) -> String {
+fn text_of(i: i64) -> String {
     if i == 137 {
         "We adopted a greyhound named Biscuit from the shelter.".to_string()
     } else {
@@ -79,7 +79,7 @@ async fn append(s: &Server, conv: &str, agent: Option<&str>, from: i64, to: i64)
     let msgs: Vec<Value> = (from..=to)
         .map(|i| {
             let role = if i % 2 == 1 { "user" } else { "assistant" };
-            json!({ "role": role, "content": text(i), "created_at": at(i).format(&Rfc3339).unwrap() })
+            json!({ "role": role, "content": text_of(i), "created_at": at(i).format(&Rfc3339).unwrap() })
         })
         .collect();
     let mut body = json!({ "user_id": "u", "messages": msgs });
@@ -153,7 +153,7 @@ async fn a_long_conversation_compacts_into_a_dag_that_search_expands(backend: Ba
         for t in [first, last] {
             assert!(content.contains(&iso_minute(t)), "{content}");
         }
-        assert!(content.contains(&format!("-/user] {}", text(next))), "{content}");
+        assert!(content.contains(&format!("-/user] {}", text_of(next))), "{content}");
         assert_eq!(leaf["model"], "main-model");
         assert!(leaf["parent_id"].is_string(), "every leaf is in a branch");
         next += 20;
@@ -218,6 +218,42 @@ async fn a_long_conversation_compacts_into_a_dag_that_search_expands(backend: Ba
     assert_eq!(st, StatusCode::BAD_REQUEST);
     let (st, _) = s.get(&format!("/v1/summaries/{}", uuid::Uuid::now_v7())).await;
     assert_eq!(st, StatusCode::NOT_FOUND);
+
+    // Short-term context: after the facts, the newest tops of the DAG and the last
+    // messages, within the budget, oldest first.
+    s.remember("u", "The user's dog is a greyhound.").await;
+    let (st, c) = s
+        .post(
+            "/v1/context",
+            json!({ "user_id": "u", "conversation_id": "long", "token_budget": 1500 }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{c}");
+    let text = c["text"].as_str().unwrap();
+    assert!(text.starts_with("Known facts about the user:\n- The user's dog is a greyhound.\n\nEarlier in this conversation:\n- ["), "{text}");
+    assert!(text.contains("\n\nRecent messages:\n["), "{text}");
+    assert!(
+        text.ends_with(&format!("[{}] assistant: {}", iso_minute(at(500)), text_of(500))),
+        "{text}"
+    );
+    assert!(c["token_estimate"].as_u64().unwrap() <= 1500, "{c}");
+    let newest_top = branches.last().unwrap()["id"].clone();
+    assert_eq!(c["summary_ids"].as_array().unwrap().last(), Some(&newest_top), "{c}");
+    let n = c["message_ids"].as_array().unwrap().len();
+    assert!((10..100).contains(&n), "the newest messages that fit: {n}");
+    // A bigger budget holds more of both; a conversation of another user is not found.
+    let (_, big) = s
+        .post(
+            "/v1/context",
+            json!({ "user_id": "u", "conversation_id": "long", "token_budget": 20000 }),
+        )
+        .await;
+    assert_eq!(big["message_ids"].as_array().unwrap().len(), 50, "the last 50 messages");
+    assert_eq!(big["summary_ids"].as_array().unwrap().len(), 2, "the root and the open branch");
+    let (st, e) = s
+        .post("/v1/context", json!({ "user_id": "someone-else", "conversation_id": "long" }))
+        .await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{e}");
 
     // The user's export carries the summaries; erasure removes them.
     let (_, export) = s.get("/v1/users/u/export").await;

@@ -1,0 +1,241 @@
+//! Short-term context (seed 004): with a `conversation_id`, the context block adds, after
+//! the known facts and within the same token budget, the conversation's latest summaries and
+//! its last messages, recency-weighted: the newest messages first take up to
+//! [`MESSAGE_SHARE`] of what the facts left, then the newest summaries no other summary
+//! covers (the tops of the conversation's DAG) the rest. Both are shown oldest first:
+//!
+//! ```text
+//! Known facts about the user:
+//! - …
+//!
+//! Earlier in this conversation:
+//! - [2023-05-01T09:01Z to 2023-05-01T14:20Z] …
+//!
+//! Recent messages:
+//! [2023-05-01T15:58Z] user: …
+//! ```
+//!
+//! The facts part is what a session caches; the short-term part is rebuilt on every call,
+//! since the conversation moves on between turns.
+
+use crate::error::{Error, Result};
+use crate::model::{ConversationId, Message, MessageId, Summary, SummaryId, UserId};
+use crate::pipeline::compact::iso_minute;
+use crate::pipeline::prompts::message_text;
+use crate::retrieval::estimate_tokens;
+
+use super::Engine;
+use super::scope::View;
+
+/// Share of the budget left after the facts that the last messages may take.
+pub const MESSAGE_SHARE: f64 = 0.6;
+
+/// Messages read from the end of the conversation at most.
+const RECENT_MESSAGES: usize = 50;
+
+/// Characters of one message or summary shown at most.
+const ITEM_CHARS: usize = 2_000;
+
+/// The short-term part of a context block.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ShortTerm {
+    pub text: String,
+    pub message_ids: Vec<MessageId>,
+    pub summary_ids: Vec<SummaryId>,
+}
+
+fn cut(text: &str) -> String {
+    let t = text.trim();
+    if t.chars().count() <= ITEM_CHARS {
+        return t.to_string();
+    }
+    let mut s: String = t.chars().take(ITEM_CHARS).collect();
+    s.push('…');
+    s
+}
+
+fn message_line(m: &Message) -> String {
+    format!("[{}] {}: {}", iso_minute(m.created_at), m.role.as_str(), cut(&message_text(m)))
+}
+
+fn summary_line(s: &Summary) -> String {
+    // The stored header line names the span already in words; the line names it in minutes.
+    let body = s.content.split_once('\n').map_or(s.content.as_str(), |(_, b)| b);
+    format!("- [{} to {}] {}", iso_minute(s.earliest_at), iso_minute(s.latest_at), cut(body))
+}
+
+/// Pack the newest `messages` and then the newest `tops` (both oldest first as given) into
+/// `budget` tokens: messages up to [`MESSAGE_SHARE`] of it (the newest always tried first),
+/// summaries in what is left. Pure.
+pub fn pack(messages: &[Message], tops: &[Summary], budget: usize) -> ShortTerm {
+    let mut left = budget;
+    let head = |title: &str, left: &mut usize| -> bool {
+        let c = estimate_tokens(title) + 2;
+        if c > *left {
+            return false;
+        }
+        *left -= c;
+        true
+    };
+    let mut chosen_msgs: Vec<(&Message, String)> = Vec::new();
+    let recent_title = "Recent messages:";
+    let mut msg_budget = ((budget as f64) * MESSAGE_SHARE) as usize;
+    if !messages.is_empty() && head(recent_title, &mut msg_budget) {
+        for m in messages.iter().rev() {
+            let line = message_line(m);
+            let c = estimate_tokens(&line) + 1;
+            if line.is_empty() || c > msg_budget {
+                break;
+            }
+            msg_budget -= c;
+            chosen_msgs.push((m, line));
+        }
+    }
+    let used: usize = if chosen_msgs.is_empty() {
+        0
+    } else {
+        estimate_tokens(recent_title)
+            + 2
+            + chosen_msgs.iter().map(|(_, l)| estimate_tokens(l) + 1).sum::<usize>()
+    };
+    left = left.saturating_sub(used);
+    let earlier_title = "Earlier in this conversation:";
+    let mut chosen_sums: Vec<(&Summary, String)> = Vec::new();
+    if !tops.is_empty() && head(earlier_title, &mut left) {
+        for s in tops.iter().rev() {
+            let line = summary_line(s);
+            let c = estimate_tokens(&line) + 1;
+            if c > left {
+                break;
+            }
+            left -= c;
+            chosen_sums.push((s, line));
+        }
+    }
+    chosen_msgs.reverse();
+    chosen_sums.reverse();
+    let mut text = String::new();
+    if !chosen_sums.is_empty() {
+        text.push_str(earlier_title);
+        for (_, l) in &chosen_sums {
+            text.push('\n');
+            text.push_str(l);
+        }
+    }
+    if !chosen_msgs.is_empty() {
+        if !text.is_empty() {
+            text.push_str("\n\n");
+        }
+        text.push_str(recent_title);
+        for (_, l) in &chosen_msgs {
+            text.push('\n');
+            text.push_str(l);
+        }
+    }
+    ShortTerm {
+        text,
+        message_ids: chosen_msgs.iter().map(|(m, _)| m.id).collect(),
+        summary_ids: chosen_sums.iter().map(|(s, _)| s.id).collect(),
+    }
+}
+
+impl Engine {
+    /// The short-term part for conversation `id` of `user`, in `budget` tokens. The
+    /// conversation must be the user's and readable by the caller (404 otherwise, like an
+    /// unknown one).
+    pub(super) async fn short_term(
+        &self,
+        v: &View,
+        p: &crate::model::Principal,
+        user: &UserId,
+        id: &ConversationId,
+        budget: usize,
+    ) -> Result<ShortTerm> {
+        let not_found = || Error::not_found(format!("conversation {id}"));
+        let info = self.svc.store.get_conversation(&v.tenant, id).await?.ok_or_else(not_found)?;
+        if &info.user_id != user
+            || !self.may_read_conversation(p, &info.user_id, info.agent_id.as_ref()).await?
+        {
+            return Err(not_found());
+        }
+        if budget == 0 {
+            return Ok(ShortTerm::default());
+        }
+        let from = info.messages.saturating_sub(RECENT_MESSAGES as i64).max(info.summarized_seq);
+        let messages = self.svc.store.list_messages(&v.tenant, id, from, RECENT_MESSAGES).await?;
+        let tops = self.svc.store.conversation_summaries(&v.tenant, id, None, true).await?;
+        Ok(pack(&messages, &tops, budget))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{MessageRole, SummaryKind, TenantId};
+    use time::macros::datetime;
+
+    fn msg(i: i64, text: &str) -> Message {
+        let mut m = Message::sample(
+            if i % 2 == 1 { MessageRole::User } else { MessageRole::Assistant },
+            text,
+        );
+        m.seq = i;
+        m.created_at = datetime!(2023-05-01 09:00 UTC) + time::Duration::minutes(i);
+        m
+    }
+
+    fn top(h: i64, text: &str) -> Summary {
+        let at = datetime!(2023-05-01 00:00 UTC) + time::Duration::hours(h);
+        Summary {
+            id: SummaryId::new(),
+            tenant_id: TenantId::default_tenant(),
+            user_id: UserId::parse("u").unwrap(),
+            conversation_id: ConversationId::parse("c").unwrap(),
+            parent_id: None,
+            depth: 1,
+            kind: SummaryKind::Branch,
+            content: format!("[branch summary, …]\n{text}"),
+            message_count: 80,
+            earliest_at: at,
+            latest_at: at + time::Duration::minutes(59),
+            model: None,
+            created_at: at,
+        }
+    }
+
+    #[test]
+    fn newest_first_within_the_budget_shown_oldest_first() {
+        let messages: Vec<Message> =
+            (1..=30).map(|i| msg(i, &format!("message number {i} about the garden"))).collect();
+        let tops =
+            vec![top(1, "first stretch: moving house"), top(5, "second stretch: the new job")];
+        let all = pack(&messages, &tops, 10_000);
+        assert_eq!(all.message_ids.len(), 30);
+        assert_eq!(all.summary_ids.len(), 2);
+        assert!(all.text.starts_with(
+            "Earlier in this conversation:\n- [2023-05-01T01:00Z to 2023-05-01T01:59Z] first stretch: moving house\n- [2023-05-01T05:00Z"
+        ), "{}", all.text);
+        assert!(
+            all.text
+                .contains("\n\nRecent messages:\n[2023-05-01T09:01Z] user: message number 1 about"),
+            "{}",
+            all.text
+        );
+        assert!(
+            all.text.ends_with("[2023-05-01T09:30Z] assistant: message number 30 about the garden")
+        );
+
+        // A small budget keeps the newest messages, then the newest summary that fits.
+        let small = pack(&messages, &tops, 150);
+        assert!(small.message_ids.len() < 30 && !small.message_ids.is_empty());
+        assert_eq!(small.message_ids.last(), Some(&messages[29].id), "the newest message stays");
+        assert!(estimate_tokens(&small.text) <= 150, "{}", estimate_tokens(&small.text));
+        // Only one longer summary fits beside the messages: the newer one.
+        let long = |h, t: &str| top(h, &format!("{t} {}", "and so on ".repeat(9)));
+        let tops = vec![long(1, "moving house"), long(5, "the new job")];
+        let tight = pack(&messages, &tops, 125);
+        assert_eq!(tight.summary_ids, [tops[1].id], "{}", tight.text);
+        assert_eq!(pack(&messages, &tops, 3), ShortTerm::default());
+        assert_eq!(pack(&[], &[], 1000), ShortTerm::default());
+    }
+}

@@ -1,0 +1,174 @@
+//! The wire shapes of search results: a result (memory, message or summary) with its
+//! score and `explain`, an expanded summary's messages, and a synthesized answer with its
+//! citations. Stored rows' shapes are in [`super::dto`].
+
+use engram_core::engine::{Hit, Synthesis};
+use engram_core::retrieval::Explain;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::dto::{MemoryDto, MessageDto, SummaryDto};
+
+/// Every component of a score and of the order.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ExplainDto {
+    pub vector_rank: Option<usize>,
+    /// Cosine similarity to the query.
+    pub vector_similarity: Option<f32>,
+    pub text_rank: Option<usize>,
+    /// Share of the query's keyword weight (IDF) held by the query words in the row, 0–1.
+    pub text_coverage: Option<f64>,
+    /// The cosine read on the embedder's scale: 0 at what unrelated texts reach, 1 for a
+    /// close paraphrase.
+    pub semantic: f64,
+    /// The keyword coverage squared (0 when the keyword list did not return the row): one
+    /// word of a three-word query is weak support.
+    pub lexical: f64,
+    /// `1 − (1 − semantic)·(1 − lexical)`: the score.
+    pub relevance: f64,
+    /// Reciprocal Rank Fusion of the two lists (k = 60).
+    pub rrf: f64,
+    pub days_since_access: f64,
+    pub access_count: i64,
+    pub temporal: f64,
+    pub temporal_weight: f64,
+    pub importance: u8,
+    pub importance_weight: f64,
+    pub rating: i64,
+    pub rating_weight: f64,
+    /// What orders the results: `rrf × temporal_weight × importance_weight × rating_weight`.
+    pub rank_score: f64,
+    /// The relevance.
+    pub score: f64,
+}
+
+impl From<&Explain> for ExplainDto {
+    fn from(e: &Explain) -> Self {
+        ExplainDto {
+            vector_rank: e.vector_rank,
+            vector_similarity: e.vector_similarity,
+            text_rank: e.text_rank,
+            text_coverage: e.text_coverage,
+            semantic: e.semantic,
+            lexical: e.lexical,
+            relevance: e.relevance,
+            rrf: e.rrf,
+            days_since_access: e.days_since_access,
+            access_count: e.access_count,
+            temporal: e.temporal,
+            temporal_weight: e.temporal_weight,
+            importance: e.importance,
+            importance_weight: e.importance_weight,
+            rating: e.rating,
+            rating_weight: e.rating_weight,
+            rank_score: e.rank_score,
+            score: e.score,
+        }
+    }
+}
+
+/// A source message of an expanded summary hit.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ExpandedDto {
+    /// The message's relevance to the query (0 to 1).
+    pub score: f64,
+    pub message: MessageDto,
+}
+
+/// A search's synthesized answer.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AnswerDto {
+    /// A few sentences, with `[n]` labels citing the results they rest on.
+    pub text: String,
+    /// What each cited label stands for.
+    pub citations: Vec<CitationDto>,
+}
+
+/// One cited result.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CitationDto {
+    /// The `[n]` in the answer (n is the result's position, from 1).
+    pub label: usize,
+    /// `memory`, `message` or `summary`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub id: String,
+}
+
+impl From<&Synthesis> for AnswerDto {
+    fn from(s: &Synthesis) -> Self {
+        AnswerDto {
+            text: s.answer.clone(),
+            citations: s
+                .citations
+                .iter()
+                .map(|c| CitationDto { label: c.label, kind: c.kind.into(), id: c.id.clone() })
+                .collect(),
+        }
+    }
+}
+
+/// One search result.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SearchResultDto {
+    /// `memory`, `message` or `summary`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Relevance to the query, 0 to 1, comparable across queries: `1 − (1 − semantic)·(1 −
+    /// lexical)`, where semantic support is the cosine similarity on the embedder's scale and
+    /// lexical support the share of the query's keyword weight the result holds. Results are
+    /// ordered by the fused rank (`explain.rank_score`).
+    pub score: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryDto>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<MessageDto>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<SummaryDto>,
+    /// With `expand`, for a summary: the source messages that best match the query (up to
+    /// 3), best first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expanded: Option<Vec<ExpandedDto>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<ExplainDto>,
+}
+
+impl SearchResultDto {
+    /// A hit as returned; `expand`: the search asked for expanded summaries.
+    pub fn from_hit(h: &Hit, explain: bool, expand: bool) -> Self {
+        match h {
+            Hit::Memory { memory, score, explain: e } => SearchResultDto {
+                kind: "memory".into(),
+                score: *score,
+                memory: Some(memory.into()),
+                message: None,
+                summary: None,
+                expanded: None,
+                explain: explain.then(|| e.into()),
+            },
+            Hit::Message { message, score, explain: e } => SearchResultDto {
+                kind: "message".into(),
+                score: *score,
+                memory: None,
+                message: Some(message.into()),
+                summary: None,
+                expanded: None,
+                explain: explain.then(|| e.into()),
+            },
+            Hit::Summary { summary, score, explain: e, expanded } => SearchResultDto {
+                kind: "summary".into(),
+                score: *score,
+                memory: None,
+                message: None,
+                summary: Some(summary.into()),
+                expanded: expand.then(|| {
+                    expanded
+                        .iter()
+                        .map(|(m, s)| ExpandedDto { score: *s, message: m.into() })
+                        .collect()
+                }),
+                explain: explain.then(|| e.into()),
+            },
+        }
+    }
+}

@@ -12,7 +12,7 @@ use testkit::{Match, Rule, ScriptedLlm};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::helpers::{Backend, Db, Server};
+use crate::helpers::{Backend, Client, Db, Server, create_key};
 
 const EXTRACT: &str = "memory extraction system";
 const LEAF: &str = "stretch of a conversation";
@@ -430,4 +430,102 @@ async fn synthesis_answers_from_the_results_and_cites_them(backend: Backend) {
     assert!(r["error"]["message"].as_str().unwrap().contains("needs an LLM"), "{r}");
 }
 
-on_both_backends!(synthesis_answers_from_the_results_and_cites_them);
+/// Wait until the job queue drains, as the tenant's admin.
+async fn drained_as(c: &Client) {
+    for _ in 0..600 {
+        let (_, st) = c.get("/v1/stats").await;
+        if st["jobs_pending"] == 0 && st["jobs_running"] == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("jobs did not drain");
+}
+
+async fn summaries_are_seen_only_by_who_may_read_their_conversation(backend: Backend) {
+    let llm = echoing_llm().await;
+    let db = Db::new(backend).await;
+    let key = |args: &[&str]| create_key(&db, args);
+    let admin = key(&["--tenant", "acme", "--role", "admin"]);
+    let a1 = key(&["--tenant", "acme", "--role", "agent", "--agent", "a1"]);
+    let a2 = key(&["--tenant", "acme", "--role", "agent", "--agent", "a2"]);
+    let u = key(&["--tenant", "acme", "--role", "user", "--user", "u"]);
+    let w = key(&["--tenant", "acme", "--role", "user", "--user", "w"]);
+    let other = key(&["--tenant", "globex", "--role", "admin"]);
+    let s = start(&db, &llm);
+    let adm = s.with_key(&admin);
+    for a in ["a1", "a2"] {
+        let b = json!({ "settings": { "compaction": { "threshold": 10 } } });
+        let (st, r) = adm.req("PUT", &format!("/v1/agents/{a}"), Some(b)).await;
+        assert_eq!(st, StatusCode::OK, "{r}");
+    }
+    for (conv, agent) in [("c1", "a1"), ("c2", "a2")] {
+        let msgs: Vec<Value> = (1..=30)
+            .map(|i| json!({ "role": "user", "content": format!("{conv} note {i}: the zebra quilt") }))
+            .collect();
+        let b = json!({ "user_id": "u", "agent_id": agent, "messages": msgs });
+        let (st, r) = adm.post(&format!("/v1/conversations/{conv}/messages"), b).await;
+        assert_eq!(st, StatusCode::ACCEPTED, "{r}");
+    }
+    drained_as(&adm).await;
+    let leaf_of = |conv: &'static str| {
+        let adm = &adm;
+        async move {
+            let (_, c) = adm.get(&format!("/v1/conversations/{conv}")).await;
+            c["summaries"][0]["id"].as_str().expect("a summary").to_string()
+        }
+    };
+    let (l1, l2) = (leaf_of("c1").await, leaf_of("c2").await);
+
+    // GET /v1/summaries/{id}: the same visibility as the conversation's transcript.
+    for (k, id, want) in [
+        (&admin, &l1, 200),
+        (&a1, &l1, 200),
+        (&a2, &l1, 404),
+        (&a2, &l2, 200),
+        (&u, &l1, 200),
+        (&w, &l1, 404),
+        (&other, &l1, 404),
+    ] {
+        let (st, r) = s.with_key(k).get(&format!("/v1/summaries/{id}")).await;
+        assert_eq!(st.as_u16(), want, "{r}");
+        if want == 404 {
+            assert!(!r.to_string().contains("zebra"), "{r}");
+        }
+    }
+    // Search and expansion: an agent sees its own conversations' summaries and messages.
+    let q = json!({ "user_id": "u", "query": "zebra quilt", "sources": ["summaries"], "expand": true, "limit": 50 });
+    let (st, r) = s.with_key(&a2).post("/v1/search", q.clone()).await;
+    assert_eq!(st, StatusCode::OK, "{r}");
+    let results = r["results"].as_array().unwrap();
+    assert!(!results.is_empty(), "{r}");
+    for h in results {
+        assert_eq!(h["summary"]["conversation_id"], "c2", "{h}");
+        for e in h["expanded"].as_array().unwrap() {
+            assert_eq!(e["message"]["conversation_id"], "c2", "{e}");
+        }
+    }
+    assert!(!r.to_string().contains("c1 note"), "{r}");
+    let (_, r) = s.with_key(&admin).post("/v1/search", q.clone()).await;
+    let convs: std::collections::BTreeSet<String> = r["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["summary"]["conversation_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(convs.len(), 2, "the admin sees both: {r}");
+    let (st, r) = s.with_key(&w).post("/v1/search", q).await;
+    assert_eq!(st, StatusCode::FORBIDDEN, "another user's key: {r}");
+    // Short-term context: another agent's conversation is not found.
+    let c = json!({ "user_id": "u", "conversation_id": "c1" });
+    let (st, r) = s.with_key(&a2).post("/v1/context", c.clone()).await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{r}");
+    let (st, r) = s.with_key(&a1).post("/v1/context", c).await;
+    assert_eq!(st, StatusCode::OK, "{r}");
+    assert!(r["text"].as_str().unwrap().contains("c1 note 30"), "{r}");
+}
+
+on_both_backends!(
+    synthesis_answers_from_the_results_and_cites_them,
+    summaries_are_seen_only_by_who_may_read_their_conversation,
+);

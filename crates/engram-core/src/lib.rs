@@ -6,7 +6,8 @@
 //!
 //! Layers, each importing only those below it: `error`, `model` → `store`, `embed`, `llm` →
 //! `metrics` → `services` (what operations and jobs work with) → `pipeline` (the job
-//! handlers), `retrieval`, `dedup` → `jobs` (the worker loop) and `engine` (the request path).
+//! handlers), `retrieval`, `dedup`, `when` (time in words) → `jobs` (the worker loop) and
+//! `engine` (the request path).
 
 pub mod dedup;
 pub mod embed;
@@ -22,3 +23,4 @@ pub mod pipeline;
 pub mod retrieval;
 pub mod services;
 pub mod store;
+pub mod when;

@@ -27,6 +27,11 @@
 //!   such a stray match (coverage ≈ 0.3 → 0.09) under the default threshold while a row
 //!   with all the query's words keeps 1 (measured in `benches/README.md`, "Abstention").
 //!
+//! A query that names a time ("on March 16, 2022", "in May 2023", "last week") adds a third
+//! list, of messages sent in it or whose own relative dates point into it (`crate::when`),
+//! fused like the others, and date support to the relevance:
+//! `1 − (1 − semantic)·(1 − lexical)·(1 − date_match)` ([`DATE_SAID`], [`DATE_WITHIN`]).
+//!
 //! A row with neither (a vector neighbour under the noise floor and no query word) has
 //! relevance 0 and is dropped by default ([`DEFAULT_MIN_SCORE`]): a query about something
 //! the user never mentioned returns nothing.
@@ -70,7 +75,14 @@ pub struct Explain {
     /// Lexical support: the keyword coverage squared, 0 when the keyword list did not return
     /// it.
     pub lexical: f64,
-    /// `1 − (1 − semantic)·(1 − lexical)`.
+    /// 1-based rank in the date list (a query that names a time: the messages sent in it
+    /// or whose relative dates point into it), if present there.
+    pub date_rank: Option<usize>,
+    /// Support from the time the query names: [`DATE_SAID`] for a row whose own relative
+    /// date ("yesterday", "last week") points into it, [`DATE_WITHIN`] for one written or
+    /// observed within it, 0 otherwise.
+    pub date_match: f64,
+    /// `1 − (1 − semantic)·(1 − lexical)·(1 − date_match)`.
     pub relevance: f64,
     pub rrf: f64,
     pub days_since_access: f64,
@@ -119,10 +131,18 @@ pub fn relevance(semantic: f64, lexical: f64) -> f64 {
     (1.0 - (1.0 - semantic.clamp(0.0, 1.0)) * (1.0 - lexical.clamp(0.0, 1.0))).clamp(0.0, 1.0)
 }
 
+/// Date support of a row whose relative date ("yesterday", sent the next day) points into
+/// the time the query names.
+pub const DATE_SAID: f64 = 0.3;
+/// Date support of a row written (or a fact observed) within the time the query names.
+pub const DATE_WITHIN: f64 = 0.15;
+
 /// Fill in the derived fields of `e` (everything after the ranks and raw scores), reading
 /// its cosine on `scale`, and return the score a caller reads (the relevance).
 pub fn finish(e: &mut Explain, scale: SimilarityScale) -> f64 {
-    e.rrf = e.vector_rank.map_or(0.0, rrf_term) + e.text_rank.map_or(0.0, rrf_term);
+    e.rrf = e.vector_rank.map_or(0.0, rrf_term)
+        + e.text_rank.map_or(0.0, rrf_term)
+        + e.date_rank.map_or(0.0, rrf_term);
     e.temporal = temporal(e.days_since_access, e.access_count);
     e.temporal_weight = temporal_weight(e.temporal);
     e.importance_weight = importance_weight(e.importance);
@@ -130,7 +150,8 @@ pub fn finish(e: &mut Explain, scale: SimilarityScale) -> f64 {
     e.rank_score = e.rrf * e.temporal_weight * e.importance_weight * e.rating_weight;
     e.semantic = e.vector_similarity.map_or(0.0, |c| scale.support(c));
     e.lexical = e.text_coverage.unwrap_or(0.0).clamp(0.0, 1.0).powi(2);
-    e.relevance = relevance(e.semantic, e.lexical);
+    e.relevance =
+        1.0 - (1.0 - relevance(e.semantic, e.lexical)) * (1.0 - e.date_match.clamp(0.0, 1.0));
     e.score = e.relevance;
     e.score
 }
@@ -176,6 +197,30 @@ pub fn fuse<K: Copy + Eq + std::hash::Hash>(
         }
     }
     out
+}
+
+/// Add a third ranked list to fused candidates: the date list (ids best first), each
+/// with its date support. Candidates it alone found are appended.
+pub fn fuse_dates<K: Copy + Eq + std::hash::Hash>(
+    fused: &mut Vec<(K, Explain)>,
+    dates: &[(K, f64)],
+) {
+    let at: std::collections::HashMap<K, usize> =
+        fused.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect();
+    for (rank, (id, support)) in dates.iter().enumerate() {
+        let i = match at.get(id) {
+            Some(i) => *i,
+            None => {
+                fused.push((*id, Explain::default()));
+                fused.len() - 1
+            }
+        };
+        let e = &mut fused[i].1;
+        if e.date_rank.is_none() {
+            e.date_rank = Some(rank + 1);
+            e.date_match = e.date_match.max(*support);
+        }
+    }
 }
 
 /// Rough token count of a text for budgeting: about four characters per token, the usual

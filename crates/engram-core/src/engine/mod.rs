@@ -12,7 +12,7 @@
 //!
 //! A row the caller may not see is reported exactly like a row that does not exist.
 //!
-//! One file per group of operations (`remember`, `memories`, `search`, `literal`,
+//! One file per group of operations (`remember`, `memories`, `search`, `dates`, `literal`,
 //! `summaries`, `synthesis`, `context`, `short_term`, `conversations`, `admin`, `backup`, `reembed`);
 //! `scope` resolves who sees what.
 
@@ -31,6 +31,7 @@ mod admin;
 mod backup;
 mod context;
 mod conversations;
+mod dates;
 mod literal;
 mod memories;
 mod reembed;

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::model::{AgentId, MemoryId, Message, MessageId, Principal, Summary, SummaryId};
 use crate::retrieval::{self, Explain};
 use crate::store::TranscriptFilter;
+use crate::when::Span;
 
 use super::scope::View;
 use super::{Engine, Hit, SearchInput, SearchMode, SearchSource, clamp_limit};
@@ -22,6 +23,8 @@ struct Lists<'a> {
     vector: Option<&'a [f32]>,
     mode: SearchMode,
     k: usize,
+    /// The time the query names, if any (`crate::when`).
+    when: Option<Span>,
 }
 
 fn finish_message(
@@ -80,6 +83,12 @@ impl Engine {
         let now = crate::model::now();
         let n = self.svc.cfg.candidates.max(limit);
         let mut hits = Vec::new();
+        // A time the query names is matched by dates; its words leave the keyword query.
+        let timed = self.query_time(&v, query).await?;
+        let (when, keywords) = match &timed {
+            Some((span, rest)) => (Some(*span), rest.as_str()),
+            None => (None, query),
+        };
         let qv = match input.mode {
             SearchMode::TextOnly | SearchMode::Substring | SearchMode::Regex => None,
             SearchMode::Hybrid | SearchMode::VectorOnly => Some(self.embed_one(query).await?),
@@ -98,7 +107,7 @@ impl Engine {
                 if input.mode == SearchMode::VectorOnly {
                     Ok(vec![])
                 } else {
-                    self.svc.store.text_search(&v.tenant, &f, query, n).await
+                    self.svc.store.text_search(&v.tenant, &f, keywords, n).await
                 }
             };
             let (vec_list, text_list) = tokio::try_join!(vector, text)?;
@@ -109,6 +118,9 @@ impl Engine {
                 // The store's vector index may not know every condition (SQLite's keeps
                 // pools, kinds, categories and dates): the loaded row is checked again.
                 let Some(mut e) = parts.remove(&m.id).filter(|_| f.admits(&m)) else { continue };
+                if when.is_some_and(|w| w.contains(m.observed_at.date())) {
+                    e.date_match = retrieval::DATE_WITHIN;
+                }
                 e.days_since_access =
                     retrieval::days_between(m.last_accessed_at.unwrap_or(m.created_at), now);
                 e.access_count = m.access_count;
@@ -124,7 +136,8 @@ impl Engine {
             let user =
                 v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
             let window = TranscriptFilter { user, since: input.since, until: input.until };
-            let lists = Lists { query, vector: qv.as_deref(), mode: input.mode, k: n };
+            let lists =
+                Lists { query: keywords, vector: qv.as_deref(), mode: input.mode, k: n, when };
             if input.sources.contains(&SearchSource::Messages) {
                 for (message, e) in self.message_hits(&v, &window, &lists).await? {
                     hits.push(finish_message(message, e, now, scale));
@@ -132,6 +145,11 @@ impl Engine {
             }
             if input.sources.contains(&SearchSource::Summaries) {
                 for (summary, mut e) in self.summary_hits(&v, &window, &lists).await? {
+                    let span =
+                        Span { start: summary.earliest_at.date(), end: summary.latest_at.date() };
+                    if when.is_some_and(|w| w.overlaps(&span)) {
+                        e.date_match = retrieval::DATE_WITHIN;
+                    }
                     e.importance = 5;
                     e.days_since_access = retrieval::days_between(summary.latest_at, now);
                     let score = retrieval::finish(&mut e, scale);
@@ -191,7 +209,11 @@ impl Engine {
         let (vec_list, text_list) = tokio::try_join!(vector, text)?;
         // One fusion, one load of the candidates, one read of their agents' settings: a
         // fixed number of store calls whatever the number of candidates.
-        let fused = retrieval::fuse(&vec_list, &text_list);
+        let mut fused = retrieval::fuse(&vec_list, &text_list);
+        if let Some(span) = l.when {
+            let dates = self.date_list(v, window, span, l.k).await?;
+            retrieval::fuse_dates(&mut fused, &dates);
+        }
         let ids: Vec<MessageId> = fused.iter().map(|(id, _)| *id).collect();
         let mut rows: HashMap<MessageId, Message> =
             store.get_messages(&v.tenant, &ids).await?.into_iter().map(|m| (m.id, m)).collect();
@@ -327,7 +349,7 @@ impl Engine {
                 until: Some(summary.latest_at + time::Duration::microseconds(1)),
             };
             let k = covered.len().max(EXPANDED_MESSAGES);
-            let lists = Lists { query, vector, mode, k };
+            let lists = Lists { query, vector, mode, k, when: None };
             for (message, e) in self.message_hits(v, &window, &lists).await? {
                 if covered.contains(&message.id)
                     && let Hit::Message { message, score, .. } =

@@ -24,7 +24,12 @@ pub struct ExplainDto {
     /// The keyword coverage squared (0 when the keyword list did not return the row): one
     /// word of a three-word query is weak support.
     pub lexical: f64,
-    /// `1 − (1 − semantic)·(1 − lexical)`: the score.
+    /// 1-based rank in the date list (when the query names a time), if present there.
+    pub date_rank: Option<usize>,
+    /// Support from the time the query names: 0.3 when the row's own relative date
+    /// ("yesterday") points into it, 0.15 when it was written or observed within it.
+    pub date_match: f64,
+    /// `1 − (1 − semantic)·(1 − lexical)·(1 − date_match)`: the score.
     pub relevance: f64,
     /// Reciprocal Rank Fusion of the two lists (k = 60).
     pub rrf: f64,
@@ -51,6 +56,8 @@ impl From<&Explain> for ExplainDto {
             text_coverage: e.text_coverage,
             semantic: e.semantic,
             lexical: e.lexical,
+            date_rank: e.date_rank,
+            date_match: e.date_match,
             relevance: e.relevance,
             rrf: e.rrf,
             days_since_access: e.days_since_access,

@@ -1,5 +1,6 @@
 //! Time in search: `since` / `until` on every source, as RFC 3339 times or as calendar
-//! dates, months and years; a date as `until` includes that whole day.
+//! dates, months and years; a date as `until` includes that whole day. A query that names a
+//! time finds the messages sent in it and those whose relative dates point into it.
 
 use serde_json::{Value, json};
 
@@ -117,4 +118,49 @@ async fn dates_and_times_bound_every_source(backend: Backend) {
     assert!(r["error"]["message"].as_str().unwrap().contains("2026-02-22"), "{r}");
 }
 
-on_both_backends!(dates_and_times_bound_every_source);
+async fn a_query_that_names_a_time_finds_what_was_said_about_it(backend: Backend) {
+    let s = Server::on(backend).await;
+    // Sent on Thursday 17 March 2022: "yesterday" is the 16th. Filler on other days.
+    let mut msgs = vec![
+        json!({ "role": "user", "content": "James: Yesterday I went bowling with my cousins.", "created_at": "2022-03-17T19:00:00Z" }),
+        json!({ "role": "user", "content": "James: Last week we painted the kitchen.", "created_at": "2022-03-17T19:05:00Z" }),
+        json!({ "role": "user", "content": "James: I visited the aquarium.", "created_at": "2022-03-19T15:00:00Z" }),
+        json!({ "role": "user", "content": "James: Today I am resting at home.", "created_at": "2022-03-20T10:00:00Z" }),
+    ];
+    for d in 1..=9 {
+        msgs.push(json!({ "role": "user", "content": format!("James: note {d} about the weather"), "created_at": format!("2022-02-0{d}T10:00:00Z") }));
+    }
+    let (st, b) =
+        s.post("/v1/conversations/j/messages", json!({ "user_id": "u", "messages": msgs })).await;
+    assert_eq!(st, 202, "{b}");
+    let ask =
+        |q: &str| json!({ "user_id": "u", "query": q, "sources": ["messages"], "explain": true });
+    // The day the question names: the message that said "yesterday" the day after is first.
+    let (_, r) = s.post("/v1/search", ask("What did James do on March 16, 2022?")).await;
+    let first = &r["results"][0];
+    assert_eq!(
+        first["message"]["content"], "James: Yesterday I went bowling with my cousins.",
+        "{r}"
+    );
+    assert_eq!(first["explain"]["date_match"], 0.3, "{first}");
+    assert_eq!(first["explain"]["date_rank"], 1, "{first}");
+    // A week: "last week", said on the 17th, is the week of 7–13 March.
+    let (_, r) = s.post("/v1/search", ask("What did James do on 2022-03-09?")).await;
+    assert_eq!(contents(&r)[0], "James: Last week we painted the kitchen.", "{r}");
+    // A month names every message sent in it; a relative time is read against the
+    // conversation's own latest date (20 March 2022), not the server's clock.
+    let (_, r) = s.post("/v1/search", ask("What did James do yesterday?")).await;
+    assert_eq!(contents(&r)[0], "James: I visited the aquarium.", "{r}");
+    assert_eq!(r["results"][0]["explain"]["date_match"], 0.15, "{r}");
+    let (_, r) = s.post("/v1/search", ask("notes from February 2022")).await;
+    let all = contents(&r);
+    assert!(all.iter().filter(|c| c.contains("note")).count() >= 9, "{all:?}");
+    // A query naming no time has no date list.
+    let (_, r) = s.post("/v1/search", ask("bowling with cousins")).await;
+    assert!(r["results"][0]["explain"]["date_rank"].is_null(), "{r}");
+}
+
+on_both_backends!(
+    dates_and_times_bound_every_source,
+    a_query_that_names_a_time_finds_what_was_said_about_it
+);

@@ -1,0 +1,510 @@
+//! Time in words: the relative dates a message names ("yesterday", "last week", "three years
+//! ago", "ieri", "la semana pasada", "vor zwei Tagen"), resolved against the message's own
+//! `created_at`; and the time a query names ("on March 16, 2022", "in May 2023",
+//! "2023-05-08", "last week" — the relative ones against an anchor the caller gives: the
+//! conversation's own latest date, never the server clock). Pure functions over words.
+//!
+//! Search uses both (`engine::search`): a query that names a day or month finds the
+//! messages that were sent in it and those whose relative dates point into it ("yesterday I
+//! went bowling", sent the day after), as a third ranked list beside vectors and keywords,
+//! and `explain` shows the match.
+
+use time::{Date, Duration, Month, OffsetDateTime, UtcOffset, Weekday};
+
+/// A span of whole days, both ends included (UTC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub start: Date,
+    pub end: Date,
+}
+
+impl Span {
+    fn day(d: Date) -> Self {
+        Span { start: d, end: d }
+    }
+
+    fn month_of(d: Date) -> Self {
+        let start = d.replace_day(1).unwrap_or(d);
+        let end = start.replace_day(d.month().length(d.year())).unwrap_or(start);
+        Span { start, end }
+    }
+
+    fn year_of(y: i32) -> Option<Self> {
+        Some(Span {
+            start: Date::from_calendar_date(y, Month::January, 1).ok()?,
+            end: Date::from_calendar_date(y, Month::December, 31).ok()?,
+        })
+    }
+
+    /// Monday to Sunday of the week of `d`.
+    fn week_of(d: Date) -> Self {
+        let start = d - Duration::days(i64::from(d.weekday().number_days_from_monday()));
+        Span { start, end: start + Duration::days(6) }
+    }
+
+    pub fn overlaps(&self, other: &Span) -> bool {
+        self.start <= other.end && other.start <= self.end
+    }
+
+    pub fn contains(&self, d: Date) -> bool {
+        self.start <= d && d <= self.end
+    }
+
+    /// Days in the span.
+    pub fn days(&self) -> i64 {
+        (self.end - self.start).whole_days() + 1
+    }
+}
+
+/// Lowercase words (letters and digits; apostrophes and punctuation split).
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+fn number(w: &str) -> Option<i64> {
+    if let Ok(n) = w.parse::<i64>() {
+        return (1..=100).contains(&n).then_some(n);
+    }
+    Some(match w {
+        "a" | "an" | "one" | "uno" | "una" | "un" | "une" | "ein" | "einem" | "einer" | "um"
+        | "uma" => 1,
+        "two" | "couple" | "due" | "dos" | "deux" | "zwei" | "dois" | "duas" => 2,
+        "three" | "few" | "tre" | "tres" | "trois" | "drei" | "três" => 3,
+        "four" | "quattro" | "cuatro" | "quatre" | "vier" | "quatro" => 4,
+        "five" | "cinque" | "cinco" | "cinq" | "fünf" => 5,
+        "six" | "sei" | "seis" | "sechs" => 6,
+        "seven" | "sette" | "siete" | "sept" | "sieben" | "sete" => 7,
+        "eight" | "otto" | "ocho" | "huit" | "acht" | "oito" => 8,
+        "nine" | "nove" | "nueve" | "neuf" | "neun" => 9,
+        "ten" | "dieci" | "diez" | "dix" | "zehn" | "dez" => 10,
+        _ => return None,
+    })
+}
+
+#[derive(Clone, Copy)]
+enum Unit {
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+fn unit(w: &str) -> Option<Unit> {
+    Some(match w {
+        "day" | "days" | "giorno" | "giorni" | "día" | "días" | "dia" | "dias" | "jour"
+        | "jours" | "tag" | "tagen" | "tage" => Unit::Day,
+        "week" | "weeks" | "settimana" | "settimane" | "semana" | "semanas" | "semaine"
+        | "semaines" | "woche" | "wochen" => Unit::Week,
+        "month" | "months" | "mese" | "mesi" | "mes" | "meses" | "mois" | "monat" | "monaten"
+        | "monate" | "mês" => Unit::Month,
+        "year" | "years" | "anno" | "anni" | "año" | "años" | "an" | "ans" | "année" | "années"
+        | "jahr" | "jahren" | "jahre" | "ano" | "anos" => Unit::Year,
+        _ => return None,
+    })
+}
+
+fn weekday(w: &str) -> Option<Weekday> {
+    Some(match w {
+        "monday" | "lunedì" | "lunes" | "lundi" | "montag" => Weekday::Monday,
+        "tuesday" | "martedì" | "martes" | "mardi" | "dienstag" => Weekday::Tuesday,
+        "wednesday" | "mercoledì" | "miércoles" | "mercredi" | "mittwoch" => Weekday::Wednesday,
+        "thursday" | "giovedì" | "jueves" | "jeudi" | "donnerstag" => Weekday::Thursday,
+        "friday" | "venerdì" | "viernes" | "vendredi" | "freitag" => Weekday::Friday,
+        "saturday" | "sabato" | "sábado" | "samedi" | "samstag" => Weekday::Saturday,
+        "sunday" | "domenica" | "domingo" | "dimanche" | "sonntag" => Weekday::Sunday,
+        _ => return None,
+    })
+}
+
+/// Words that make the following (or preceding) unit "the previous one".
+fn is_last(w: &str) -> bool {
+    matches!(
+        w,
+        "last"
+            | "past"
+            | "previous"
+            | "scorso"
+            | "scorsa"
+            | "passato"
+            | "passata"
+            | "pasado"
+            | "pasada"
+            | "dernier"
+            | "dernière"
+            | "letzte"
+            | "letzten"
+            | "letztes"
+            | "letzter"
+            | "vergangene"
+            | "vergangenen"
+            | "passado"
+            | "passada"
+    )
+}
+
+fn is_next(w: &str) -> bool {
+    matches!(
+        w,
+        "next"
+            | "prossimo"
+            | "prossima"
+            | "próximo"
+            | "próxima"
+            | "prochain"
+            | "prochaine"
+            | "nächste"
+            | "nächsten"
+            | "nächstes"
+            | "proximo"
+            | "proxima"
+    )
+}
+
+fn is_this(w: &str) -> bool {
+    matches!(
+        w,
+        "this"
+            | "questo"
+            | "questa"
+            | "este"
+            | "esta"
+            | "ce"
+            | "cette"
+            | "diese"
+            | "diesen"
+            | "dieses"
+    )
+}
+
+fn shift(d: Date, u: Unit, n: i64) -> Span {
+    match u {
+        Unit::Day => Span::day(d + Duration::days(n)),
+        Unit::Week => Span::week_of(d + Duration::days(7 * n)),
+        Unit::Month => {
+            let months = i64::from(d.year()) * 12 + i64::from(u8::from(d.month())) - 1 + n;
+            let (y, m) = (months.div_euclid(12) as i32, (months.rem_euclid(12) + 1) as u8);
+            let first = Month::try_from(m)
+                .ok()
+                .and_then(|m| Date::from_calendar_date(y, m, 1).ok())
+                .unwrap_or(d);
+            Span::month_of(first)
+        }
+        Unit::Year => Span::year_of(d.year() + n as i32).unwrap_or(Span::day(d)),
+    }
+}
+
+/// The most recent `w` strictly before `d`.
+fn previous_weekday(d: Date, w: Weekday) -> Date {
+    let back = (7 + i64::from(d.weekday().number_days_from_monday())
+        - i64::from(w.number_days_from_monday()))
+        % 7;
+    d - Duration::days(if back == 0 { 7 } else { back })
+}
+
+/// The relative dates `text` names, resolved against `anchor` (when it was said).
+pub fn relative_spans(text: &str, anchor: OffsetDateTime) -> Vec<Span> {
+    let mut out: Vec<Span> = Vec::new();
+    for (span, _, _) in relative_matches(&words(text), anchor) {
+        if !out.contains(&span) {
+            out.push(span);
+        }
+    }
+    out
+}
+
+/// Every relative date in `w`: its span, the index of its first word and its word count.
+fn relative_matches(w: &[String], anchor: OffsetDateTime) -> Vec<(Span, usize, usize)> {
+    let d = anchor.to_offset(UtcOffset::UTC).date();
+    let mut out = Vec::new();
+    let at = |i: usize| w.get(i).map(String::as_str).unwrap_or("");
+    let mut i = 0;
+    while i < w.len() {
+        let (a, b, c) = (at(i), at(i + 1), at(i + 2));
+        let mut found: Option<(Span, usize)> = match a {
+            "yesterday" | "ieri" | "ayer" | "hier" | "gestern" | "ontem" => {
+                Some((Span::day(d - Duration::days(1)), 1))
+            }
+            "vorgestern" | "anteayer" | "anteontem" | "altroieri" => {
+                Some((Span::day(d - Duration::days(2)), 1))
+            }
+            "today" | "tonight" | "oggi" | "hoy" | "heute" | "hoje" | "stasera" | "stamattina" => {
+                Some((Span::day(d), 1))
+            }
+            "tomorrow" | "domani" | "demain" | "amanhã" => {
+                Some((Span::day(d + Duration::days(1)), 1))
+            }
+            "aujourd" if b == "hui" => Some((Span::day(d), 2)),
+            "avant" if b == "hier" => Some((Span::day(d - Duration::days(2)), 2)),
+            _ => None,
+        };
+        // "the day before yesterday"
+        if a == "day" && b == "before" && c == "yesterday" {
+            found = Some((Span::day(d - Duration::days(2)), 3));
+        }
+        // "last night", "this morning"
+        if found.is_none() && (a == "last" && b == "night") {
+            found = Some((Span::day(d - Duration::days(1)), 2));
+        }
+        if found.is_none() && is_this(a) && matches!(b, "morning" | "afternoon" | "evening") {
+            found = Some((Span::day(d), 2));
+        }
+        // "last week", "next month", "this year", "last friday", "last weekend"
+        if found.is_none() && (is_last(a) || is_next(a) || is_this(a)) {
+            let n = if is_last(a) {
+                -1
+            } else if is_next(a) {
+                1
+            } else {
+                0
+            };
+            if let Some(u) = unit(b) {
+                found = Some((shift(d, u, n), 2));
+            } else if let Some(wd) = weekday(b).filter(|_| n == -1) {
+                found = Some((Span::day(previous_weekday(d, wd)), 2));
+            } else if b == "weekend" && n == -1 {
+                let sat = previous_weekday(d, Weekday::Saturday);
+                let sat =
+                    if d.weekday() == Weekday::Sunday { sat - Duration::days(7) } else { sat };
+                found = Some((Span { start: sat, end: sat + Duration::days(1) }, 2));
+            }
+        }
+        // "la settimana scorsa", "le mois dernier", "el año pasado": unit then "last".
+        if found.is_none()
+            && let Some(u) = unit(a)
+            && (is_last(b) || is_next(b))
+        {
+            found = Some((shift(d, u, if is_last(b) { -1 } else { 1 }), 2));
+        }
+        // "three days ago", "2 weeks ago", "a couple of years ago"
+        if found.is_none()
+            && let Some(n) = number(a)
+        {
+            let (u, skip) = match (unit(b), unit(c)) {
+                (Some(u), _) => (Some(u), 2),
+                (None, Some(u)) if b == "of" => (Some(u), 3),
+                _ => (None, 0),
+            };
+            if let Some(u) = u
+                && matches!(at(i + skip), "ago" | "fa")
+            {
+                found = Some((shift(d, u, -n), skip + 1));
+            }
+        }
+        // "hace tres días", "vor zwei Tagen", "há dois dias", "il y a trois jours"
+        if found.is_none()
+            && matches!(a, "hace" | "vor" | "há" | "ha")
+            && let (Some(n), Some(u)) = (number(b), unit(c))
+        {
+            found = Some((shift(d, u, -n), 3));
+        }
+        if found.is_none()
+            && a == "il"
+            && b == "y"
+            && c == "a"
+            && let (Some(n), Some(u)) = (number(at(i + 3)), unit(at(i + 4)))
+        {
+            found = Some((shift(d, u, -n), 5));
+        }
+        match found {
+            Some((span, used)) => {
+                out.push((span, i, used));
+                i += used;
+            }
+            None => i += 1,
+        }
+    }
+    out
+}
+
+fn month(w: &str) -> Option<Month> {
+    Some(match w {
+        "january" | "jan" | "gennaio" | "enero" | "janvier" | "januar" | "janeiro" => {
+            Month::January
+        }
+        "february" | "feb" | "febbraio" | "febrero" | "février" | "februar" | "fevereiro" => {
+            Month::February
+        }
+        "march" | "mar" | "marzo" | "mars" | "märz" | "março" => Month::March,
+        "april" | "apr" | "aprile" | "abril" | "avril" => Month::April,
+        "may" | "maggio" | "mayo" | "mai" | "maio" => Month::May,
+        "june" | "jun" | "giugno" | "junio" | "juin" | "juni" | "junho" => Month::June,
+        "july" | "jul" | "luglio" | "julio" | "juillet" | "juli" | "julho" => Month::July,
+        "august" | "aug" | "agosto" | "août" => Month::August,
+        "september" | "sep" | "sept" | "settembre" | "septiembre" | "septembre" | "setembro" => {
+            Month::September
+        }
+        "october" | "oct" | "ottobre" | "octubre" | "octobre" | "oktober" | "outubro" => {
+            Month::October
+        }
+        "november" | "nov" | "novembre" | "noviembre" | "novemberr" | "novembro" => Month::November,
+        "december" | "dec" | "dicembre" | "diciembre" | "décembre" | "dezember" | "dezembro" => {
+            Month::December
+        }
+        _ => return None,
+    })
+}
+
+fn day_number(w: &str) -> Option<u8> {
+    let digits: String = w.chars().take_while(char::is_ascii_digit).collect();
+    let rest = &w[digits.len()..];
+    if !matches!(rest, "" | "st" | "nd" | "rd" | "th") {
+        return None;
+    }
+    digits.parse::<u8>().ok().filter(|d| (1..=31).contains(d))
+}
+
+fn year_number(w: &str) -> Option<i32> {
+    w.parse::<i32>().ok().filter(|y| (1900..=2200).contains(y))
+}
+
+/// The time a query names: a day ("March 16, 2022", "16 March 2022", "2022-03-16"), a month
+/// ("May 2023", "2023-05"), or — with an `anchor`, the conversation's latest date — a
+/// relative one ("yesterday", "last week"). The first one found.
+pub fn query_span(query: &str, anchor: Option<OffsetDateTime>) -> Option<Span> {
+    query_time(query, anchor).map(|(span, _)| span)
+}
+
+/// [`query_span`] and the query without the words that named the time ("What did James do
+/// yesterday?" → "what did james do"), for keyword search: a time is matched by dates, not
+/// by rows that happen to say "yesterday".
+pub fn query_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, String)> {
+    let w = words(query);
+    let rest = |from: usize, n: usize| -> String {
+        w.iter()
+            .enumerate()
+            .filter(|(i, _)| *i < from || *i >= from + n)
+            .map(|(_, x)| x.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    for i in 0..w.len() {
+        let at = |j: usize| w.get(j).map(String::as_str).unwrap_or("");
+        // 2022-03-16 / 2022-03 (split on '-' into words)
+        if let Some(y) = year_number(at(i))
+            && at(i + 1).len() == 2
+            && let Some(m) = at(i + 1).parse::<u8>().ok().and_then(|m| Month::try_from(m).ok())
+        {
+            if at(i + 2).len() == 2
+                && let Some(d) = day_number(at(i + 2))
+                && let Ok(date) = Date::from_calendar_date(y, m, d)
+            {
+                return Some((Span::day(date), rest(i, 3)));
+            }
+            if let Ok(date) = Date::from_calendar_date(y, m, 1) {
+                return Some((Span::month_of(date), rest(i, 2)));
+            }
+        }
+        if let Some(m) = month(at(i)) {
+            // March 16, 2022 / March 16th 2022
+            if let (Some(d), Some(y)) = (day_number(at(i + 1)), year_number(at(i + 2)))
+                && let Ok(date) = Date::from_calendar_date(y, m, d)
+            {
+                return Some((Span::day(date), rest(i, 3)));
+            }
+            // 16 March 2022
+            if i > 0
+                && let (Some(d), Some(y)) = (day_number(at(i - 1)), year_number(at(i + 1)))
+                && let Ok(date) = Date::from_calendar_date(y, m, d)
+            {
+                return Some((Span::day(date), rest(i - 1, 3)));
+            }
+            // May 2023 ("may" alone is a verb: only with a year)
+            if let Some(y) = year_number(at(i + 1))
+                && let Ok(date) = Date::from_calendar_date(y, m, 1)
+            {
+                return Some((Span::month_of(date), rest(i, 2)));
+            }
+        }
+    }
+    let anchor = anchor?;
+    let (span, from, n) = relative_matches(&w, anchor).into_iter().next()?;
+    Some((span, rest(from, n)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::{date, datetime};
+
+    fn span(a: Date, b: Date) -> Span {
+        Span { start: a, end: b }
+    }
+
+    #[test]
+    fn relative_dates_resolve_against_when_they_were_said() {
+        // Thursday 17 March 2022.
+        let t = datetime!(2022-03-17 20:15 UTC);
+        let one = |s: &str| relative_spans(s, t);
+        assert_eq!(one("Yesterday I went bowling!"), [Span::day(date!(2022 - 03 - 16))]);
+        assert_eq!(one("the day before yesterday"), [Span::day(date!(2022 - 03 - 15))]);
+        assert_eq!(
+            one("I did it today, tomorrow more"),
+            [Span::day(date!(2022 - 03 - 17)), Span::day(date!(2022 - 03 - 18))]
+        );
+        assert_eq!(one("three days ago"), [Span::day(date!(2022 - 03 - 14))]);
+        assert_eq!(
+            one("a couple of weeks ago"),
+            [span(date!(2022 - 02 - 28), date!(2022 - 03 - 06))]
+        );
+        assert_eq!(one("last week we moved"), [span(date!(2022 - 03 - 07), date!(2022 - 03 - 13))]);
+        assert_eq!(one("last month"), [span(date!(2022 - 02 - 01), date!(2022 - 02 - 28))]);
+        assert_eq!(one("Three years ago"), [span(date!(2019 - 01 - 01), date!(2019 - 12 - 31))]);
+        assert_eq!(one("last Friday"), [Span::day(date!(2022 - 03 - 11))]);
+        assert_eq!(one("last Thursday"), [Span::day(date!(2022 - 03 - 10))]);
+        assert_eq!(one("last weekend"), [span(date!(2022 - 03 - 12), date!(2022 - 03 - 13))]);
+        assert_eq!(one("next year"), [span(date!(2023 - 01 - 01), date!(2023 - 12 - 31))]);
+        // Other languages.
+        assert_eq!(one("Ieri sono andato al mare"), [Span::day(date!(2022 - 03 - 16))]);
+        assert_eq!(
+            one("la settimana scorsa"),
+            [span(date!(2022 - 03 - 07), date!(2022 - 03 - 13))]
+        );
+        assert_eq!(one("hace dos días"), [Span::day(date!(2022 - 03 - 15))]);
+        assert_eq!(one("el mes pasado"), [span(date!(2022 - 02 - 01), date!(2022 - 02 - 28))]);
+        assert_eq!(one("il y a trois jours"), [Span::day(date!(2022 - 03 - 14))]);
+        assert_eq!(one("aujourd'hui"), [Span::day(date!(2022 - 03 - 17))]);
+        assert_eq!(one("vor zwei Tagen"), [Span::day(date!(2022 - 03 - 15))]);
+        assert_eq!(one("letzte Woche"), [span(date!(2022 - 03 - 07), date!(2022 - 03 - 13))]);
+        assert_eq!(one("ontem"), [Span::day(date!(2022 - 03 - 16))]);
+        assert_eq!(one("due anni fa"), [span(date!(2020 - 01 - 01), date!(2020 - 12 - 31))]);
+        // Nothing relative.
+        assert!(one("I love bowling with my friends").is_empty());
+        assert!(one("I have two cats").is_empty());
+    }
+
+    #[test]
+    fn queries_name_days_months_and_relative_times() {
+        let q = |s: &str| query_span(s, None);
+        assert_eq!(
+            q("What did James do on March 16, 2022?"),
+            Some(Span::day(date!(2022 - 03 - 16)))
+        );
+        assert_eq!(q("what happened on 16th March 2022"), Some(Span::day(date!(2022 - 03 - 16))));
+        assert_eq!(q("events of 2022-03-16"), Some(Span::day(date!(2022 - 03 - 16))));
+        assert_eq!(
+            q("What did we do in May 2023?"),
+            Some(span(date!(2023 - 05 - 01), date!(2023 - 05 - 31)))
+        );
+        assert_eq!(
+            q("notes from 2023-05"),
+            Some(span(date!(2023 - 05 - 01), date!(2023 - 05 - 31)))
+        );
+        assert_eq!(q("cosa è successo il 16 marzo 2022"), Some(Span::day(date!(2022 - 03 - 16))));
+        assert_eq!(q("May I ask about the trip?"), None);
+        assert_eq!(q("What did I do yesterday?"), None, "relative needs an anchor");
+        let anchor = datetime!(2022-03-17 09:00 UTC);
+        assert_eq!(
+            query_span("What did I do yesterday?", Some(anchor)),
+            Some(Span::day(date!(2022 - 03 - 16)))
+        );
+        assert_eq!(
+            query_span("anything last week?", Some(anchor)),
+            Some(span(date!(2022 - 03 - 07), date!(2022 - 03 - 13)))
+        );
+        assert_eq!(Span::day(date!(2022 - 03 - 16)).days(), 1);
+        assert!(span(date!(2022 - 03 - 07), date!(2022 - 03 - 13)).contains(date!(2022 - 03 - 10)));
+    }
+}

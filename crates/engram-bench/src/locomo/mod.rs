@@ -356,17 +356,30 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<Conversation>> {
 pub struct Recall {
     /// category → (questions, Σ recall@k for each k of [`KS`]).
     by_cat: BTreeMap<u8, (usize, [f64; 4])>,
+    /// The questions that name a date or month ("on October 13, 2023", "in July 2023"),
+    /// whatever their category: a row of their own (issue 13's "questions that name a
+    /// date"), counted in their categories too.
+    dated: (usize, [f64; 4]),
 }
 
 impl Recall {
     /// Add one question: `ranked` are the returned dia_ids, best first.
     pub fn add(&mut self, q: &Query, ranked: &[String]) {
+        let recall = |k: usize| {
+            let top = &ranked[..k.min(ranked.len())];
+            let found = q.evidence.iter().filter(|d| top.contains(d)).count();
+            found as f64 / q.evidence.len() as f64
+        };
         let e = self.by_cat.entry(q.category).or_default();
         e.0 += 1;
         for (s, &k) in e.1.iter_mut().zip(&KS) {
-            let top = &ranked[..k.min(ranked.len())];
-            let found = q.evidence.iter().filter(|d| top.contains(d)).count();
-            *s += found as f64 / q.evidence.len() as f64;
+            *s += recall(k);
+        }
+        if engram_core::when::query_span(&q.text, None).is_some() {
+            self.dated.0 += 1;
+            for (s, &k) in self.dated.1.iter_mut().zip(&KS) {
+                *s += recall(k);
+            }
         }
     }
 
@@ -381,6 +394,10 @@ impl Recall {
             for (a, b) in s_all.iter_mut().zip(s) {
                 *a += b;
             }
+        }
+        let (n, s) = self.dated;
+        if n > 0 {
+            out.push(("naming a date (any category)".to_string(), n, s.map(|x| x / n as f64)));
         }
         out.push(("overall".to_string(), n_all, s_all.map(|x| x / n_all.max(1) as f64)));
         out

@@ -356,6 +356,8 @@ impl Message {
             metadata: serde_json::json!({}),
             created_at: OffsetDateTime::UNIX_EPOCH,
             rating: 0,
+            access_count: 0,
+            last_accessed_at: None,
         }
     }
 }
@@ -446,6 +448,9 @@ pub struct Message {
     pub metadata: serde_json::Value,
     pub created_at: OffsetDateTime,
     pub rating: i64,
+    /// Times a search returned it, and the last time (access reinforcement, SPEC §3).
+    pub access_count: i64,
+    pub last_accessed_at: Option<OffsetDateTime>,
 }
 
 /// Identifier of a summary of the DAG (UUIDv7).
@@ -518,6 +523,9 @@ pub struct Summary {
     /// The LLM that wrote it.
     pub model: Option<String>,
     pub created_at: OffsetDateTime,
+    /// Times a search returned it, and the last time (access reinforcement, SPEC §3).
+    pub access_count: i64,
+    pub last_accessed_at: Option<OffsetDateTime>,
 }
 
 /// Settings of an agent.

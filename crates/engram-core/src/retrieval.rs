@@ -6,7 +6,8 @@
 //!
 //! **The order** of results is `rrf × temporal_weight × importance_weight × rating_weight`
 //! (the `rank_score` of `explain`), where
-//! - `rrf = Σ 1/(60 + rank)` over the vector and the full-text lists (rank from 1);
+//! - `rrf = Σ 1/(60 + rank)` over the vector and the full-text lists, and the date list of a
+//!   query that names a time (rank from 1);
 //! - `temporal = e^(−0.05·days_since_access) · (1 + 0.02·access_count)` (SPEC §3), applied as
 //!   `temporal_weight = 0.95 + 0.05·min(temporal, 2)`;
 //! - `importance_weight = 1 + 0.01·(importance − 5)` (1 → 0.96, 5 → 1.00, 10 → 1.05);

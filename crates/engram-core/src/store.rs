@@ -503,6 +503,15 @@ pub trait MessageStore: Send + Sync {
         before: Option<(OffsetDateTime, MessageId)>,
         limit: usize,
     ) -> Result<Vec<Message>>;
+    /// A search returned these messages and summaries at `at`: count it (access
+    /// reinforcement). Unknown ids are skipped.
+    async fn touch_transcript(
+        &self,
+        tenant: &TenantId,
+        messages: &[MessageId],
+        summaries: &[SummaryId],
+        at: OffsetDateTime,
+    ) -> Result<()>;
     // ---- message vectors (filled in the background, see `Engine::embed_conversation`) ----
     /// Up to `limit` messages of the conversation that need a vector of `model_id` (none
     /// yet, or one made by another model), as `(id, seq)` by `seq`. Messages with empty

@@ -113,6 +113,10 @@ fn store_err(table: &str, e: sqlx::Error) -> Error {
     Error::internal(format!("backup of {table}: {e}"))
 }
 
+/// Counter columns added after the export format was first written: a line of an older
+/// export without them imports with 0 (their database default).
+const ADDED_COUNTERS: &[&str] = &["summarized_seq", "access_count"];
+
 impl Val {
     fn into_json(self) -> Value {
         match self {
@@ -133,6 +137,9 @@ impl Val {
     }
 
     fn from_json(table: &str, col: &str, ty: Ty, v: Option<&Value>) -> Result<Val> {
+        if v.is_none() && ty == Ty::Int && ADDED_COUNTERS.contains(&col) {
+            return Ok(Val::Int(Some(0)));
+        }
         let v = v.unwrap_or(&Value::Null);
         let optional =
             matches!(ty, Ty::OptText | Ty::OptTs | Ty::OptUuid | Ty::OptJson | Ty::Vector);

@@ -19,6 +19,7 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
     (4, "user_incarnation", include_str!("../migrations/sqlite/0004_user_incarnation.sql")),
     (5, "ids_per_tenant", include_str!("../migrations/sqlite/0005_ids_per_tenant.sql")),
     (6, "summary_dag", include_str!("../migrations/sqlite/0006_summary_dag.sql")),
+    (7, "transcript_access", include_str!("../migrations/sqlite/0007_transcript_access.sql")),
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.
@@ -29,6 +30,7 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
     (4, "scoped_lexemes", include_str!("../migrations/postgres/0004_scoped_lexemes.sql")),
     (5, "vector_covering", include_str!("../migrations/postgres/0005_vector_covering.sql")),
     (6, "summary_dag", include_str!("../migrations/postgres/0006_summary_dag.sql")),
+    (7, "transcript_access", include_str!("../migrations/postgres/0007_transcript_access.sql")),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

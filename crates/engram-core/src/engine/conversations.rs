@@ -106,6 +106,8 @@ impl Engine {
                 metadata,
                 created_at: m.created_at.unwrap_or(now),
                 rating: 0,
+                access_count: 0,
+                last_accessed_at: None,
             });
         }
         let jobs = self.append_jobs(&v.tenant, &user, &conversation, &rows);

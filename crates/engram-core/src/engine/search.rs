@@ -35,7 +35,9 @@ fn finish_message(
 ) -> Hit {
     e.importance = 5;
     e.rating = message.rating;
-    e.days_since_access = retrieval::days_between(message.created_at, now);
+    let seen = message.last_accessed_at.unwrap_or(message.created_at);
+    e.days_since_access = retrieval::days_between(seen, now);
+    e.access_count = message.access_count;
     let score = retrieval::finish(&mut e, scale);
     Hit::Message { message, score, explain: e }
 }
@@ -151,7 +153,9 @@ impl Engine {
                         e.date_match = retrieval::DATE_WITHIN;
                     }
                     e.importance = 5;
-                    e.days_since_access = retrieval::days_between(summary.latest_at, now);
+                    let seen = summary.last_accessed_at.unwrap_or(summary.latest_at);
+                    e.days_since_access = retrieval::days_between(seen, now);
+                    e.access_count = summary.access_count;
                     let score = retrieval::finish(&mut e, scale);
                     hits.push(Hit::Summary { summary, score, explain: e, expanded: vec![] });
                 }
@@ -171,6 +175,20 @@ impl Engine {
                 Hit::Message { .. } | Hit::Summary { .. } => None,
             })
             .collect();
+        let (mut messages, mut summaries) = (Vec::new(), Vec::new());
+        for h in &hits {
+            match h {
+                Hit::Message { message, .. } => messages.push(message.id),
+                Hit::Summary { summary, expanded, .. } => {
+                    summaries.push(summary.id);
+                    messages.extend(expanded.iter().map(|(m, _)| m.id));
+                }
+                Hit::Memory { .. } => {}
+            }
+        }
+        if !messages.is_empty() || !summaries.is_empty() {
+            self.svc.store.touch_transcript(&v.tenant, &messages, &summaries, now).await?;
+        }
         if !ids.is_empty() {
             self.svc.store.touch_memories(&v.tenant, &ids, now).await?;
             if let Some(t) = &input.turn_id {

@@ -200,6 +200,8 @@ mod tests {
             latest_at: at + time::Duration::minutes(59),
             model: None,
             created_at: at,
+            access_count: 0,
+            last_accessed_at: None,
         }
     }
 

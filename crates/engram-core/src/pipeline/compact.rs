@@ -342,6 +342,8 @@ impl Services {
             latest_at,
             model,
             created_at: now(),
+            access_count: 0,
+            last_accessed_at: None,
         }
     }
 

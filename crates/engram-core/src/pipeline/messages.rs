@@ -165,6 +165,8 @@ mod tests {
             metadata: serde_json::json!({}),
             created_at: crate::model::now(),
             rating: 0,
+            access_count: 0,
+            last_accessed_at: None,
         }
     }
 

@@ -504,6 +504,16 @@ impl MessageStore for Counting {
         self.hit("set_message_vectors");
         self.inner.set_message_vectors(tenant, model_id, rows).await
     }
+    async fn touch_transcript(
+        &self,
+        tenant: &TenantId,
+        messages: &[MessageId],
+        summaries: &[SummaryId],
+        at: OffsetDateTime,
+    ) -> Result<()> {
+        self.hit("touch_transcript");
+        self.inner.touch_transcript(tenant, messages, summaries, at).await
+    }
     async fn scan_messages(
         &self,
         tenant: &TenantId,

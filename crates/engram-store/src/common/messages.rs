@@ -369,3 +369,30 @@ pub(crate) async fn scan<B: Backend>(
     let rows = b.read_all(&sql, &args).await?;
     rows.iter().map(rows::message).collect()
 }
+
+/// Count a search's return of these messages and summaries (one statement per table).
+pub(crate) async fn touch<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    messages: &[MessageId],
+    summaries: &[engram_core::model::SummaryId],
+    at: OffsetDateTime,
+) -> Result<()> {
+    let lists = [
+        ("messages", messages.iter().map(|m| m.0).collect::<std::collections::BTreeSet<_>>()),
+        ("summaries", summaries.iter().map(|s| s.0).collect()),
+    ];
+    for (table, ids) in lists {
+        if ids.is_empty() {
+            continue;
+        }
+        let sql = format!(
+            "UPDATE {table} SET access_count = access_count + 1, last_accessed_at = ? \
+             WHERE tenant_id = ? AND id{}",
+            B::IN_LIST
+        );
+        b.write(&sql, &[Ts(at), Text(tenant.as_str()), Arg::Ids(ids.into_iter().collect())])
+            .await?;
+    }
+    Ok(())
+}

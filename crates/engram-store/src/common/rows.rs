@@ -101,6 +101,8 @@ pub(crate) fn message(r: &impl Columns) -> Result<Message> {
         metadata: r.json("metadata")?,
         created_at: r.ts("created_at")?,
         rating: r.int("rating")?,
+        access_count: r.int("access_count")?,
+        last_accessed_at: r.opt_ts("last_accessed_at")?,
     })
 }
 
@@ -120,6 +122,8 @@ pub(crate) fn summary(r: &impl Columns) -> Result<Summary> {
         latest_at: r.opt_ts("latest_at")?.unwrap_or(created_at),
         model: r.opt_text("model")?,
         created_at,
+        access_count: r.int("access_count")?,
+        last_accessed_at: r.opt_ts("last_accessed_at")?,
     })
 }
 

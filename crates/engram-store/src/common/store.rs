@@ -363,6 +363,16 @@ impl<D: Native> MessageStore for SqlStore<D> {
         Ok(hits.into_iter().map(|(id, s)| (MessageId(id), s)).collect())
     }
 
+    async fn touch_transcript(
+        &self,
+        tenant: &TenantId,
+        messages: &[MessageId],
+        summaries: &[SummaryId],
+        at: OffsetDateTime,
+    ) -> Result<()> {
+        messages::touch(&self.0, tenant, messages, summaries, at).await
+    }
+
     async fn scan_messages(
         &self,
         tenant: &TenantId,

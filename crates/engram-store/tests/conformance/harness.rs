@@ -246,5 +246,7 @@ pub fn message(t: &TenantId, u: &UserId, conv: &str, role: MessageRole, content:
         metadata: serde_json::json!({}),
         created_at: now(),
         rating: 0,
+        access_count: 0,
+        last_accessed_at: None,
     }
 }

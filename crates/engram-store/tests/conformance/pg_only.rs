@@ -349,12 +349,14 @@ async fn keyword_search_same_without_fts_len_or_btree_gin() {
     assert_eq!(other_key.len(), 1, "one key per user: {other_key:?}");
 
     // Migration 4 applied to a store that already holds rows (the index is built over them);
-    // what migration 6 adds is undone too, since every later migration runs again.
+    // what migrations 6 and 7 add is undone too, since every later migration runs again.
     sqlx::raw_sql(
         "DROP INDEX memories_fts_scoped, messages_fts_scoped; \
          DROP INDEX summaries_fts_scoped, summaries_conversation, summaries_parent; \
          ALTER TABLE summaries DROP COLUMN fts, DROP COLUMN fts_text; \
          ALTER TABLE conversations DROP COLUMN summarized_seq; \
+         ALTER TABLE messages DROP COLUMN access_count, DROP COLUMN last_accessed_at; \
+         ALTER TABLE summaries DROP COLUMN access_count, DROP COLUMN last_accessed_at; \
          DROP FUNCTION engram_scoped_fts, engram_scoped_fts_long, engram_fts_key; \
          DROP TABLE memory_fts_stats; \
          DROP FUNCTION engram_fts_stats_insert, engram_fts_stats_delete CASCADE; \

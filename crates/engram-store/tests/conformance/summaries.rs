@@ -60,6 +60,8 @@ fn summary(
         latest_at: day(span.1),
         model: Some("scripted-main".into()),
         created_at: now(),
+        access_count: 0,
+        last_accessed_at: None,
     }
 }
 
@@ -134,6 +136,18 @@ pub async fn summaries_are_written_once_under_their_claim(s: Arc<dyn Store>) {
     let st = s.stats(&t).await.unwrap();
     assert_eq!((st.summaries, st.summaries_with_vector, st.summary_depth), (4, 4, 2));
     assert_eq!(st.messages_unsummarized, 0);
+
+    // Access reinforcement: a search's return is counted on messages and summaries, once
+    // per call, in the caller's tenant only.
+    let at = day(30);
+    s.touch_transcript(&t, &[ms[0].id, ms[0].id], &[leaf2.id], at).await.unwrap();
+    s.touch_transcript(&tenant("other"), &[ms[0].id], &[leaf2.id], day(40)).await.unwrap();
+    s.touch_transcript(&t, &[], &[leaf2.id, SummaryId::new()], at).await.unwrap();
+    let m = s.get_message(&t, ms[0].id).await.unwrap().unwrap();
+    assert_eq!((m.access_count, m.last_accessed_at), (1, Some(at)));
+    let x = s.get_summary(&t, leaf2.id).await.unwrap().unwrap();
+    assert_eq!((x.access_count, x.last_accessed_at), (2, Some(at)));
+    assert_eq!(s.get_message(&t, ms[1].id).await.unwrap().unwrap().access_count, 0);
 }
 
 pub async fn summaries_are_searched_reembedded_and_erased(s: Arc<dyn Store>) {

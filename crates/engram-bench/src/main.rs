@@ -1,6 +1,6 @@
 //! `engram-bench`: throughput, latency and retrieval-quality measurements of engram.
 //!
-//! Three subcommands, each printing a Markdown table (or JSON with `--json`):
+//! Subcommands, each printing a Markdown table (or JSON with `--json`):
 //!
 //! - `remember`: batch remember throughput through `Engine::remember_batch` into a fresh
 //!   SQLite store, with or without dedup ([`remember`]).
@@ -9,10 +9,13 @@
 //! - `locomo`: turn Recall@k on the public LoCoMo conversations ([`locomo`]).
 //! - `extraction`: append latency with a fast, slow and dead LLM, and the cost per extracted
 //!   turn ([`extraction`]).
+//! - `compaction`: LLM calls and tokens per 100 summarized messages of the summary DAG
+//!   ([`compaction`]).
 //!
 //! Results and the exact commands that produced them are in `benches/README.md`.
 
 mod backend;
+mod compaction;
 mod corpus;
 mod embedder;
 mod extraction;
@@ -52,6 +55,9 @@ enum Cmd {
     /// The LLM write path: append latency with a fast, slow and dead LLM, and the cost
     /// per extracted turn (LLM calls, tokens, stage times).
     Extraction(extraction::Args),
+    /// What the summary DAG costs: LLM calls and tokens per 100 summarized messages of the
+    /// LoCoMo conversations, through the real server and the scripted LLM.
+    Compaction(compaction::Args),
     /// Single-request latency on the request path: one `remember` at a time, and a search
     /// of one user's messages.
     Requests(requests::Args),
@@ -98,6 +104,7 @@ fn main() -> anyhow::Result<()> {
             Cmd::Search(a) => search::run(a, cli.json).await,
             Cmd::Locomo(a) => locomo::run(a, cli.json).await,
             Cmd::Extraction(a) => extraction::run(a, cli.json).await,
+            Cmd::Compaction(a) => compaction::run(a, cli.json).await,
             Cmd::Requests(a) => requests::run(a, cli.json).await,
             Cmd::Ui(a) => ui::run(a, cli.json).await,
         }

@@ -51,7 +51,7 @@ fn per_table(rows: &[(String, Value)]) -> BTreeMap<String, usize> {
 
 /// A summary, its source and an extraction cursor of `alice` in `acme`, as the compactor and
 /// extraction would write them (without an LLM in this test), entering through a restore.
-fn crafted(reply: &str) -> String {
+pub(crate) fn crafted(reply: &str) -> String {
     let summary = "01a20297-0000-7000-8000-00000000aaaa";
     [
         json!({ "engram_export": 1, "scope": { "tenant": "acme", "user": null }, "embedding": null }),

@@ -218,10 +218,18 @@ async fn migrate_moves_a_whole_sqlite_store_to_postgres() {
         support: key(&old, &["--tenant", "acme", "--role", "agent", "--agent", "support"]),
         alice: key(&old, &["--tenant", "acme", "--role", "user", "--user", "alice"]),
     };
-    let ((moved, violin, reply), before) = {
+    let (moved, violin, reply) = {
         let s = old.serve(&[]);
-        let ids = build(&s, &k).await;
-        (ids, snapshot(&s.with_key(&k.acme), &s.with_key(&k.globex)).await)
+        build(&s, &k).await
+    };
+    // A summary of the DAG and its source link (as the compactor writes them; no LLM here).
+    let file = old.dir().join("crafted.jsonl");
+    std::fs::write(&file, crate::backup::crafted(&reply)).unwrap();
+    let (ok, _, err) = old.cli(&["import", file.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let before = {
+        let s = old.serve(&[]);
+        snapshot(&s.with_key(&k.acme), &s.with_key(&k.globex)).await
     };
     let (ok, cli_before, err) = old.cli(&["export", "--tenant", "acme"]);
     assert!(ok, "{err}");
@@ -249,6 +257,8 @@ async fn migrate_moves_a_whole_sqlite_store_to_postgres() {
         ("messages", 3),
         ("recalls", 1),
         ("context_sessions", 1),
+        ("summaries", 1),
+        ("summary_sources", 1),
     ] {
         assert_eq!(tables[t]["target"], want, "{t}: {report}");
     }

@@ -17,7 +17,7 @@ use time::OffsetDateTime;
 use super::memories::opt;
 use super::session::Viewer;
 use super::{Dates, Page, UiState, render};
-use crate::api::dto::{MemoryDto, MessageDto, fmt_ts};
+use crate::api::dto::{MemoryDto, MessageDto, SummaryDto, fmt_ts};
 use crate::api::error::ApiError;
 
 /// Messages per page.
@@ -123,6 +123,8 @@ struct ConversationPage<'a> {
     messages: Vec<MessageDto>,
     next: Option<String>,
     summary: Option<String>,
+    /// The summary DAG of the conversation, oldest first.
+    tree: Vec<SummaryDto>,
     facts: Vec<MemoryDto>,
     /// The memory screen filtered to this conversation.
     facts_link: String,
@@ -130,8 +132,8 @@ struct ConversationPage<'a> {
 
 impl Dates for ConversationPage<'_> {}
 
-/// `GET /conversations/{id}`: the transcript from `?after=<seq>`, its rolling summary and
-/// the facts extracted from it.
+/// `GET /conversations/{id}`: the transcript from `?after=<seq>`, its rolling summary, its
+/// summary DAG and the facts extracted from it.
 pub async fn page(
     State(state): State<Arc<UiState>>,
     v: Viewer,
@@ -147,7 +149,9 @@ pub async fn page(
     };
     let engine = &state.app.engine;
     let messages = engine.messages(&v.principal, &conv, after, PAGE).await?;
-    let summary = engine.conversation(&v.principal, &conv).await?.rolling_summary;
+    let view = engine.conversation(&v.principal, &conv).await?;
+    let summary = view.rolling_summary;
+    let tree = view.summaries.iter().map(SummaryDto::from).collect();
     let facts = engine
         .list(
             &v.principal,
@@ -173,6 +177,7 @@ pub async fn page(
         messages,
         next,
         summary,
+        tree,
         facts,
         facts_link,
     };

@@ -487,11 +487,38 @@ async fn failed_jobs_are_shown_and_retried(backend: Backend) {
         None => engram_store::open_sqlite(db.dir()).await.unwrap(),
     };
     store.set_rolling_summary(&tenant, &c1, "Alice adopted a cat, Miso.", 1).await.unwrap();
+    // A leaf of the summary DAG over its one message, as the compactor writes it.
+    let at = time::macros::datetime!(2026-11-20 10:00 UTC);
+    let leaf = engram_core::model::Summary {
+        id: engram_core::model::SummaryId::new(),
+        tenant_id: tenant.clone(),
+        user_id: engram_core::model::UserId::parse("alice").unwrap(),
+        conversation_id: c1.clone(),
+        parent_id: None,
+        depth: 0,
+        kind: engram_core::model::SummaryKind::Leaf,
+        content: "[leaf summary, 20 November 2026] Alice told of her new cat Miso.".into(),
+        message_count: 1,
+        earliest_at: at,
+        latest_at: at,
+        model: Some("main".into()),
+        created_at: at,
+        access_count: 0,
+        last_accessed_at: None,
+    };
+    let claim = engram_core::store::SummaryClaim::Messages { after_seq: 0, through_seq: 1 };
+    let new =
+        engram_core::store::NewSummary { summary: leaf, sources: vec![], embedding: None, claim };
+    assert!(store.insert_summary(&tenant, new).await.unwrap());
     b.goto("/conversations").await;
     b.submit("ol.conversations a[href='/conversations/c1']").await;
     let facts = b.find("#facts").await.text().await.unwrap();
     assert!(facts.contains("The user adopted a cat named Miso."), "{facts}");
     assert!(b.find(".summary").await.text().await.unwrap().contains("Alice adopted a cat, Miso."));
+    b.click("#summaries > summary").await;
+    let tree = b.find("#summaries").await.text().await.unwrap();
+    assert!(tree.contains("Summaries of older messages (1)"), "{tree}");
+    assert!(tree.contains("leaf") && tree.contains("Alice told of her new cat Miso."), "{tree}");
     b.shoot("conversation-facts").await;
     b.goto("/health").await;
     assert!(b.all("#failed li").await.is_empty(), "no failed job left");

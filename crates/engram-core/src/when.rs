@@ -362,7 +362,8 @@ fn year_number(w: &str) -> Option<i32> {
 
 /// The time a query names: a day ("March 16, 2022", "16 March 2022", "2022-03-16"), a month
 /// ("May 2023", "2023-05"), or — with an `anchor`, the conversation's latest date — a
-/// relative one ("yesterday", "last week"). The first one found.
+/// relative one ("yesterday", "last week") or a month without its year ("in June": the
+/// latest June up to the anchor). The first one found.
 pub fn query_span(query: &str, anchor: Option<OffsetDateTime>) -> Option<Span> {
     query_time(query, anchor).map(|(span, _)| span)
 }
@@ -420,8 +421,33 @@ pub fn query_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, 
         }
     }
     let anchor = anchor?;
-    let (span, from, n) = relative_matches(&w, anchor).into_iter().next()?;
-    Some((span, rest(from, n)))
+    if let Some((span, from, n)) = relative_matches(&w, anchor).into_iter().next() {
+        return Some((span, rest(from, n)));
+    }
+    // "in June": the latest June up to the anchor.
+    let (m, i) = bare_month(&w)?;
+    let d = anchor.to_offset(UtcOffset::UTC).date();
+    let year = if u8::from(m) <= u8::from(d.month()) { d.year() } else { d.year() - 1 };
+    let first = Date::from_calendar_date(year, m, 1).ok()?;
+    Some((Span::month_of(first), rest(i, 2)))
+}
+
+/// A month named without a year after a preposition ("in June", "during March", "a giugno",
+/// "en junio", "im Juni"): the month and the preposition's index.
+fn bare_month(w: &[String]) -> Option<(Month, usize)> {
+    (0..w.len().saturating_sub(1)).find_map(|i| {
+        let after = w.get(i + 2).map(String::as_str).unwrap_or("");
+        let prep =
+            matches!(w[i].as_str(), "in" | "during" | "en" | "a" | "im" | "em" | "nel" | "di");
+        if prep && year_number(after).is_none() { month(&w[i + 1]).map(|m| (m, i)) } else { None }
+    })
+}
+
+/// Does reading the time `query` names need an anchor (a relative time, or a month without
+/// its year)?
+pub fn needs_anchor(query: &str) -> bool {
+    let w = words(query);
+    bare_month(&w).is_some() || !relative_matches(&w, OffsetDateTime::UNIX_EPOCH).is_empty()
 }
 
 #[cfg(test)]
@@ -505,6 +531,28 @@ mod tests {
             Some(span(date!(2022 - 03 - 07), date!(2022 - 03 - 13)))
         );
         assert_eq!(Span::day(date!(2022 - 03 - 16)).days(), 1);
+        // The words that named the time are left out of the keyword query.
+        let (_, rest) = query_time("What did James do yesterday?", Some(anchor)).unwrap();
+        assert_eq!(rest, "what did james do");
+        let (_, rest) = query_time("What did James do on March 16, 2022?", None).unwrap();
+        assert_eq!(rest, "what did james do on");
+        // A month without its year: the latest one up to the anchor.
+        assert_eq!(q("When did Melanie go camping in June?"), None);
+        assert!(needs_anchor("When did Melanie go camping in June?"));
+        assert!(needs_anchor("What did I do yesterday?"));
+        assert!(!needs_anchor("May I ask about the trip?"));
+        let later = datetime!(2023-10-20 09:00 UTC);
+        assert_eq!(
+            query_time("When did Melanie go camping in June?", Some(later)),
+            Some((
+                span(date!(2023 - 06 - 01), date!(2023 - 06 - 30)),
+                "when did melanie go camping".to_string()
+            ))
+        );
+        assert_eq!(
+            query_span("what happened in December?", Some(later)),
+            Some(span(date!(2022 - 12 - 01), date!(2022 - 12 - 31)))
+        );
         assert!(span(date!(2022 - 03 - 07), date!(2022 - 03 - 13)).contains(date!(2022 - 03 - 10)));
     }
 }

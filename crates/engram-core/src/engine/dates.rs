@@ -22,13 +22,14 @@ const DATE_SCAN: usize = 2_000;
 
 impl Engine {
     /// The time a query names: a date or month as written, or a relative time ("last week")
-    /// against the user's latest message (the conversation's own "now", not the clock).
+    /// or a month without its year ("in June") against the user's latest message (the
+    /// conversation's own "now", not the clock).
     pub(super) async fn query_time(&self, v: &View, query: &str) -> Result<Option<(Span, String)>> {
         if let Some(found) = when::query_time(query, None) {
             return Ok(Some(found));
         }
         let Some(user) = &v.user else { return Ok(None) };
-        if when::relative_spans(query, crate::model::now()).is_empty() {
+        if !when::needs_anchor(query) {
             return Ok(None);
         }
         let latest = self

@@ -70,21 +70,7 @@ pub async fn run(args: Args, json_out: bool) -> anyhow::Result<()> {
     llm.on(Rule::system_contains(MERGE).reply_with(|r| summary_of(&r.user)));
     let tmp = args.scratch.tempdir()?;
     let bin = args.server_bin.clone().unwrap_or_else(http::default_server_bin);
-    let extra: Vec<String> = [
-        "--llm-provider",
-        "openai",
-        "--llm-base-url",
-        &llm.base_url(),
-        "--llm-model",
-        "main",
-        "--llm-fast-model",
-        "fast",
-        "--llm-timeout-secs",
-        "600",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let extra = http::llm_args(&llm.base_url());
     let s = Server::start(&bin, &tmp.path().join("data"), &extra, &client, Duration::from_secs(60))
         .await?;
     let settings = json!({ "settings": { "compaction": { "threshold": args.threshold } } });

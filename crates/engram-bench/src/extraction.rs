@@ -123,23 +123,8 @@ async fn start(
     client: &reqwest::Client,
 ) -> anyhow::Result<Server> {
     let bin = args.server_bin.clone().unwrap_or_else(http::default_server_bin);
-    let extra: Vec<String> = [
-        "--llm-provider",
-        "openai",
-        "--llm-base-url",
-        &llm.base_url(),
-        "--llm-model",
-        "main",
-        "--llm-fast-model",
-        "fast",
-        "--llm-timeout-secs",
-        "600",
-        "--workers",
-        "2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut extra = http::llm_args(&llm.base_url());
+    extra.extend(["--workers".to_string(), "2".to_string()]);
     Server::start(&bin, dir, &extra, client, Duration::from_secs(60)).await
 }
 

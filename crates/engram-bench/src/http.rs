@@ -26,6 +26,26 @@ pub fn default_server_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target/release/engram"))
 }
 
+/// The `engram serve` flags of an OpenAI-compatible LLM at `base_url` (the scripted one of
+/// `testkit`): models `main` and `fast`, a timeout long enough for slow scripted answers.
+pub fn llm_args(base_url: &str) -> Vec<String> {
+    [
+        "--llm-provider",
+        "openai",
+        "--llm-base-url",
+        base_url,
+        "--llm-model",
+        "main",
+        "--llm-fast-model",
+        "fast",
+        "--llm-timeout-secs",
+        "600",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
 /// A loopback port that was free a moment ago (bind port 0, read it, release it).
 pub fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;

@@ -284,40 +284,41 @@ impl Engine {
         let ids: Vec<SummaryId> = fused.iter().map(|(id, _)| *id).collect();
         let mut rows: HashMap<SummaryId, Summary> =
             store.get_summaries(&v.tenant, &ids).await?.into_iter().map(|s| (s.id, s)).collect();
-        // An agent key sees the summaries of the conversations it may read.
-        let mut readable: HashMap<crate::model::ConversationId, bool> = HashMap::new();
+        // An agent key sees the summaries of the conversations it may read: those of its
+        // pool and those written without an agent (the agents' settings read once).
+        let mut hidden: std::collections::HashSet<crate::model::ConversationId> =
+            Default::default();
+        if let Some(pool) = &v.pool {
+            // conversation → its agent (None: gone meanwhile, so hidden).
+            let mut owners: HashMap<crate::model::ConversationId, Option<Option<AgentId>>> =
+                HashMap::new();
+            for s in rows.values() {
+                if !owners.contains_key(&s.conversation_id) {
+                    let c = store.get_conversation(&v.tenant, &s.conversation_id).await?;
+                    owners.insert(s.conversation_id.clone(), c.map(|c| c.agent_id));
+                }
+            }
+            let agents: Vec<AgentId> = owners.values().flatten().flatten().cloned().collect();
+            let pools = self.pools_of(&v.tenant, &agents).await?;
+            for (c, owner) in owners {
+                let visible = match owner {
+                    None => false,
+                    Some(None) => true,
+                    Some(Some(a)) => pools.get(&a) == Some(pool),
+                };
+                if !visible {
+                    hidden.insert(c);
+                }
+            }
+        }
         let mut out = Vec::with_capacity(fused.len());
         for (id, e) in fused {
             let Some(s) = rows.remove(&id) else { continue };
-            if v.pool.is_some() {
-                let ok = match readable.get(&s.conversation_id) {
-                    Some(ok) => *ok,
-                    None => {
-                        let ok = match store.get_conversation(&v.tenant, &s.conversation_id).await?
-                        {
-                            Some(c) => self.agent_sees(v, c.agent_id.as_ref()).await?,
-                            None => false,
-                        };
-                        readable.insert(s.conversation_id.clone(), ok);
-                        ok
-                    }
-                };
-                if !ok {
-                    continue;
-                }
+            if !hidden.contains(&s.conversation_id) {
+                out.push((s, e));
             }
-            out.push((s, e));
         }
         Ok(out)
-    }
-
-    /// Does the view's agent pool see a conversation written through `agent` (those written
-    /// without an agent are user-wide)?
-    async fn agent_sees(&self, v: &View, agent: Option<&AgentId>) -> Result<bool> {
-        match (&v.pool, agent) {
-            (Some(pool), Some(a)) => Ok(&self.pool_of(&v.tenant, a).await? == pool),
-            (None, _) | (Some(_), None) => Ok(true),
-        }
     }
 
     /// Every message a summary covers, through the levels below it, in order.

@@ -79,7 +79,8 @@ pub fn pack(messages: &[Message], tops: &[Summary], budget: usize) -> ShortTerm 
     };
     let mut chosen_msgs: Vec<(&Message, String)> = Vec::new();
     let recent_title = "Recent messages:";
-    let mut msg_budget = ((budget as f64) * MESSAGE_SHARE) as usize;
+    let share = ((budget as f64) * MESSAGE_SHARE) as usize;
+    let mut msg_budget = share;
     if !messages.is_empty() && head(recent_title, &mut msg_budget) {
         for m in messages.iter().rev() {
             let line = message_line(m);
@@ -91,13 +92,8 @@ pub fn pack(messages: &[Message], tops: &[Summary], budget: usize) -> ShortTerm 
             chosen_msgs.push((m, line));
         }
     }
-    let used: usize = if chosen_msgs.is_empty() {
-        0
-    } else {
-        estimate_tokens(recent_title)
-            + 2
-            + chosen_msgs.iter().map(|(_, l)| estimate_tokens(l) + 1).sum::<usize>()
-    };
+    // What the messages took (their heading included), or nothing when none fit.
+    let used = if chosen_msgs.is_empty() { 0 } else { share - msg_budget };
     left = left.saturating_sub(used);
     let earlier_title = "Earlier in this conversation:";
     let mut chosen_sums: Vec<(&Summary, String)> = Vec::new();

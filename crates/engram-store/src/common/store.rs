@@ -138,6 +138,11 @@ pub(crate) trait Native: Backend + Sized + 'static {
     ) -> Result<Option<Job>>;
 }
 
+/// Scored rows of a transcript table with their ids typed (`MessageId`, `SummaryId`).
+fn typed<K, S>(hits: Vec<(Uuid, S)>, id: fn(Uuid) -> K) -> Vec<(K, S)> {
+    hits.into_iter().map(|(u, s)| (id(u), s)).collect()
+}
+
 /// Scored ids, best first.
 pub(crate) type Hits<I, S> = Result<Vec<(I, S)>>;
 /// Rows and their new vectors.
@@ -360,7 +365,7 @@ impl<D: Native> MessageStore for SqlStore<D> {
     ) -> Result<Vec<(MessageId, f64)>> {
         let scope = (filter, Transcript::Messages);
         let hits = self.0.search_transcript_text(Ranked { tenant, scope, query, k }).await?;
-        Ok(hits.into_iter().map(|(id, s)| (MessageId(id), s)).collect())
+        Ok(typed(hits, MessageId))
     }
 
     async fn touch_transcript(
@@ -422,7 +427,7 @@ impl<D: Native> MessageStore for SqlStore<D> {
     ) -> Result<Vec<(MessageId, f32)>> {
         let scope = (filter, Transcript::Messages, model_id);
         let hits = self.0.search_transcript_vectors(Ranked { tenant, scope, query, k }).await?;
-        Ok(hits.into_iter().map(|(id, s)| (MessageId(id), s)).collect())
+        Ok(typed(hits, MessageId))
     }
 
     async fn conversation_messages(
@@ -517,7 +522,7 @@ impl<D: Native> SummaryStore for SqlStore<D> {
     ) -> Result<Vec<(SummaryId, f64)>> {
         let scope = (filter, Transcript::Summaries);
         let hits = self.0.search_transcript_text(Ranked { tenant, scope, query, k }).await?;
-        Ok(hits.into_iter().map(|(id, s)| (SummaryId(id), s)).collect())
+        Ok(typed(hits, SummaryId))
     }
 
     async fn vector_search_summaries(
@@ -530,7 +535,7 @@ impl<D: Native> SummaryStore for SqlStore<D> {
     ) -> Result<Vec<(SummaryId, f32)>> {
         let scope = (filter, Transcript::Summaries, model_id);
         let hits = self.0.search_transcript_vectors(Ranked { tenant, scope, query, k }).await?;
-        Ok(hits.into_iter().map(|(id, s)| (SummaryId(id), s)).collect())
+        Ok(typed(hits, SummaryId))
     }
 
     async fn summaries_needing_vectors(

@@ -15,7 +15,7 @@ const EXTRACT: &str = "memory extraction system";
 const CONSOLIDATE: &str = "memory consolidation system";
 
 /// A server whose LLM is the scripted one; short leases and backoff so faults resolve fast.
-fn start(db: &Db, llm: &ScriptedLlm, extra: &[&str]) -> Server {
+pub(crate) fn start(db: &Db, llm: &ScriptedLlm, extra: &[&str]) -> Server {
     let base = llm.base_url();
     let mut args = vec![
         "--llm-provider",

@@ -18,25 +18,9 @@ const EXTRACT: &str = "memory extraction system";
 const LEAF: &str = "stretch of a conversation";
 const MERGE: &str = "You merge";
 
-/// A server whose LLM is the scripted one; short leases and backoff so faults resolve fast.
+/// A server whose LLM is the scripted one (as extraction's tests start it).
 fn start(db: &Db, llm: &ScriptedLlm) -> Server {
-    let base = llm.base_url();
-    db.serve(&[
-        "--llm-provider",
-        "openai",
-        "--llm-base-url",
-        &base,
-        "--llm-model",
-        "main-model",
-        "--llm-fast-model",
-        "fast-model",
-        "--llm-timeout-secs",
-        "5",
-        "--job-backoff-ms",
-        "200",
-        "--job-lease-secs",
-        "3",
-    ])
+    crate::extraction::start(db, llm, &[])
 }
 
 /// A scripted LLM that extracts nothing and "summarizes" by echoing its input: so every

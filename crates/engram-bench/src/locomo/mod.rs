@@ -157,6 +157,10 @@ pub struct Args {
     /// `[dia_id, score]` best first) to this file, for offline analysis.
     #[arg(long)]
     dump_lists: Option<PathBuf>,
+    /// Also write every question's fused candidates, with their ranks in each list, to this
+    /// file (JSON lines), for offline re-ranking (`benches/locomo_rerank.py`).
+    #[arg(long)]
+    dump_hits: Option<PathBuf>,
     #[command(flatten)]
     scratch: ScratchArgs,
 }
@@ -575,6 +579,37 @@ pub fn dia_id(h: &Hit) -> Option<String> {
     }
 }
 
+/// Appends question `q`'s fused candidates to `path` (JSON lines: `sample`, `q`, `cat`, `ev`,
+/// and `hits` best first, each with its dia_id `d`, `score`, the ranks `v`/`t`/`dr` in the
+/// vector, keyword and date lists, `vs` the cosine, `tc` the keyword coverage and `rank` the
+/// rank score), searched as `input` but with `explain` and no score floor, for offline
+/// re-ranking experiments (`benches/locomo_rerank.py`).
+async fn dump_hits(
+    engine: &Engine,
+    c: &Conversation,
+    q: &Query,
+    input: &SearchInput,
+    path: &Path,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let deep = SearchInput { explain: true, min_score: Some(0.0), ..input.clone() };
+    let hits = engine.search(&principal(), deep).await?;
+    let rows: Vec<serde_json::Value> = hits
+        .iter()
+        .map(|h| {
+            let e = h.explain();
+            serde_json::json!({"d": dia_id(h), "score": h.score(), "v": e.vector_rank,
+                "vs": e.vector_similarity, "t": e.text_rank, "tc": e.text_coverage,
+                "dr": e.date_rank, "rank": e.rank_score})
+        })
+        .collect();
+    let line = serde_json::json!({"sample": c.sample_id, "q": q.text, "cat": q.category,
+        "ev": q.evidence, "hits": rows});
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    writeln!(f, "{line}")?;
+    Ok(())
+}
+
 /// One search of question `q` of conversation `c`: the dia_ids, best first.
 async fn ask(
     engine: &Engine,
@@ -583,6 +618,7 @@ async fn ask(
     mode: Mode,
     corpus: Corpus,
     times: &mut Vec<Duration>,
+    dump: Option<&Path>,
 ) -> anyhow::Result<Vec<String>> {
     let input = SearchInput {
         query: q.text.clone(),
@@ -595,6 +631,9 @@ async fn ask(
         }],
         ..Default::default()
     };
+    if let Some(path) = dump {
+        dump_hits(engine, c, q, &input, path).await?;
+    }
     let t = Instant::now();
     let hits = engine.search(&principal(), input).await?;
     times.push(t.elapsed());
@@ -608,6 +647,7 @@ struct Ctx<'a> {
     corpus: Corpus,
     convs: &'a [Conversation],
     pristine: &'a [Pristine],
+    dump_hits: Option<&'a Path>,
 }
 
 async fn eval_mode(ctx: &Ctx<'_>, mode: Mode, sequential: bool) -> anyhow::Result<ModeResult> {
@@ -618,13 +658,13 @@ async fn eval_mode(ctx: &Ctx<'_>, mode: Mode, sequential: bool) -> anyhow::Resul
             let (_tmp, engine) =
                 pristine.open_copy(ctx.scratch, ctx.embedder, ctx.cfg.clone()).await?;
             for q in &c.queries {
-                recall.add(q, &ask(&engine, c, q, mode, ctx.corpus, &mut times).await?);
+                recall.add(q, &ask(&engine, c, q, mode, ctx.corpus, &mut times, ctx.dump_hits).await?);
             }
         } else {
             for q in &c.queries {
                 let (_tmp, engine) =
                     pristine.open_copy(ctx.scratch, ctx.embedder, ctx.cfg.clone()).await?;
-                recall.add(q, &ask(&engine, c, q, mode, ctx.corpus, &mut times).await?);
+                recall.add(q, &ask(&engine, c, q, mode, ctx.corpus, &mut times, ctx.dump_hits).await?);
             }
         }
     }
@@ -659,6 +699,7 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
         corpus: a.corpus,
         convs: &convs,
         pristine: &pristine,
+        dump_hits: a.dump_hits.as_deref(),
     };
 
     let mut results = Vec::new();

@@ -9,6 +9,8 @@
 //! - `locomo`: turn Recall@k on the public LoCoMo conversations ([`locomo`]).
 //! - `extraction`: append latency with a fast, slow and dead LLM, and the cost per extracted
 //!   turn ([`extraction`]).
+//! - `embedding`: the embedder alone, idle and while background batches run
+//!   ([`embedding`]).
 //! - `compaction`: LLM calls and tokens per 100 summarized messages of the summary DAG
 //!   ([`compaction`]).
 //!
@@ -18,6 +20,7 @@ mod backend;
 mod compaction;
 mod corpus;
 mod embedder;
+mod embedding;
 mod extraction;
 mod http;
 mod locomo;
@@ -61,6 +64,9 @@ enum Cmd {
     /// Single-request latency on the request path: one `remember` at a time, and a search
     /// of one user's messages.
     Requests(requests::Args),
+    /// The embedder alone: query embedding latency idle and during background embedding,
+    /// and background messages/s.
+    Embedding(embedding::Args),
     /// Web UI page latency (the memory screen with 10k facts in the tenant, 1k shown) from
     /// the real server.
     Ui(ui::Args),
@@ -107,6 +113,7 @@ fn main() -> anyhow::Result<()> {
             Cmd::Compaction(a) => compaction::run(a, cli.json).await,
             Cmd::Requests(a) => requests::run(a, cli.json).await,
             Cmd::Ui(a) => ui::run(a, cli.json).await,
+            Cmd::Embedding(a) => embedding::run(a, cli.json).await,
         }
     })
 }

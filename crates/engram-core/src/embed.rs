@@ -23,8 +23,16 @@ pub trait Embedder: Send + Sync {
     fn model_id(&self) -> &str;
     /// Dimension of every vector this embedder returns.
     fn dims(&self) -> usize;
-    /// Embed a batch of texts.
+    /// Embed a batch of texts for the request path (a search's, context's or remember's
+    /// own embedding).
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+    /// Embed a batch of texts for background work (message vectors, extraction, compaction,
+    /// re-embedding). An embedder whose resource serves both (the local model's CPU) runs
+    /// such a batch where it never delays an [`Embedder::embed`] call (the local model: on
+    /// threads of the lowest scheduling priority); the others embed as for a request.
+    async fn embed_background(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed(texts).await
+    }
     /// How this model's cosine similarities read as semantic support (see
     /// [`SimilarityScale`]). Models differ a lot: unrelated texts reach 0.2 with one and 0.5
     /// with another.

@@ -52,7 +52,7 @@ use crate::embedder::EmbedderChoice;
 use crate::report::{self, Latency};
 
 /// Default location of the public LoCoMo file.
-const DEFAULT_DATA: &str = "/work/shared/eval/locomo/locomo_public.json";
+pub const DEFAULT_DATA: &str = "/work/shared/eval/locomo/locomo_public.json";
 
 /// The k of Recall@k.
 pub const KS: [usize; 4] = [1, 5, 10, 20];
@@ -658,13 +658,19 @@ async fn eval_mode(ctx: &Ctx<'_>, mode: Mode, sequential: bool) -> anyhow::Resul
             let (_tmp, engine) =
                 pristine.open_copy(ctx.scratch, ctx.embedder, ctx.cfg.clone()).await?;
             for q in &c.queries {
-                recall.add(q, &ask(&engine, c, q, mode, ctx.corpus, &mut times, ctx.dump_hits).await?);
+                recall.add(
+                    q,
+                    &ask(&engine, c, q, mode, ctx.corpus, &mut times, ctx.dump_hits).await?,
+                );
             }
         } else {
             for q in &c.queries {
                 let (_tmp, engine) =
                     pristine.open_copy(ctx.scratch, ctx.embedder, ctx.cfg.clone()).await?;
-                recall.add(q, &ask(&engine, c, q, mode, ctx.corpus, &mut times, ctx.dump_hits).await?);
+                recall.add(
+                    q,
+                    &ask(&engine, c, q, mode, ctx.corpus, &mut times, ctx.dump_hits).await?,
+                );
             }
         }
     }

@@ -101,9 +101,12 @@ impl Engine {
                 .filter(|(m, _)| m.kind != Kind::Profile)
                 .map(|(m, _)| m.content.clone())
                 .collect();
-            let mut vectors =
-                if texts.is_empty() { vec![] } else { self.svc.embedder.embed(&texts).await? }
-                    .into_iter();
+            let mut vectors = if texts.is_empty() {
+                vec![]
+            } else {
+                self.svc.embedder.embed_background(&texts).await?
+            }
+            .into_iter();
             if !texts.is_empty() {
                 self.svc.ensure_space().await?;
             }

@@ -30,7 +30,7 @@ impl Engine {
                     break;
                 }
                 let texts: Vec<String> = rows.iter().map(|(_, c)| c.clone()).collect();
-                let vectors = embedder.embed(&texts).await?;
+                let vectors = embedder.embed_background(&texts).await?;
                 if vectors.len() != rows.len() || vectors.iter().any(|v| v.len() != embedder.dims())
                 {
                     return Err(Error::internal(

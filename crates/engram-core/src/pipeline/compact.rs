@@ -357,8 +357,11 @@ impl Services {
     ) -> Result<bool, JobError> {
         let e = self.embedder();
         self.store().ensure_embedding_space(e.model_id(), e.dims()).await?;
-        let vector =
-            e.embed(std::slice::from_ref(&summary.content)).await.map_err(Error::from)?.pop();
+        let vector = e
+            .embed_background(std::slice::from_ref(&summary.content))
+            .await
+            .map_err(Error::from)?
+            .pop();
         let embedding = match vector {
             Some(v) if v.len() == e.dims() => Some((e.model_id().to_string(), v)),
             _ => return Err(JobError::runtime("the embedder returned no vector for a summary")),

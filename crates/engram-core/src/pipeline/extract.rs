@@ -136,7 +136,7 @@ impl Services {
         let t = Instant::now();
         let texts: Vec<String> = kept.iter().map(|c| c.content.clone()).collect();
         let vectors = staged("embed", async {
-            self.embedder().embed(&texts).await.map_err(|e| JobError {
+            self.embedder().embed_background(&texts).await.map_err(|e| JobError {
                 fault: e.fault,
                 message: e.message,
                 retry_after: None,

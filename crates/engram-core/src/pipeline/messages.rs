@@ -41,11 +41,17 @@ const BATCH: usize = 64;
 /// The text embedded for `message`, given the messages before it in its conversation
 /// (`before`, oldest first; only the last [`CONTEXT_MESSAGES`] are used).
 pub fn document(before: &[Message], message: &Message) -> String {
-    let own = message.content.chars().count();
+    let before: Vec<&str> = before.iter().map(|m| m.content.as_str()).collect();
+    document_of(&before, &message.content)
+}
+
+/// [`document`] on the contents alone.
+pub fn document_of(before: &[&str], message: &str) -> String {
+    let own = message.chars().count();
     let mut budget = DOCUMENT_CHARS.saturating_sub(own);
     let mut lines: Vec<&str> = Vec::new();
     for m in before.iter().rev().take(CONTEXT_MESSAGES) {
-        let text = m.content.trim();
+        let text = m.trim();
         if text.is_empty() || budget == 0 {
             continue;
         }
@@ -56,7 +62,7 @@ pub fn document(before: &[Message], message: &Message) -> String {
         budget -= keep;
     }
     lines.reverse();
-    lines.push(&message.content);
+    lines.push(message);
     lines.join("\n")
 }
 
@@ -91,7 +97,7 @@ pub async fn embed_conversation(
         if ids.is_empty() {
             break; // erased meanwhile
         }
-        let vectors = embedder.embed(&texts).await?;
+        let vectors = embedder.embed_background(&texts).await?;
         if vectors.len() != ids.len() || vectors.iter().any(|v| v.len() != embedder.dims()) {
             return Err(Error::internal(
                 "embedder returned vectors of the wrong count or dimension",

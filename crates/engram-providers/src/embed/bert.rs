@@ -9,8 +9,21 @@
 //! Inference mirrors sentence-transformers: tokenize with special tokens, truncate to
 //! 256 tokens, pad each batch to its longest text, run the encoder, mean-pool the last hidden
 //! state over the attention mask, L2-normalise. Texts are sorted by length before batching so
-//! padding stays small. The CPU work runs in `tokio::task::spawn_blocking`, one batch job at
-//! a time (candle already uses every core for one forward pass).
+//! padding stays small.
+//!
+//! **Requests first.** A request's embedding ([`Embedder::embed`]: a search's, a context's, a
+//! remember's) runs at once in `tokio::task::spawn_blocking`, on candle's global thread pool
+//! at normal scheduling priority, whatever background work is under way. Background batches
+//! ([`Embedder::embed_background`]) run on the embedder's own pool of
+//! [`BertOptions::background_threads`] threads at the lowest scheduling priority (nice 19 on
+//! Linux), in forward passes of at most [`BertOptions::batch_tokens`] padded tokens: they get
+//! every core the request path leaves idle, and the kernel hands a core to a request the
+//! moment it needs one (a nice-19 thread weighs 15 against a normal thread's 1024). No
+//! background pass starts while a request's embedding runs ([`RequestsInFlight`]): two
+//! virtual cores are often one physical core, and a pass running beside a request slows it
+//! down whatever its priority. So a request shares the CPU at most with the one pass that was
+//! already running. Waiting in a queue behind a whole background batch, as one permit for
+//! both did, cost searches seconds under load (`benches/README.md`, "Queries first").
 //!
 //! `model_id()` is `local:<folder name>@<fingerprint>` where the fingerprint is the first 8
 //! hex digits of a SHA-256 over `config.json`, the size of `model.safetensors` and sixteen
@@ -19,6 +32,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use candle_core::{DType, Device, Tensor};
@@ -35,6 +49,21 @@ pub const MAX_TOKENS: usize = 256;
 /// Texts per forward pass.
 const BATCH_SIZE: usize = 32;
 
+/// How background batches run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BertOptions {
+    /// Padded tokens (texts × longest text) of one background forward pass.
+    pub batch_tokens: usize,
+    /// Threads of the background pool (lowest scheduling priority); 0 means one per core.
+    pub background_threads: usize,
+}
+
+impl Default for BertOptions {
+    fn default() -> Self {
+        Self { batch_tokens: 4096, background_threads: 0 }
+    }
+}
+
 /// How token vectors become one sentence vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pooling {
@@ -49,8 +78,10 @@ pub enum Pooling {
 pub struct BertEmbedder {
     inner: Arc<Inner>,
     model_id: String,
-    /// One forward job at a time: candle parallelises each pass over all cores already.
-    permits: Arc<tokio::sync::Semaphore>,
+    /// Where background batches run: threads of the lowest scheduling priority.
+    background: Arc<rayon::ThreadPool>,
+    requests: Arc<RequestsInFlight>,
+    options: BertOptions,
 }
 
 struct Inner {
@@ -154,6 +185,11 @@ fn runtime_err(context: &str) -> impl FnOnce(candle_core::Error) -> EmbedError +
 impl BertEmbedder {
     /// Load a model folder. Every problem with the folder is a `User` fault that names it.
     pub fn load(dir: &Path) -> Result<Self, EmbedError> {
+        Self::load_with(dir, BertOptions::default())
+    }
+
+    /// [`Self::load`] with other [`BertOptions`].
+    pub fn load_with(dir: &Path, options: BertOptions) -> Result<Self, EmbedError> {
         if !dir.is_dir() {
             return Err(EmbedError::user(format!(
                 "local embedder: model folder {} does not exist (scripts/fetch-model.sh fetches \
@@ -248,7 +284,9 @@ impl BertEmbedder {
                 max_tokens,
             }),
             model_id,
-            permits: Arc::new(tokio::sync::Semaphore::new(1)),
+            background: Arc::new(background_pool(options.background_threads)?),
+            requests: Arc::default(),
+            options,
         })
     }
 
@@ -326,31 +364,64 @@ impl Inner {
         }
     }
 
+    fn encode(&self, texts: &[String]) -> Result<Vec<Vec<u32>>, EmbedError> {
+        texts
+            .iter()
+            .map(|text| {
+                let enc = self
+                    .tokenizer
+                    .encode_fast(text.as_str(), true)
+                    .map_err(|e| EmbedError::runtime(format!("local embedder: tokenizer: {e}")))?;
+                Ok(enc.get_ids().to_vec())
+            })
+            .collect()
+    }
+
+    /// One forward pass over `seqs`: their unit vectors, in order.
+    fn vectors(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let (hidden, mask) = self.forward(seqs)?;
+        let mut pooled = self.pool(&hidden, &mask).map_err(runtime_err("pooling"))?;
+        pooled.iter_mut().for_each(|v| normalize(v));
+        Ok(pooled)
+    }
+
     fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let mut encoded = Vec::with_capacity(texts.len());
-        for text in texts {
-            let enc = self
-                .tokenizer
-                .encode_fast(text.as_str(), true)
-                .map_err(|e| EmbedError::runtime(format!("local embedder: tokenizer: {e}")))?;
-            encoded.push(enc.get_ids().to_vec());
-        }
-        // Longest first, so each batch pads little.
-        let mut order: Vec<usize> = (0..texts.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].len()));
+        let mut encoded = self.encode(texts)?;
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
-        for chunk in order.chunks(BATCH_SIZE) {
+        for chunk in by_length(&encoded).chunks(BATCH_SIZE) {
             let seqs: Vec<Vec<u32>> =
                 chunk.iter().map(|&i| std::mem::take(&mut encoded[i])).collect();
-            let (hidden, mask) = self.forward(&seqs)?;
-            let pooled = self.pool(&hidden, &mask).map_err(runtime_err("pooling"))?;
-            for (&i, mut v) in chunk.iter().zip(pooled) {
-                normalize(&mut v);
+            for (&i, v) in chunk.iter().zip(self.vectors(&seqs)?) {
                 out[i] = v;
             }
         }
         Ok(out)
     }
+}
+
+/// Indices of `encoded`, longest first, so each batch pads little.
+fn by_length(encoded: &[Vec<u32>]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..encoded.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].len()));
+    order
+}
+
+/// Background forward passes: indices (longest first) grouped so that each pass's padded
+/// size (texts × its longest) stays within `batch_tokens` (a longer text goes alone) and
+/// holds at most [`BATCH_SIZE`] texts.
+fn batches(encoded: &[Vec<u32>], batch_tokens: usize) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let mut longest = 0;
+    for i in by_length(encoded) {
+        match out.last_mut() {
+            Some(s) if s.len() < BATCH_SIZE && (s.len() + 1) * longest <= batch_tokens => s.push(i),
+            _ => {
+                longest = encoded[i].len().max(1);
+                out.push(vec![i]);
+            }
+        }
+    }
+    out
 }
 
 #[async_trait]
@@ -385,21 +456,148 @@ impl Embedder for BertEmbedder {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| EmbedError::bug("local embedder: semaphore closed"))?;
         let inner = Arc::clone(&self.inner);
         let texts = texts.to_vec();
-        // The permit moves into the job: if this future is dropped, the permit is still held
-        // until the CPU work really ends.
+        let request = RequestsInFlight::enter(&self.requests);
+        // The request counts until its CPU work really ends, even if this future is dropped.
         tokio::task::spawn_blocking(move || {
-            let _permit = permit;
+            let _request = request;
             inner.embed(&texts)
         })
         .await
-        .map_err(|e| EmbedError::bug(format!("local embedder: worker task failed: {e}")))?
+        .map_err(worker_failed)?
+    }
+
+    async fn embed_background(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (inner, texts) = (Arc::clone(&self.inner), texts.to_vec());
+        let mut encoded = self.in_background(move || inner.encode(&texts)).await?;
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); encoded.len()];
+        for batch in batches(&encoded, self.options.batch_tokens) {
+            let seqs: Vec<Vec<u32>> =
+                batch.iter().map(|&i| std::mem::take(&mut encoded[i])).collect();
+            self.requests.idle().await;
+            let inner = Arc::clone(&self.inner);
+            let vectors = self.in_background(move || inner.vectors(&seqs)).await?;
+            for (&i, v) in batch.iter().zip(vectors) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl BertEmbedder {
+    /// Run `work` on the background pool (candle's own parallel loops inside it stay there).
+    /// If the caller goes away, the work still ends and its result is dropped.
+    async fn in_background<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, EmbedError> + Send + 'static,
+    ) -> Result<T, EmbedError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.background.spawn(move || {
+            let _ = tx.send(work());
+        });
+        rx.await.map_err(|_| EmbedError::bug("local embedder: background pool dropped a job"))?
+    }
+}
+
+/// Request embeddings running now; background passes wait for none before they start.
+#[derive(Debug, Default)]
+pub struct RequestsInFlight {
+    running: AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+/// One running request; it stops counting when dropped.
+struct InFlight(Arc<RequestsInFlight>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+impl RequestsInFlight {
+    fn enter(this: &Arc<Self>) -> InFlight {
+        this.running.fetch_add(1, Ordering::SeqCst);
+        InFlight(Arc::clone(this))
+    }
+
+    /// Returns once no request embedding runs.
+    async fn idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            // Registered before the check, so a request ending meanwhile still wakes us.
+            idle.as_mut().enable();
+            if self.running.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+/// The background pool: `threads` (0: one per core) threads that lower their own scheduling
+/// priority as they start. Where the OS refuses (not Linux, or a sandbox), they run at normal
+/// priority and a warning says so.
+fn background_pool(threads: usize) -> Result<rayon::ThreadPool, EmbedError> {
+    let threads = if threads == 0 {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    } else {
+        threads
+    };
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("engram-embed-bg-{i}"))
+        .start_handler(|_| {
+            if let Err(e) = lowest_priority() {
+                tracing::warn!(error = %e, "background embedding runs at normal priority");
+            }
+        })
+        .build()
+        .map_err(|e| EmbedError::runtime(format!("local embedder: background threads: {e}")))
+}
+
+/// Lower the calling thread to the lowest priority of the normal scheduling policy (nice 19).
+fn lowest_priority() -> Result<(), thread_priority::Error> {
+    use thread_priority::{
+        NormalThreadSchedulePolicy, ThreadPriority, ThreadPriorityValue, ThreadSchedulePolicy,
+    };
+    thread_priority::set_thread_priority_and_policy(
+        thread_priority::thread_native_id(),
+        ThreadPriority::Crossplatform(ThreadPriorityValue::MIN),
+        ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other),
+    )
+}
+
+fn worker_failed(e: tokio::task::JoinError) -> EmbedError {
+    EmbedError::bug(format!("local embedder: worker task failed: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn background_batches_stay_within_their_padded_size() {
+        let encoded: Vec<Vec<u32>> =
+            [10, 300, 40, 40, 12, 8, 100].iter().map(|&n| vec![1u32; n]).collect();
+        let s = batches(&encoded, 128);
+        assert_eq!(s, vec![vec![1], vec![6], vec![2, 3, 4], vec![0, 5]]);
+        for slice in &s {
+            let longest = slice.iter().map(|&i| encoded[i].len()).max().unwrap();
+            assert!(slice.len() == 1 || slice.len() * longest <= 128, "{slice:?}");
+        }
+        let mut all: Vec<usize> = s.concat();
+        all.sort_unstable();
+        assert_eq!(all, (0..encoded.len()).collect::<Vec<_>>(), "every text once");
+        let many: Vec<Vec<u32>> = (0..100).map(|_| vec![1u32; 3]).collect();
+        assert!(batches(&many, 10_000).iter().all(|s| s.len() <= BATCH_SIZE));
     }
 }

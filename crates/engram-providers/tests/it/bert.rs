@@ -159,3 +159,41 @@ fn hidden_states_return_every_position() {
     assert_eq!(hs[1].len(), 2);
     assert!(hs.iter().flatten().all(|v| v.len() == 384));
 }
+
+/// Issue 14: a request's embedding never waits for background work. A long background batch
+/// (the backlog of a busy conversation) is under way when a query arrives; the query's vector
+/// comes back while the batch is still running, and both give the same vectors as alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_is_served_while_a_long_background_batch_runs() {
+    let model = minilm().clone();
+    let backlog: Vec<String> = (0..400)
+        .map(|i| {
+            format!(
+                "Message {i}: we talked about the garden, the new shed, the tomatoes that \
+                 did not ripen this year and the trip to the coast planned for the spring."
+            )
+        })
+        .collect();
+    let background = {
+        let (model, backlog) = (model.clone(), backlog.clone());
+        tokio::spawn(async move { model.embed_background(&backlog).await })
+    };
+    // Let the batch get going.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!background.is_finished(), "the batch must still be running when the query comes");
+    let query = "what did we plan for the spring?".to_string();
+    let got = model.embed(std::slice::from_ref(&query)).await.unwrap();
+    assert!(
+        !background.is_finished(),
+        "the query was served only after the whole background batch"
+    );
+    let vectors = background.await.unwrap().unwrap();
+    assert_eq!(vectors.len(), backlog.len());
+    // Same vectors either way: the lane changes when, never what.
+    let alone = model.embed(&backlog[..3]).await.unwrap();
+    for (a, b) in alone.iter().zip(&vectors) {
+        assert!(cosine(a, b) > 0.9999);
+    }
+    let again = model.embed(std::slice::from_ref(&query)).await.unwrap();
+    assert!(cosine(&got[0], &again[0]) > 0.9999);
+}

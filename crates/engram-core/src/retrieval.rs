@@ -98,6 +98,10 @@ pub struct Explain {
     pub rank_score: f64,
     /// The score a caller reads: the relevance (0 to 1).
     pub score: f64,
+    /// For a message hit: the messages of the searched window that the vector list could
+    /// not see because they wait for their vector (background embedding); None when not
+    /// counted (a caller limited to one agent's pool, or no vector list).
+    pub unembedded_messages: Option<u64>,
 }
 
 /// RRF contribution of one 1-based rank.

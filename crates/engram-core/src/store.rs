@@ -215,6 +215,20 @@ pub struct StoreStats {
     pub embedding_dims: Option<u64>,
 }
 
+/// Work the background jobs have not done yet ([`Store::backlog`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Backlog {
+    /// Messages without a vector: found by keywords only until embedded.
+    pub messages_unembedded: u64,
+    /// When the oldest `embed_messages` job still waiting or running was enqueued (an append
+    /// enqueues one per conversation and it takes every message appended until it runs).
+    pub embedding_since: Option<OffsetDateTime>,
+    /// `extract` jobs waiting or running.
+    pub extractions_pending: u64,
+    /// When the oldest of them was enqueued.
+    pub extraction_since: Option<OffsetDateTime>,
+}
+
 /// A cached context block of a session.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContextSession {
@@ -493,6 +507,14 @@ pub trait MessageStore: Send + Sync {
         query: &str,
         k: usize,
     ) -> Result<Vec<(MessageId, f64)>>;
+    /// A user's messages in the filter's time window that have text but no vector of
+    /// `model_id` yet: what a vector search over them cannot see.
+    async fn unembedded_messages(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        model_id: &str,
+    ) -> Result<u64>;
     /// Up to `limit` of a user's messages in the filter's time window, newest first (by
     /// `created_at`, then id), before `before` (the `created_at` and id of the last message
     /// of the previous page): what a literal (substring, regex) search reads.
@@ -749,6 +771,9 @@ pub trait MaintenanceStore: Send + Sync {
     ) -> Result<(Vec<Memory>, Vec<MemoryEvent>)>;
     // ---- stats ----
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats>;
+    /// What background work has not caught up with yet, in one tenant or (`None`, for
+    /// `/metrics`) in every tenant of the store.
+    async fn backlog(&self, tenant: Option<&TenantId>) -> Result<Backlog>;
     /// The tenant's (or one user's) activity since `since`; categories count every active
     /// memory whatever its age.
     async fn activity(

@@ -96,6 +96,7 @@ impl Engine {
     pub async fn stats(&self, p: &Principal) -> Result<Stats> {
         Self::require_admin(p, "stats")?;
         let s = self.svc.store.stats(&p.tenant).await?;
+        let backlog = self.svc.store.backlog(Some(&p.tenant)).await?;
         let share = |part: u64, all: u64| if all == 0 { 1.0 } else { part as f64 / all as f64 };
         let finished = s.extractions_done + s.extractions_failed;
         let llm = self.svc.llm.as_ref();
@@ -114,6 +115,8 @@ impl Engine {
             ),
             extraction_health: (finished > 0).then(|| s.extractions_done as f64 / finished as f64),
             store: s,
+            backlog,
+            at: crate::model::now(),
         })
     }
 

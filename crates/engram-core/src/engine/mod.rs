@@ -108,6 +108,12 @@ impl Engine {
         &self.svc.metrics
     }
 
+    /// The background backlog of every tenant together, counts and times only (for the
+    /// process-wide `/metrics`, which the adapter shows to admin keys).
+    pub async fn backlog_all(&self) -> Result<crate::store::Backlog> {
+        self.svc.store.backlog(None).await
+    }
+
     pub fn embedder(&self) -> &Arc<dyn Embedder> {
         &self.svc.embedder
     }

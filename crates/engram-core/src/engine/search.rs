@@ -25,21 +25,8 @@ struct Lists<'a> {
     k: usize,
     /// The time the query names, if any (`crate::when`).
     when: Option<Span>,
-}
-
-fn finish_message(
-    message: Message,
-    mut e: Explain,
-    now: time::OffsetDateTime,
-    scale: crate::embed::SimilarityScale,
-) -> Hit {
-    e.importance = 5;
-    e.rating = message.rating;
-    let seen = message.last_accessed_at.unwrap_or(message.created_at);
-    e.days_since_access = retrieval::days_between(seen, now);
-    e.access_count = message.access_count;
-    let score = retrieval::finish(&mut e, scale);
-    Hit::Message { message, score, explain: e }
+    /// The caller asked for `explain`.
+    explain: bool,
 }
 
 impl Engine {
@@ -138,11 +125,17 @@ impl Engine {
             let user =
                 v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
             let window = TranscriptFilter { user, since: input.since, until: input.until };
-            let lists =
-                Lists { query: keywords, vector: qv.as_deref(), mode: input.mode, k: n, when };
+            let lists = Lists {
+                query: keywords,
+                vector: qv.as_deref(),
+                mode: input.mode,
+                k: n,
+                when,
+                explain: input.explain,
+            };
             if input.sources.contains(&SearchSource::Messages) {
                 for (message, e) in self.message_hits(&v, &window, &lists).await? {
-                    hits.push(finish_message(message, e, now, scale));
+                    hits.push(Hit::of_message(message, e, now, scale));
                 }
             }
             if input.sources.contains(&SearchSource::Summaries) {
@@ -224,7 +217,17 @@ impl Engine {
                 store.text_search_messages(&v.tenant, window, l.query, l.k).await
             }
         };
-        let (vec_list, text_list) = tokio::try_join!(vector, text)?;
+        // Messages waiting for their vector: counted for an explained search by a caller
+        // who sees the user's whole transcript (a count over other pools would leak).
+        let count = l.vector.is_some() && l.explain && v.pool.is_none();
+        let waiting = async {
+            Ok(if count {
+                Some(store.unembedded_messages(&v.tenant, window, model).await?)
+            } else {
+                None
+            })
+        };
+        let (vec_list, text_list, waiting) = tokio::try_join!(vector, text, waiting)?;
         // One fusion, one load of the candidates, one read of their agents' settings: a
         // fixed number of store calls whatever the number of candidates.
         let mut fused = retrieval::fuse(&vec_list, &text_list);
@@ -251,7 +254,7 @@ impl Engine {
             {
                 continue;
             }
-            out.push((msg, e));
+            out.push((msg, Explain { unembedded_messages: waiting, ..e }));
         }
         Ok(out)
     }
@@ -368,11 +371,11 @@ impl Engine {
                 until: Some(summary.latest_at + time::Duration::microseconds(1)),
             };
             let k = covered.len().max(EXPANDED_MESSAGES);
-            let lists = Lists { query, vector, mode, k, when: None };
+            let lists = Lists { query, vector, mode, k, when: None, explain: false };
             for (message, e) in self.message_hits(v, &window, &lists).await? {
                 if covered.contains(&message.id)
                     && let Hit::Message { message, score, .. } =
-                        finish_message(message, e, now, scale)
+                        Hit::of_message(message, e, now, scale)
                 {
                     expanded.push((message, score));
                 }

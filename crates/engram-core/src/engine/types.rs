@@ -171,6 +171,22 @@ pub enum Hit {
 }
 
 impl Hit {
+    /// A message hit: its explain finished (a message weighs as importance 5) and scored.
+    pub(crate) fn of_message(
+        message: Message,
+        mut e: Explain,
+        now: time::OffsetDateTime,
+        scale: crate::embed::SimilarityScale,
+    ) -> Hit {
+        e.importance = 5;
+        e.rating = message.rating;
+        let seen = message.last_accessed_at.unwrap_or(message.created_at);
+        e.days_since_access = crate::retrieval::days_between(seen, now);
+        e.access_count = message.access_count;
+        let score = crate::retrieval::finish(&mut e, scale);
+        Hit::Message { message, score, explain: e }
+    }
+
     pub fn score(&self) -> f64 {
         match self {
             Hit::Memory { score, .. } | Hit::Message { score, .. } | Hit::Summary { score, .. } => {
@@ -339,6 +355,10 @@ pub struct Stats {
     pub llm: String,
     /// Extraction jobs done / (done + failed for good); None before the first one.
     pub extraction_health: Option<f64>,
+    /// What background work has not caught up with yet.
+    pub backlog: crate::store::Backlog,
+    /// When the figures were read (backlog ages are measured from it).
+    pub at: time::OffsetDateTime,
 }
 
 /// A relation to record: `from label to` ("Maya" "is the sister of" "the user").

@@ -14,9 +14,9 @@ use engram_core::error::Result;
 use engram_core::model::*;
 use engram_core::store::prelude::*;
 use engram_core::store::{
-    Activity, ApiKey, BackupRow, BackupScope, ContextSession, ConversationInfo, EraseCounts,
-    ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, NewSummary, RestoreState, StoreStats,
-    TranscriptFilter,
+    Activity, ApiKey, Backlog, BackupRow, BackupScope, ContextSession, ConversationInfo,
+    EraseCounts, ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, NewSummary, RestoreState,
+    StoreStats, TranscriptFilter,
 };
 use time::OffsetDateTime;
 
@@ -514,6 +514,15 @@ impl MessageStore for Counting {
         self.hit("touch_transcript");
         self.inner.touch_transcript(tenant, messages, summaries, at).await
     }
+    async fn unembedded_messages(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        model_id: &str,
+    ) -> Result<u64> {
+        self.hit("unembedded_messages");
+        self.inner.unembedded_messages(tenant, filter, model_id).await
+    }
     async fn scan_messages(
         &self,
         tenant: &TenantId,
@@ -805,6 +814,10 @@ impl MaintenanceStore for Counting {
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {
         self.hit("stats");
         self.inner.stats(tenant).await
+    }
+    async fn backlog(&self, tenant: Option<&TenantId>) -> Result<Backlog> {
+        self.hit("backlog");
+        self.inner.backlog(tenant).await
     }
     async fn activity(
         &self,

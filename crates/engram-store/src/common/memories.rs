@@ -10,7 +10,7 @@ use engram_core::model::{
     UserId,
 };
 use engram_core::store::{
-    Activity, ContextSession, ExtractionBatch, MaintenanceStore, NewMemory, StoreStats,
+    Activity, Backlog, ContextSession, ExtractionBatch, MaintenanceStore, NewMemory, StoreStats,
 };
 
 use super::Arg::{Id, Ids, Int, Json, OptId, OptText, OptTs, OptVector, Small, Text, Ts};
@@ -752,6 +752,31 @@ pub(crate) async fn user_memories<B: Backend>(
     let rows = b.read_all(sql, &key).await?;
     let events = rows.iter().map(rows::event).collect::<Result<Vec<_>>>()?;
     Ok((memories, events))
+}
+
+/// [`engram_core::store::Store::backlog`].
+pub(crate) async fn backlog<B: Backend>(b: &B, tenant: Option<&TenantId>) -> Result<Backlog> {
+    let (scope, args) = match tenant {
+        Some(t) => ("tenant_id = ?1 AND ", vec![Text(t.as_str())]),
+        None => ("", vec![]),
+    };
+    let sql = format!(
+        "SELECT \
+          (SELECT count(*) FROM messages WHERE {scope}embedding IS NULL AND content != '') AS unembedded, \
+          (SELECT min(created_at) FROM jobs WHERE {scope}kind = 'embed_messages' AND status IN ('pending', 'running')) AS emb_since, \
+          (SELECT count(*) FROM jobs WHERE {scope}kind = 'extract' AND status IN ('pending', 'running')) AS ex_pending, \
+          (SELECT min(created_at) FROM jobs WHERE {scope}kind = 'extract' AND status IN ('pending', 'running')) AS ex_since"
+    );
+    let r = b
+        .read_opt(&sql, &args)
+        .await?
+        .ok_or_else(|| Error::internal("database: backlog returned no row"))?;
+    Ok(Backlog {
+        messages_unembedded: r.int("unembedded")?.max(0) as u64,
+        embedding_since: r.opt_ts("emb_since")?,
+        extractions_pending: r.int("ex_pending")?.max(0) as u64,
+        extraction_since: r.opt_ts("ex_since")?,
+    })
 }
 
 /// A tenant's counts; `space` is the store's embedding space.

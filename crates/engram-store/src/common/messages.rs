@@ -370,6 +370,31 @@ pub(crate) async fn scan<B: Backend>(
     rows.iter().map(rows::message).collect()
 }
 
+/// [`MessageStore::unembedded_messages`].
+///
+/// [`MessageStore::unembedded_messages`]: engram_core::store::MessageStore::unembedded_messages
+pub(crate) async fn unembedded<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    f: &TranscriptFilter,
+    model_id: &str,
+) -> Result<u64> {
+    let mut sql = "SELECT count(*) AS n FROM messages WHERE tenant_id = ? AND user_id = ? \
+                   AND content != '' AND (embedding IS NULL OR embedding_model IS DISTINCT FROM ?)"
+        .to_string();
+    let mut args = vec![Text(tenant.as_str()), Text(f.user.as_str()), Text(model_id)];
+    if let Some(t) = f.since {
+        sql.push_str(" AND created_at >= ?");
+        args.push(Ts(t));
+    }
+    if let Some(t) = f.until {
+        sql.push_str(" AND created_at < ?");
+        args.push(Ts(t));
+    }
+    let row = b.read_opt(&sql, &args).await?;
+    Ok(row.map(|r| r.int("n")).transpose()?.unwrap_or(0).max(0) as u64)
+}
+
 /// Count a search's return of these messages and summaries (one statement per table).
 pub(crate) async fn touch<B: Backend>(
     b: &B,

@@ -16,9 +16,9 @@ use engram_core::model::{
 };
 use engram_core::store::prelude::*;
 use engram_core::store::{
-    Activity, ApiKey, BackupRow, BackupScope, ContextSession, ConversationInfo, EraseCounts,
-    ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, NewSummary, RestoreState, StoreStats,
-    TranscriptFilter,
+    Activity, ApiKey, Backlog, BackupRow, BackupScope, ContextSession, ConversationInfo,
+    EraseCounts, ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, NewSummary, RestoreState,
+    StoreStats, TranscriptFilter,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -378,6 +378,15 @@ impl<D: Native> MessageStore for SqlStore<D> {
         messages::touch(&self.0, tenant, messages, summaries, at).await
     }
 
+    async fn unembedded_messages(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        model_id: &str,
+    ) -> Result<u64> {
+        messages::unembedded(&self.0, tenant, filter, model_id).await
+    }
+
     async fn scan_messages(
         &self,
         tenant: &TenantId,
@@ -714,6 +723,10 @@ impl<D: Native> MaintenanceStore for SqlStore<D> {
 
     async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {
         memories::stats(&self.0, tenant, self.embedding_space().await?).await
+    }
+
+    async fn backlog(&self, tenant: Option<&TenantId>) -> Result<Backlog> {
+        memories::backlog(&self.0, tenant).await
     }
 
     async fn activity(

@@ -587,7 +587,17 @@ impl From<engram_core::engine::Stats> for StatsDto {
                 llm: s.llm,
                 health: s.extraction_health,
                 failed: s.store.extractions_failed,
-                pending: s.store.jobs_pending,
+                pending: s.backlog.extractions_pending,
+            },
+            backlog: BacklogDto {
+                embedding: EmbeddingBacklog {
+                    messages: s.backlog.messages_unembedded,
+                    oldest_seconds: age(s.backlog.embedding_since, s.at),
+                },
+                extraction: ExtractionBacklog {
+                    jobs: s.backlog.extractions_pending,
+                    oldest_seconds: age(s.backlog.extraction_since, s.at),
+                },
             },
             compaction: CompactionStats {
                 enabled: s.extraction_enabled,
@@ -715,6 +725,37 @@ pub struct StatsDto {
     pub message_embedding_coverage: f64,
     pub extraction: ExtractionStats,
     pub compaction: CompactionStats,
+    pub backlog: BacklogDto,
+}
+
+/// Seconds from `since` to `at` (0 if the clock went back), or none.
+pub fn age(since: Option<time::OffsetDateTime>, at: time::OffsetDateTime) -> Option<f64> {
+    since.map(|t| (at - t).as_seconds_f64().max(0.0))
+}
+
+/// What the background jobs have not caught up with yet.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BacklogDto {
+    pub embedding: EmbeddingBacklog,
+    pub extraction: ExtractionBacklog,
+}
+
+/// Messages waiting for their vector: until embedded they are found by keywords only.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EmbeddingBacklog {
+    /// Messages without a vector.
+    pub messages: u64,
+    /// Age in seconds of the oldest embedding job still waiting or running (null: none).
+    pub oldest_seconds: Option<f64>,
+}
+
+/// Conversation turns waiting for fact extraction.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExtractionBacklog {
+    /// Extraction jobs waiting or running.
+    pub jobs: u64,
+    /// Age in seconds of the oldest of them (null: none).
+    pub oldest_seconds: Option<f64>,
 }
 
 /// The compactor (the summary DAG).
@@ -745,6 +786,7 @@ pub struct ExtractionStats {
     /// Extraction jobs done / (done + failed for good); null before the first one.
     pub health: Option<f64>,
     pub failed: u64,
+    /// Extraction jobs waiting or running.
     pub pending: u64,
 }
 

@@ -45,6 +45,12 @@ pub struct ExplainDto {
     pub rank_score: f64,
     /// The relevance.
     pub score: f64,
+    /// Message results: how many messages of the searched window the vector list could not
+    /// see yet because they wait for their vector (background embedding: found by keywords
+    /// only until then). Absent when not counted (a key limited to one agent's pool, or a
+    /// text-only search).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unembedded_messages: Option<u64>,
 }
 
 impl From<&Explain> for ExplainDto {
@@ -70,6 +76,7 @@ impl From<&Explain> for ExplainDto {
             rating_weight: e.rating_weight,
             rank_score: e.rank_score,
             score: e.score,
+            unembedded_messages: e.unembedded_messages,
         }
     }
 }

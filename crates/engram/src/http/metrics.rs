@@ -25,7 +25,7 @@ fn labels(extra: &str, base: &str) -> String {
 }
 
 /// Render every metric.
-pub fn render(state: &AppState) -> String {
+pub async fn render(state: &AppState) -> String {
     let snap = state.engine.metrics().snapshot();
     let mut out = String::new();
     let mut last = String::new();
@@ -55,6 +55,42 @@ pub fn render(state: &AppState) -> String {
     }
     let _ = writeln!(out, "# TYPE engram_llm_configured gauge");
     let _ = writeln!(out, "engram_llm_configured {}", u8::from(state.engine.llm().is_some()));
+    match state.engine.backlog_all().await {
+        Ok(b) => {
+            let now = engram_core::model::now();
+            let age = |t: Option<time::OffsetDateTime>| {
+                t.map_or(0.0, |t| (now - t).as_seconds_f64().max(0.0))
+            };
+            for (name, help, v) in [
+                (
+                    "engram_embedding_backlog_messages",
+                    "Messages without a vector yet (found by keywords only).",
+                    b.messages_unembedded as f64,
+                ),
+                (
+                    "engram_embedding_backlog_age_seconds",
+                    "Age of the oldest embedding job waiting or running (0: none).",
+                    age(b.embedding_since),
+                ),
+                (
+                    "engram_extraction_backlog_jobs",
+                    "Extraction jobs waiting or running.",
+                    b.extractions_pending as f64,
+                ),
+                (
+                    "engram_extraction_backlog_age_seconds",
+                    "Age of the oldest extraction job waiting or running (0: none).",
+                    age(b.extraction_since),
+                ),
+            ] {
+                let _ = writeln!(out, "# HELP {name} {help}");
+                let _ = writeln!(out, "# TYPE {name} gauge");
+                let _ = writeln!(out, "{name} {v}");
+            }
+        }
+        // The store's own failure must not hide the other figures.
+        Err(e) => tracing::warn!(error = %e, "/metrics: cannot read the backlog"),
+    }
     out
 }
 
@@ -67,5 +103,5 @@ pub async fn metrics(
     if !matches!(p.role, KeyRole::Admin) {
         return Err(ApiError::new(ErrorCode::Forbidden, "/metrics needs an admin key"));
     }
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], render(&st)))
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], render(&st).await))
 }

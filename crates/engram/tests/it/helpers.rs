@@ -271,6 +271,16 @@ impl Server {
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.req("GET", path, None).await
     }
+    /// A GET whose body is text (`/metrics`); panics unless 200.
+    pub async fn get_text(&self, path: &str) -> String {
+        let mut r = self.client.get(format!("{}{path}", self.base));
+        if let Some(k) = &self.key {
+            r = r.bearer_auth(k);
+        }
+        let resp = r.send().await.expect("request");
+        assert_eq!(resp.status(), StatusCode::OK, "GET {path}");
+        resp.text().await.expect("body")
+    }
     pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         self.req("POST", path, Some(body)).await
     }

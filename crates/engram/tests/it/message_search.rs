@@ -115,6 +115,19 @@ async fn reembed_embeds_messages_that_have_no_vector(backend: Backend) {
         let (_, st) = s.get("/v1/stats").await;
         assert_eq!(st["messages_with_vector"], 0, "{st}");
         assert_eq!(st["message_embedding_coverage"], 0.0, "{st}");
+        // The backlog is visible: in the stats, in /metrics, and in an explained search.
+        assert_eq!(st["backlog"]["embedding"]["messages"], 2, "{st}");
+        assert!(st["backlog"]["embedding"]["oldest_seconds"].as_f64().unwrap() >= 0.0, "{st}");
+        let metrics = s.get_text("/metrics").await;
+        assert!(metrics.contains("\nengram_embedding_backlog_messages 2\n"), "{metrics}");
+        let (_, r) = s
+            .post(
+                "/v1/search",
+                json!({ "query": "tax return", "user_id": "u", "sources": ["messages"],
+                        "explain": true }),
+            )
+            .await;
+        assert_eq!(r["results"][0]["explain"]["unembedded_messages"], 2, "{r}");
         // Found by keyword only meanwhile.
         let (_, r) = s
             .post(
@@ -132,6 +145,15 @@ async fn reembed_embeds_messages_that_have_no_vector(backend: Backend) {
     let s = db.serve(&["--no-workers"]);
     let (_, st) = s.get("/v1/stats").await;
     assert_eq!(st["messages_with_vector"], 2, "{st}");
+    assert_eq!(st["backlog"]["embedding"]["messages"], 0, "{st}");
+    let (_, r) = s
+        .post(
+            "/v1/search",
+            json!({ "query": "tax return", "user_id": "u", "sources": ["messages"],
+                    "explain": true }),
+        )
+        .await;
+    assert_eq!(r["results"][0]["explain"]["unembedded_messages"], 0, "{r}");
     let (_, r) = s
         .post(
             "/v1/search",

@@ -340,6 +340,18 @@ fn check_conversation_agent(
     Ok(())
 }
 
+/// Narrow `sql` (a WHERE clause being built) to the filter's time window.
+fn in_window<'a>(sql: &mut String, args: &mut Vec<Arg<'a>>, f: &TranscriptFilter) {
+    if let Some(t) = f.since {
+        sql.push_str(" AND created_at >= ?");
+        args.push(Ts(t));
+    }
+    if let Some(t) = f.until {
+        sql.push_str(" AND created_at < ?");
+        args.push(Ts(t));
+    }
+}
+
 /// A page of a user's messages in a time window, newest first ([`MessageStore::scan_messages`]).
 ///
 /// [`MessageStore::scan_messages`]: engram_core::store::MessageStore::scan_messages
@@ -352,14 +364,7 @@ pub(crate) async fn scan<B: Backend>(
 ) -> Result<Vec<Message>> {
     let mut sql = "SELECT * FROM messages WHERE tenant_id = ? AND user_id = ?".to_string();
     let mut args = vec![Text(tenant.as_str()), Text(f.user.as_str())];
-    if let Some(t) = f.since {
-        sql.push_str(" AND created_at >= ?");
-        args.push(Ts(t));
-    }
-    if let Some(t) = f.until {
-        sql.push_str(" AND created_at < ?");
-        args.push(Ts(t));
-    }
+    in_window(&mut sql, &mut args, f);
     if let Some((at, id)) = before {
         sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
         args.extend([Ts(at), Ts(at), Id(id.0)]);
@@ -383,14 +388,7 @@ pub(crate) async fn unembedded<B: Backend>(
                    AND content != '' AND (embedding IS NULL OR embedding_model IS DISTINCT FROM ?)"
         .to_string();
     let mut args = vec![Text(tenant.as_str()), Text(f.user.as_str()), Text(model_id)];
-    if let Some(t) = f.since {
-        sql.push_str(" AND created_at >= ?");
-        args.push(Ts(t));
-    }
-    if let Some(t) = f.until {
-        sql.push_str(" AND created_at < ?");
-        args.push(Ts(t));
-    }
+    in_window(&mut sql, &mut args, f);
     let row = b.read_opt(&sql, &args).await?;
     Ok(row.map(|r| r.int("n")).transpose()?.unwrap_or(0).max(0) as u64)
 }

@@ -19,7 +19,7 @@
 //! Linux), in forward passes of at most [`BertOptions::batch_tokens`] padded tokens: they get
 //! every core the request path leaves idle, and the kernel hands a core to a request the
 //! moment it needs one (a nice-19 thread weighs 15 against a normal thread's 1024). No
-//! background pass starts while a request's embedding runs ([`RequestsInFlight`]): two
+//! background pass starts while a request's embedding runs (`RequestsInFlight`): two
 //! virtual cores are often one physical core, and a pass running beside a request slows it
 //! down whatever its priority. So a request shares the CPU at most with the one pass that was
 //! already running. Waiting in a queue behind a whole background batch, as one permit for
@@ -506,7 +506,7 @@ impl BertEmbedder {
 
 /// Request embeddings running now; background passes wait for none before they start.
 #[derive(Debug, Default)]
-pub struct RequestsInFlight {
+struct RequestsInFlight {
     running: AtomicUsize,
     idle: tokio::sync::Notify,
 }

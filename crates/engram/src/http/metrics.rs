@@ -58,9 +58,7 @@ pub async fn render(state: &AppState) -> String {
     match state.engine.backlog_all().await {
         Ok(b) => {
             let now = engram_core::model::now();
-            let age = |t: Option<time::OffsetDateTime>| {
-                t.map_or(0.0, |t| (now - t).as_seconds_f64().max(0.0))
-            };
+            let age = |t| crate::api::dto::age(t, now).unwrap_or(0.0);
             for (name, help, v) in [
                 (
                     "engram_embedding_backlog_messages",

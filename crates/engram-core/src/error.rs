@@ -62,7 +62,7 @@ impl ErrorCode {
 }
 
 /// The error of every engine operation.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// The caller sent something invalid; `field` names the offending input.
     #[error("{message}")]

@@ -7,6 +7,12 @@
 //! leaves its job `running` with a lease that expires; any worker then claims it again.
 //! At most one job per lock key (a conversation) runs at a time: single writer.
 //!
+//! Message embedding has a lane of its own ([`embedding_lane`]): it claims up to
+//! [`LANE_JOBS`] `embed_messages` jobs at once, of any conversation, user or tenant, and
+//! embeds their messages as one batch (the encoder sorts it by length and cuts it into
+//! passes), so a backlog of short conversations does not cost one small batch each, and an
+//! extraction waiting on the LLM never holds up the vectors that make messages searchable.
+//!
 //! Shutdown: on cancellation workers stop claiming; a running job gets `grace` to reach its
 //! end (its writes are one transaction, so stopping anywhere else leaves nothing half done)
 //! and is otherwise abandoned to its lease.
@@ -53,47 +59,152 @@ fn at(d: Duration) -> OffsetDateTime {
     crate::model::now() + d
 }
 
-/// Run workers until `shutdown` is cancelled and in-flight jobs are finished or abandoned.
+/// `embed_messages` jobs the embedding lane claims and embeds as one batch.
+pub const LANE_JOBS: usize = 16;
+
+/// Run workers until `shutdown` is cancelled and in-flight jobs are finished or abandoned:
+/// `cfg.concurrency` workers for the LLM jobs (none without an LLM: those jobs wait for a
+/// process that has one instead of failing with a configuration error) and the embedding
+/// lane.
 pub async fn run_workers(engine: Services, cfg: WorkerConfig, shutdown: CancellationToken) {
     let mut tasks = Vec::new();
-    for n in 0..cfg.concurrency.max(1) {
-        let engine = engine.clone();
-        let cfg = cfg.clone();
-        let shutdown = shutdown.clone();
-        tasks.push(tokio::spawn(async move { worker_loop(n, engine, cfg, shutdown).await }));
+    if engine.llm().is_some() {
+        for n in 0..cfg.concurrency.max(1) {
+            let engine = engine.clone();
+            let cfg = cfg.clone();
+            let shutdown = shutdown.clone();
+            tasks.push(tokio::spawn(async move { worker_loop(n, engine, cfg, shutdown).await }));
+        }
     }
+    tasks.push(tokio::spawn(embedding_lane(engine, cfg, shutdown)));
     for t in tasks {
         let _ = t.await;
     }
 }
 
+/// The kinds of job the LLM workers run: all but message embedding (the lane's).
+fn llm_kinds() -> Vec<JobKind> {
+    JobKind::ALL.iter().copied().filter(|k| *k != JobKind::EmbedMessages).collect()
+}
+
 async fn worker_loop(n: usize, engine: Services, cfg: WorkerConfig, shutdown: CancellationToken) {
     tracing::debug!(worker = n, "worker started");
-    // Without an LLM only the embedding jobs can run here; the others wait for a worker
-    // that has one (another process) instead of failing with a configuration error.
-    let kinds: &[JobKind] =
-        if engine.llm().is_some() { JobKind::ALL } else { &[JobKind::EmbedMessages] };
+    let kinds = llm_kinds();
     while !shutdown.is_cancelled() {
-        match engine.store().claim_job(crate::model::now(), at(cfg.lease), kinds).await {
+        let claimed = engine.store().claim_job(crate::model::now(), at(cfg.lease), &kinds).await;
+        match claimed {
             Ok(Some(job)) => {
                 let _ = execute(&engine, &cfg, &shutdown, job).await;
             }
-            Ok(None) => {
-                tokio::select! {
-                    () = tokio::time::sleep(cfg.poll) => {}
-                    () = shutdown.cancelled() => {}
-                }
-            }
+            Ok(None) => idle(&cfg, &shutdown, 1).await,
             Err(e) => {
                 tracing::error!(worker = n, error = %e, "cannot claim jobs");
-                tokio::select! {
-                    () = tokio::time::sleep(cfg.poll * 10) => {}
-                    () = shutdown.cancelled() => {}
-                }
+                idle(&cfg, &shutdown, 10).await;
             }
         }
     }
     tracing::debug!(worker = n, "worker stopped");
+}
+
+/// Sleep `polls` poll intervals, or until shutdown.
+async fn idle(cfg: &WorkerConfig, shutdown: &CancellationToken, polls: u32) {
+    tokio::select! {
+        () = tokio::time::sleep(cfg.poll * polls) => {}
+        () = shutdown.cancelled() => {}
+    }
+}
+
+/// The embedding lane: claim up to [`LANE_JOBS`] `embed_messages` jobs, run them as one
+/// batch ([`execute_embedding`]), repeat.
+pub async fn embedding_lane(engine: Services, cfg: WorkerConfig, shutdown: CancellationToken) {
+    tracing::debug!("embedding lane started");
+    let kinds = [JobKind::EmbedMessages];
+    while !shutdown.is_cancelled() {
+        let mut group = Vec::new();
+        let mut failed = false;
+        while group.len() < LANE_JOBS {
+            match engine.store().claim_job(crate::model::now(), at(cfg.lease), &kinds).await {
+                Ok(Some(job)) => group.push(job),
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot claim embedding jobs");
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        if group.is_empty() {
+            idle(&cfg, &shutdown, if failed { 10 } else { 1 }).await;
+        } else {
+            execute_embedding(&engine, &cfg, &shutdown, group).await;
+        }
+    }
+    tracing::debug!("embedding lane stopped");
+}
+
+/// Keep the leases of running jobs alive until the returned task is aborted.
+fn heartbeat(
+    engine: &Services,
+    cfg: &WorkerConfig,
+    ids: Vec<String>,
+) -> tokio::task::JoinHandle<()> {
+    let store = engine.store().clone();
+    let lease = cfg.lease;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(lease / 3);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            for id in &ids {
+                if let Err(e) = store.heartbeat_job(id, at(lease)).await {
+                    tracing::warn!(job = %id, error = %e, "heartbeat failed");
+                }
+            }
+        }
+    })
+}
+
+/// `fut`, unless shutdown is asked and `cfg.grace` passes first (`None`).
+async fn within_grace<T>(
+    cfg: &WorkerConfig,
+    shutdown: &CancellationToken,
+    fut: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    let grace = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(cfg.grace).await;
+    };
+    tokio::select! {
+        r = fut => Some(r),
+        () = grace => None,
+    }
+}
+
+/// Run claimed `embed_messages` jobs as one batch, each to its own outcome.
+#[tracing::instrument(skip_all, fields(jobs = jobs.len()))]
+pub async fn execute_embedding(
+    engine: &Services,
+    cfg: &WorkerConfig,
+    shutdown: &CancellationToken,
+    jobs: Vec<Job>,
+) -> Vec<ExecutionOutcome> {
+    let beat = heartbeat(engine, cfg, jobs.iter().map(|j| j.id.clone()).collect());
+    let results = within_grace(cfg, shutdown, engine.run_embed_messages(&jobs)).await;
+    beat.abort();
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    match results {
+        None => {
+            for job in &jobs {
+                outcomes.push(settle(engine, cfg, job, None).await);
+            }
+        }
+        Some(results) => {
+            for (job, result) in jobs.iter().zip(results) {
+                outcomes.push(settle(engine, cfg, job, Some(result)).await);
+            }
+        }
+    }
+    outcomes
 }
 
 /// Run one claimed job to its outcome.
@@ -104,32 +215,21 @@ pub async fn execute(
     shutdown: &CancellationToken,
     job: Job,
 ) -> ExecutionOutcome {
-    let store = engine.store().clone();
-    let heartbeat = {
-        let store = store.clone();
-        let id = job.id.clone();
-        let lease = cfg.lease;
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(lease / 3);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                if let Err(e) = store.heartbeat_job(&id, at(lease)).await {
-                    tracing::warn!(job = %id, error = %e, "heartbeat failed");
-                }
-            }
-        })
-    };
-    let run = engine.run_job(&job);
-    let grace = async {
-        shutdown.cancelled().await;
-        tokio::time::sleep(cfg.grace).await;
-    };
-    let result = tokio::select! {
-        r = run => Some(r),
-        () = grace => None,
-    };
-    heartbeat.abort();
+    let beat = heartbeat(engine, cfg, vec![job.id.clone()]);
+    let result = within_grace(cfg, shutdown, engine.run_job(&job)).await;
+    beat.abort();
+    settle(engine, cfg, &job, result).await
+}
+
+/// Record a job's run: done, retried with backoff, failed for good, or (`None`: stopped by
+/// shutdown) abandoned to its lease.
+async fn settle(
+    engine: &Services,
+    cfg: &WorkerConfig,
+    job: &Job,
+    result: Option<Result<(), JobError>>,
+) -> ExecutionOutcome {
+    let store = engine.store();
     let outcome = match result {
         None => {
             tracing::warn!(job = %job.id, "shutdown: job abandoned; its lease will expire and it will run again");

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
+use crate::pipeline::messages::embed_conversations;
 use crate::store::Store;
 
 use super::{Engine, ReembedReport};
@@ -54,9 +55,11 @@ impl Engine {
                     break;
                 }
                 let mut n = 0;
-                for c in &convs {
-                    n += crate::pipeline::messages::embed_conversation(store, embedder, &tenant, c)
-                        .await?;
+                for group in convs.chunks(crate::jobs::LANE_JOBS) {
+                    let group: Vec<_> = group.iter().map(|c| (tenant.clone(), c.clone())).collect();
+                    for r in embed_conversations(store, embedder, &group).await {
+                        n += r?;
+                    }
                 }
                 if n == 0 {
                     break; // nothing embeddable left (cannot loop forever)

@@ -1,8 +1,10 @@
 //! Message embeddings (SPEC §1: every transcript message is "embedded in the background").
 //!
 //! An append enqueues one `embed_messages` job per conversation (at most one pending); the
-//! job embeds every message of the conversation that has no vector of the engine's model
-//! yet, in conversation order, and stores the vectors beside the messages. Search over
+//! embedding lane (`crate::jobs`) claims such jobs many at a time and embeds every message
+//! of their conversations that has no vector of the engine's model yet, all conversations'
+//! documents in one background call per round ([`embed_conversations`]), and stores the
+//! vectors beside the messages, one transaction per tenant. Search over
 //! messages (`sources: ["messages"]`) then fuses an exact vector list over the user's
 //! messages with the full-text list, like memories.
 //!
@@ -24,7 +26,7 @@ use std::sync::Arc;
 use crate::embed::Embedder;
 use crate::error::JobError;
 use crate::error::{Error, Result};
-use crate::model::{ConversationId, Job, Message, TenantId, UserId};
+use crate::model::{ConversationId, Job, Message, MessageId, TenantId, UserId};
 use crate::services::Services;
 use crate::store::Store;
 
@@ -35,8 +37,13 @@ pub const CONTEXT_MESSAGES: usize = 2;
 /// 200 tokens, under MiniLM's 256-token window.
 pub const DOCUMENT_CHARS: usize = 800;
 
-/// Messages embedded per store round trip.
-const BATCH: usize = 64;
+/// Documents embedded per round, over all the conversations of the round: each gets an equal
+/// share, between [`MIN_SHARE`] and [`MAX_SHARE`] of its messages (a longer backlog takes
+/// more rounds, so no conversation waits long behind another's). The encoder cuts the
+/// round's batch into passes sized for it.
+const ROUND_DOCUMENTS: usize = 512;
+const MIN_SHARE: usize = 32;
+const MAX_SHARE: usize = 256;
 
 /// The text embedded for `message`, given the messages before it in its conversation
 /// (`before`, oldest first; only the last [`CONTEXT_MESSAGES`] are used).
@@ -66,50 +73,140 @@ pub fn document_of(before: &[&str], message: &str) -> String {
     lines.join("\n")
 }
 
-/// Embed every message of the conversation that has no vector of `embedder`'s model (the
-/// `embed_messages` job; also `engram reembed`). Idempotent and resumable: each batch is
-/// stored in one transaction, and a message already embedded is skipped. Returns the number
-/// of messages embedded.
-pub async fn embed_conversation(
+/// The background vectors of `documents`, checked for count and dimension.
+async fn embedded(embedder: &Arc<dyn Embedder>, documents: &[String]) -> Result<Vec<Vec<f32>>> {
+    let vectors = embedder.embed_background(documents).await?;
+    if vectors.len() != documents.len() || vectors.iter().any(|v| v.len() != embedder.dims()) {
+        return Err(Error::internal("embedder returned vectors of the wrong count or dimension"));
+    }
+    Ok(vectors)
+}
+
+/// One conversation's next round: the messages without a vector (at most `limit`, in
+/// conversation order) and their documents, read in two queries (the ids, then the span
+/// from the context of the first to the last). `more` is true when the limit was reached.
+struct Round {
+    ids: Vec<MessageId>,
+    documents: Vec<String>,
+    more: bool,
+}
+
+async fn next_round(
     store: &Arc<dyn Store>,
-    embedder: &Arc<dyn Embedder>,
     tenant: &TenantId,
     conversation: &ConversationId,
-) -> Result<usize> {
+    model: &str,
+    limit: usize,
+) -> Result<Round> {
+    let needed = store.messages_needing_vectors(tenant, conversation, model, limit).await?;
+    let (Some(first), Some(last)) = (needed.first(), needed.last()) else {
+        return Ok(Round { ids: Vec::new(), documents: Vec::new(), more: false });
+    };
+    // The needed messages and the context before the first of them (capped: messages past
+    // the cap are embedded by a later round; the first one always is, so every round makes
+    // progress).
+    let from = first.1 - CONTEXT_MESSAGES as i64;
+    let span = usize::try_from(last.1 - from + 1).unwrap_or(usize::MAX).min(10_000);
+    let loaded = store.list_messages(tenant, conversation, from - 1, span).await?;
+    let mut ids = Vec::with_capacity(needed.len());
+    let mut documents = Vec::with_capacity(needed.len());
+    for (id, _) in &needed {
+        let Some(i) = loaded.iter().position(|m| m.id == *id) else { continue };
+        ids.push(*id);
+        documents.push(document(&loaded[..i], &loaded[i]));
+    }
+    // Erased meanwhile: nothing more to do.
+    let more = needed.len() == limit && !ids.is_empty();
+    Ok(Round { ids, documents, more })
+}
+
+/// One tenant's vectors of a round: `members` are (conversation index, messages embedded).
+struct TenantWrite<'a> {
+    tenant: &'a TenantId,
+    members: Vec<(usize, usize)>,
+    rows: Vec<(MessageId, Vec<f32>)>,
+}
+
+/// Embed every message of the given conversations that has no vector of `embedder`'s model
+/// (the `embed_messages` jobs, run as one batch by the embedding lane; also `engram
+/// reembed`). The conversations may belong to different users and tenants: each round reads
+/// every conversation's next messages, embeds all their documents in one background call
+/// and stores each tenant's vectors in one transaction. Idempotent and resumable: a message
+/// already embedded is skipped. Returns, per conversation, the number of messages embedded
+/// or why it failed (a failed read fails only its conversation; a failed embedding every
+/// conversation of its round).
+pub async fn embed_conversations(
+    store: &Arc<dyn Store>,
+    embedder: &Arc<dyn Embedder>,
+    conversations: &[(TenantId, ConversationId)],
+) -> Vec<Result<usize>> {
     let model = embedder.model_id().to_string();
-    let mut done = 0;
-    loop {
-        let needed = store.messages_needing_vectors(tenant, conversation, &model, BATCH).await?;
-        let (Some(first), Some(last)) = (needed.first(), needed.last()) else { break };
-        // The needed messages and the context before the first of them (capped: messages
-        // past the cap are embedded by a later round; the first one always is, so every
-        // round makes progress).
-        let from = first.1 - CONTEXT_MESSAGES as i64;
-        let span = usize::try_from(last.1 - from + 1).unwrap_or(usize::MAX).min(10_000);
-        let loaded = store.list_messages(tenant, conversation, from - 1, span).await?;
-        let mut ids = Vec::with_capacity(needed.len());
-        let mut texts = Vec::with_capacity(needed.len());
-        for (id, _) in &needed {
-            let Some(i) = loaded.iter().position(|m| m.id == *id) else { continue };
-            ids.push(*id);
-            texts.push(document(&loaded[..i], &loaded[i]));
+    let mut results: Vec<Result<usize>> = vec![Ok(0); conversations.len()];
+    let mut pending: Vec<usize> = (0..conversations.len()).collect();
+    while !pending.is_empty() {
+        let mut next = Vec::new();
+        // (conversation index, message ids) per conversation of this round, and the
+        // documents of all of them, in the same order.
+        let mut owners: Vec<(usize, Vec<MessageId>)> = Vec::new();
+        let mut documents = Vec::new();
+        let share = (ROUND_DOCUMENTS / pending.len()).clamp(MIN_SHARE, MAX_SHARE);
+        for &i in &pending {
+            let (tenant, conversation) = &conversations[i];
+            match next_round(store, tenant, conversation, &model, share).await {
+                Ok(round) if round.ids.is_empty() => {}
+                Ok(round) => {
+                    if round.more {
+                        next.push(i);
+                    }
+                    documents.extend(round.documents);
+                    owners.push((i, round.ids));
+                }
+                Err(e) => results[i] = Err(e),
+            }
         }
-        if ids.is_empty() {
-            break; // erased meanwhile
-        }
-        let vectors = embedder.embed_background(&texts).await?;
-        if vectors.len() != ids.len() || vectors.iter().any(|v| v.len() != embedder.dims()) {
-            return Err(Error::internal(
-                "embedder returned vectors of the wrong count or dimension",
-            ));
-        }
-        done += ids.len();
-        store.set_message_vectors(tenant, &model, ids.into_iter().zip(vectors).collect()).await?;
-        if needed.len() < BATCH {
+        if documents.is_empty() {
             break;
         }
+        let vectors = match embedded(embedder, &documents).await {
+            Ok(v) => v,
+            Err(e) => {
+                for (i, _) in &owners {
+                    results[*i] = Err(e.clone());
+                }
+                next.retain(|i| results[*i].is_ok());
+                pending = next;
+                continue;
+            }
+        };
+        // Each tenant's vectors in one transaction.
+        let mut vectors = vectors.into_iter();
+        let mut writes: Vec<TenantWrite<'_>> = Vec::new();
+        for (i, ids) in owners {
+            let tenant = &conversations[i].0;
+            let n = ids.len();
+            let rows: Vec<_> = ids.into_iter().zip(vectors.by_ref()).collect();
+            match writes.iter_mut().find(|w| w.tenant == tenant) {
+                Some(w) => {
+                    w.members.push((i, n));
+                    w.rows.extend(rows);
+                }
+                None => writes.push(TenantWrite { tenant, members: vec![(i, n)], rows }),
+            }
+        }
+        for w in writes {
+            let stored = store.set_message_vectors(w.tenant, &model, w.rows).await;
+            for (i, n) in w.members {
+                match (&stored, &mut results[i]) {
+                    (Ok(()), Ok(done)) => *done += n,
+                    (Ok(()), Err(_)) => {}
+                    (Err(e), r) => *r = Err(e.clone()),
+                }
+            }
+        }
+        next.retain(|i| results[*i].is_ok());
+        pending = next;
     }
-    Ok(done)
+    results
 }
 
 impl Services {
@@ -125,7 +222,7 @@ impl Services {
         Ok(())
     }
 
-    /// [`embed_conversation`] with this engine's store and embedder.
+    /// [`embed_conversations`] for one conversation, with this engine's store and embedder.
     pub async fn embed_conversation(
         &self,
         tenant: &TenantId,
@@ -134,18 +231,38 @@ impl Services {
         let e = self.embedder();
         // The first vectors of a store (a user who only appends messages) record its space.
         self.store().ensure_embedding_space(e.model_id(), e.dims()).await?;
-        embed_conversation(self.store(), e, tenant, conversation).await
+        let all = [(tenant.clone(), conversation.clone())];
+        embed_conversations(self.store(), e, &all).await.pop().unwrap_or(Ok(0))
     }
 
-    /// The `embed_messages` job.
-    pub(crate) async fn run_embed_messages(&self, job: &Job) -> Result<(), JobError> {
-        let c = job.payload.get("conversation_id").and_then(|v| v.as_str()).unwrap_or_default();
-        let conversation = ConversationId::parse(c).map_err(|e| {
-            JobError::bug(format!("job {} has no valid conversation_id: {e}", job.id))
-        })?;
-        let n = self.embed_conversation(&job.tenant_id, &conversation).await?;
-        tracing::debug!(job = %job.id, conversation = %conversation, embedded = n, "messages embedded");
-        Ok(())
+    /// `embed_messages` jobs, as one batch; one result per job.
+    pub(crate) async fn run_embed_messages(&self, jobs: &[Job]) -> Vec<Result<(), JobError>> {
+        let e = self.embedder();
+        if let Err(err) = self.store().ensure_embedding_space(e.model_id(), e.dims()).await {
+            let err = JobError::from(err);
+            return jobs.iter().map(|_| Err(err.clone())).collect();
+        }
+        let mut results: Vec<Result<(), JobError>> = Vec::with_capacity(jobs.len());
+        let mut conversations = Vec::new();
+        let mut slots = Vec::new();
+        for job in jobs {
+            match super::job_conversation(job) {
+                Ok(c) => {
+                    slots.push(results.len());
+                    conversations.push((job.tenant_id.clone(), c));
+                    results.push(Ok(()));
+                }
+                Err(err) => results.push(Err(err)),
+            }
+        }
+        let done = embed_conversations(self.store(), e, &conversations).await;
+        for ((slot, r), (_, c)) in slots.into_iter().zip(done).zip(&conversations) {
+            match r {
+                Ok(n) => tracing::debug!(conversation = %c, embedded = n, "messages embedded"),
+                Err(err) => results[slot] = Err(err.into()),
+            }
+        }
+        results
     }
 }
 

@@ -43,7 +43,9 @@ impl Services {
             JobKind::Extract => self.run_extract(job).await.map(|_| ()),
             JobKind::Summarize => self.run_summarize(job).await,
             JobKind::SynthesizeToolCall => self.run_tool_synthesis(job).await,
-            JobKind::EmbedMessages => self.run_embed_messages(job).await,
+            JobKind::EmbedMessages => {
+                self.run_embed_messages(std::slice::from_ref(job)).await.pop().unwrap_or(Ok(()))
+            }
             JobKind::Compact => self.run_compact(job).await.map(|_| ()),
         }
     }

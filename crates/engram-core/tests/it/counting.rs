@@ -841,3 +841,96 @@ impl MaintenanceStore for Counting {
         self.inner.restore(rows, state).await
     }
 }
+
+/// [`Words`], recording the size of every background call.
+#[derive(Default)]
+struct Recording {
+    background: Mutex<Vec<usize>>,
+}
+
+#[async_trait]
+impl Embedder for Recording {
+    fn model_id(&self) -> &str {
+        Words.model_id()
+    }
+    fn dims(&self) -> usize {
+        Words.dims()
+    }
+    async fn embed(&self, texts: &[String]) -> std::result::Result<Vec<Vec<f32>>, EmbedError> {
+        Words.embed(texts).await
+    }
+    async fn embed_background(
+        &self,
+        texts: &[String],
+    ) -> std::result::Result<Vec<Vec<f32>>, EmbedError> {
+        self.background.lock().unwrap().push(texts.len());
+        Words.embed(texts).await
+    }
+}
+
+/// Issue 14: the embedding lane takes the `embed_messages` jobs of many conversations, users
+/// and tenants at once and embeds their messages in one background call, with two reads per
+/// conversation and one write per tenant, and every job ends done.
+#[tokio::test]
+async fn the_embedding_lane_embeds_many_conversations_in_one_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn Store> = engram_store::open_sqlite(dir.path()).await.unwrap();
+    let counting = Arc::new(Counting { inner, calls: Mutex::default() });
+    let store: Arc<dyn Store> = counting.clone();
+    let embedder = Arc::new(Recording::default());
+    let engine = Engine::new(store, embedder.clone(), EngineConfig::default()).await.unwrap();
+    let tenants = [TenantId::default_tenant(), TenantId::parse("other").unwrap()];
+    for tenant in &tenants {
+        let admin = Principal { tenant: tenant.clone(), role: KeyRole::Admin };
+        for c in 0..4 {
+            let msgs = (0..5)
+                .map(|k| MessageInput {
+                    role: MessageRole::User,
+                    content: format!("message {k} of conversation {c}"),
+                    created_at: None,
+                    tool_name: None,
+                    tool_args: None,
+                    tool_result: None,
+                    turn_id: None,
+                    metadata: None,
+                })
+                .collect();
+            let conv = ConversationId::parse(format!("c{c}")).unwrap();
+            let user = UserId::parse(format!("u{c}")).unwrap();
+            engine.append_messages(&admin, conv, Some(user), None, msgs).await.unwrap();
+        }
+    }
+    assert_eq!(engine.backlog_all().await.unwrap().messages_unembedded, 40);
+    counting.take();
+
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let cfg = engram_core::jobs::WorkerConfig {
+        poll: std::time::Duration::from_millis(10),
+        ..Default::default()
+    };
+    let workers = tokio::spawn(engram_core::jobs::run_workers(
+        engine.services().clone(),
+        cfg,
+        shutdown.clone(),
+    ));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let done = counting.inner.list_jobs(None, Some(JobStatus::Done), 100).await.unwrap();
+        if done.len() == 8 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "jobs not done: {done:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    shutdown.cancel();
+    workers.await.unwrap();
+
+    assert_eq!(*embedder.background.lock().unwrap(), vec![40], "one background call");
+    assert_eq!(counting.inner.backlog(None).await.unwrap().messages_unembedded, 0);
+    let calls = counting.take();
+    assert_eq!(calls.get("set_message_vectors"), Some(&2), "one write per tenant: {calls:?}");
+    assert_eq!(calls.get("messages_needing_vectors"), Some(&8), "{calls:?}");
+    assert_eq!(calls.get("list_messages"), Some(&8), "{calls:?}");
+    let failed = counting.inner.list_jobs(None, Some(JobStatus::Failed), 100).await.unwrap();
+    assert!(failed.is_empty(), "{failed:?}");
+}

@@ -17,6 +17,7 @@
 //! Results and the exact commands that produced them are in `benches/README.md`.
 
 mod backend;
+mod backlog;
 mod compaction;
 mod corpus;
 mod embedder;
@@ -67,6 +68,9 @@ enum Cmd {
     /// The embedder alone: query embedding latency idle and during background embedding,
     /// and background messages/s.
     Embedding(embedding::Args),
+    /// Message searches through the engine while a backlog of messages is embedded by the
+    /// embedding lane (SQLite or PostgreSQL), the lane's messages/s, and append → searchable.
+    Backlog(backlog::Args),
     /// Web UI page latency (the memory screen with 10k facts in the tenant, 1k shown) from
     /// the real server.
     Ui(ui::Args),
@@ -114,6 +118,7 @@ fn main() -> anyhow::Result<()> {
             Cmd::Requests(a) => requests::run(a, cli.json).await,
             Cmd::Ui(a) => ui::run(a, cli.json).await,
             Cmd::Embedding(a) => embedding::run(a, cli.json).await,
+            Cmd::Backlog(a) => backlog::run(a, cli.json).await,
         }
     })
 }

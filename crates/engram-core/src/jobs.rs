@@ -122,6 +122,7 @@ pub async fn embedding_lane(engine: Services, cfg: WorkerConfig, shutdown: Cance
     while !shutdown.is_cancelled() {
         let mut group = Vec::new();
         let mut failed = false;
+        engine.requests().idle_within(crate::pipeline::messages::YIELD).await;
         while group.len() < LANE_JOBS {
             match engine.store().claim_job(crate::model::now(), at(cfg.lease), &kinds).await {
                 Ok(Some(job)) => group.push(job),
@@ -133,10 +134,16 @@ pub async fn embedding_lane(engine: Services, cfg: WorkerConfig, shutdown: Cance
                 }
             }
         }
-        if group.is_empty() {
-            idle(&cfg, &shutdown, if failed { 10 } else { 1 }).await;
-        } else {
+        if !group.is_empty() {
             execute_embedding(&engine, &cfg, &shutdown, group).await;
+        } else if failed {
+            idle(&cfg, &shutdown, 10).await;
+        } else {
+            // Until the next poll, or at once when this process appends messages.
+            tokio::select! {
+                () = idle(&cfg, &shutdown, 1) => {}
+                () = engine.embedding_wanted().notified() => {}
+            }
         }
     }
     tracing::debug!("embedding lane stopped");

@@ -5,7 +5,7 @@
 //! [`llm::Llm`]. Nothing here knows HTTP, SQL or clap.
 //!
 //! Layers, each importing only those below it: `error`, `model` → `store`, `embed`, `llm` →
-//! `metrics` → `services` (what operations and jobs work with) → `pipeline` (the job
+//! `metrics`, `priority` → `services` (what operations and jobs work with) → `pipeline` (the job
 //! handlers), `retrieval`, `dedup`, `when` (time in words) → `jobs` (the worker loop) and
 //! `engine` (the request path).
 
@@ -20,6 +20,7 @@ pub mod llm;
 pub mod metrics;
 pub mod model;
 pub mod pipeline;
+pub mod priority;
 pub mod retrieval;
 pub mod services;
 pub mod store;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::embed::Embedder;
 use crate::llm::Llm;
 use crate::metrics::Metrics;
+use crate::priority::RequestsInFlight;
 use crate::store::Store;
 
 /// Engine limits and defaults (plain data; loading it from files is the binary's job).
@@ -58,6 +59,11 @@ pub struct Services {
     /// Set once this process has recorded (or found) the embedder's space in the store:
     /// later writes skip the meta read.
     pub(crate) space_ready: Arc<std::sync::atomic::AtomicBool>,
+    /// Request-path operations running now; background steps wait for none.
+    pub(crate) requests: Arc<RequestsInFlight>,
+    /// Woken when messages wait for vectors, so this process's embedding lane starts at once
+    /// instead of at its next poll.
+    pub(crate) embedding_wanted: Arc<tokio::sync::Notify>,
 }
 
 impl Services {
@@ -72,6 +78,12 @@ impl Services {
     }
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+    pub fn requests(&self) -> &Arc<RequestsInFlight> {
+        &self.requests
+    }
+    pub fn embedding_wanted(&self) -> &Arc<tokio::sync::Notify> {
+        &self.embedding_wanted
     }
     pub fn config(&self) -> &EngineConfig {
         &self.cfg

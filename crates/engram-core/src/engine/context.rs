@@ -20,6 +20,7 @@ impl Engine {
     /// With a `conversation_id`, the short-term context follows the facts in what is left
     /// of the budget (`short_term`).
     pub async fn context(&self, p: &Principal, input: ContextInput) -> Result<ContextBlock> {
+        let _busy = crate::priority::RequestsInFlight::enter(&self.svc.requests);
         let v = self.view(p, input.user_id.as_ref(), input.agent_id.as_ref(), true).await?;
         let user =
             v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;

@@ -5,7 +5,7 @@ use time::OffsetDateTime;
 
 use crate::error::{Error, Result};
 use crate::model::{
-    Agent, AgentId, ConversationId, EventKind, Job, KeyRole, MemoryId, Message, MessageId,
+    Agent, AgentId, ConversationId, EventKind, Job, JobKind, KeyRole, MemoryId, Message, MessageId,
     MessageRole, Principal, TenantId, UserId, default_pool,
 };
 use crate::pipeline::compact::LEAF_MESSAGES;
@@ -26,6 +26,7 @@ impl Engine {
         agent_id: Option<AgentId>,
         messages: Vec<MessageInput>,
     ) -> Result<Vec<Message>> {
+        let _busy = crate::priority::RequestsInFlight::enter(&self.svc.requests);
         let v = self.view(p, user_id.as_ref(), agent_id.as_ref(), true).await?;
         let user =
             v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
@@ -112,6 +113,9 @@ impl Engine {
         }
         let jobs = self.append_jobs(&v.tenant, &user, &conversation, &rows);
         let stored = self.svc.store.append_messages_with_jobs(&v.tenant, rows, &jobs).await?;
+        if jobs.iter().any(|j| j.kind == JobKind::EmbedMessages) {
+            self.svc.embedding_wanted.notify_one();
+        }
         let seqs = stored.first().map(|f| f.seq).zip(stored.last().map(|l| l.seq));
         self.after_append(&v.tenant, &user, v.settings.as_ref(), &conversation, seqs).await?;
         Ok(stored)

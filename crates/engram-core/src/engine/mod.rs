@@ -84,6 +84,8 @@ impl Engine {
                 metrics: Arc::new(Metrics::default()),
                 cfg,
                 space_ready: Arc::default(),
+                requests: Arc::default(),
+                embedding_wanted: Arc::default(),
             },
         })
     }

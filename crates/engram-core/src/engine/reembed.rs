@@ -24,6 +24,8 @@ impl Engine {
     ) -> Result<ReembedReport> {
         let model = embedder.model_id().to_string();
         let mut report = ReembedReport::default();
+        // Run with no server: no request to give way to.
+        let idle = crate::priority::RequestsInFlight::default();
         for tenant in store.list_tenants().await? {
             loop {
                 let rows = store.rows_needing_vectors(&tenant, &model, batch.max(1)).await?;
@@ -57,7 +59,7 @@ impl Engine {
                 let mut n = 0;
                 for group in convs.chunks(crate::jobs::LANE_JOBS) {
                     let group: Vec<_> = group.iter().map(|c| (tenant.clone(), c.clone())).collect();
-                    for r in embed_conversations(store, embedder, &group).await {
+                    for r in embed_conversations(store, embedder, &idle, &group).await {
                         n += r?;
                     }
                 }

@@ -161,6 +161,7 @@ impl Engine {
     /// the caller can see (cosine ≥ threshold → `NONE`, the existing fact confirmed), and
     /// stored. Profile facts upsert by key instead (`UPDATE` supersedes the old value).
     pub async fn remember(&self, p: &Principal, input: RememberInput) -> Result<Remembered> {
+        let _busy = crate::priority::RequestsInFlight::enter(&self.svc.requests);
         let mut out = self.remember_batch(p, vec![input], true).await?;
         out.pop().ok_or_else(|| Error::internal("empty batch result"))
     }
@@ -175,6 +176,7 @@ impl Engine {
         inputs: Vec<RememberInput>,
         dedup: bool,
     ) -> Result<Vec<Remembered>> {
+        let _busy = crate::priority::RequestsInFlight::enter(&self.svc.requests);
         let now = crate::model::now();
         // Validate and scope everything first.
         let mut prepared = Vec::with_capacity(inputs.len());

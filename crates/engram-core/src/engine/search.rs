@@ -32,6 +32,7 @@ struct Lists<'a> {
 impl Engine {
     /// Hybrid search (vector + BM25, RRF k=60, then decay, importance and rating).
     pub async fn search(&self, p: &Principal, input: SearchInput) -> Result<Vec<Hit>> {
+        let _busy = crate::priority::RequestsInFlight::enter(&self.svc.requests);
         let query = input.query.trim();
         if query.is_empty() {
             return Err(Error::invalid("query", "query must not be empty"));

@@ -27,6 +27,7 @@ use crate::embed::Embedder;
 use crate::error::JobError;
 use crate::error::{Error, Result};
 use crate::model::{ConversationId, Job, Message, MessageId, TenantId, UserId};
+use crate::priority::RequestsInFlight;
 use crate::services::Services;
 use crate::store::Store;
 
@@ -44,6 +45,12 @@ pub const DOCUMENT_CHARS: usize = 800;
 const ROUND_DOCUMENTS: usize = 512;
 const MIN_SHARE: usize = 32;
 const MAX_SHARE: usize = 256;
+
+/// Vectors stored per transaction.
+const WRITE_ROWS: usize = 64;
+
+/// Longest a background step waits for requests to end (`crate::priority`).
+pub const YIELD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The text embedded for `message`, given the messages before it in its conversation
 /// (`before`, oldest first; only the last [`CONTEXT_MESSAGES`] are used).
@@ -120,6 +127,25 @@ async fn next_round(
     Ok(Round { ids, documents, more })
 }
 
+/// Store `rows` in transactions of at most [`WRITE_ROWS`], each after a moment with no
+/// request: a request's own write (a search records its hits' access) waits at most for one
+/// short transaction on a one-writer store.
+async fn write_vectors(
+    store: &Arc<dyn Store>,
+    yield_to: &RequestsInFlight,
+    tenant: &TenantId,
+    model: &str,
+    mut rows: Vec<(MessageId, Vec<f32>)>,
+) -> Result<()> {
+    while !rows.is_empty() {
+        let rest = rows.split_off(rows.len().min(WRITE_ROWS));
+        yield_to.idle_within(YIELD).await;
+        store.set_message_vectors(tenant, model, rows).await?;
+        rows = rest;
+    }
+    Ok(())
+}
+
 /// One tenant's vectors of a round: `members` are (conversation index, messages embedded).
 struct TenantWrite<'a> {
     tenant: &'a TenantId,
@@ -134,10 +160,12 @@ struct TenantWrite<'a> {
 /// and stores each tenant's vectors in one transaction. Idempotent and resumable: a message
 /// already embedded is skipped. Returns, per conversation, the number of messages embedded
 /// or why it failed (a failed read fails only its conversation; a failed embedding every
-/// conversation of its round).
+/// conversation of its round). Each store step first waits for a moment with no request in
+/// `yield_to` (at most [`YIELD`]): requests first.
 pub async fn embed_conversations(
     store: &Arc<dyn Store>,
     embedder: &Arc<dyn Embedder>,
+    yield_to: &RequestsInFlight,
     conversations: &[(TenantId, ConversationId)],
 ) -> Vec<Result<usize>> {
     let model = embedder.model_id().to_string();
@@ -152,6 +180,7 @@ pub async fn embed_conversations(
         let share = (ROUND_DOCUMENTS / pending.len()).clamp(MIN_SHARE, MAX_SHARE);
         for &i in &pending {
             let (tenant, conversation) = &conversations[i];
+            yield_to.idle_within(YIELD).await;
             match next_round(store, tenant, conversation, &model, share).await {
                 Ok(round) if round.ids.is_empty() => {}
                 Ok(round) => {
@@ -194,7 +223,7 @@ pub async fn embed_conversations(
             }
         }
         for w in writes {
-            let stored = store.set_message_vectors(w.tenant, &model, w.rows).await;
+            let stored = write_vectors(store, yield_to, w.tenant, &model, w.rows).await;
             for (i, n) in w.members {
                 match (&stored, &mut results[i]) {
                     (Ok(()), Ok(done)) => *done += n,
@@ -219,6 +248,7 @@ impl Services {
         conversation: &ConversationId,
     ) -> Result<()> {
         self.store.enqueue_job(&Job::embed_messages(tenant, user, conversation)).await?;
+        self.embedding_wanted.notify_one();
         Ok(())
     }
 
@@ -232,7 +262,7 @@ impl Services {
         // The first vectors of a store (a user who only appends messages) record its space.
         self.store().ensure_embedding_space(e.model_id(), e.dims()).await?;
         let all = [(tenant.clone(), conversation.clone())];
-        embed_conversations(self.store(), e, &all).await.pop().unwrap_or(Ok(0))
+        embed_conversations(self.store(), e, &self.requests, &all).await.pop().unwrap_or(Ok(0))
     }
 
     /// `embed_messages` jobs, as one batch; one result per job.
@@ -255,7 +285,7 @@ impl Services {
                 Err(err) => results.push(Err(err)),
             }
         }
-        let done = embed_conversations(self.store(), e, &conversations).await;
+        let done = embed_conversations(self.store(), e, &self.requests, &conversations).await;
         for ((slot, r), (_, c)) in slots.into_iter().zip(done).zip(&conversations) {
             match r {
                 Ok(n) => tracing::debug!(conversation = %c, embedded = n, "messages embedded"),

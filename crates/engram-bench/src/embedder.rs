@@ -1,4 +1,5 @@
-//! Which embedder a benchmark runs: the built-in static model or MiniLM (candle, CPU).
+//! Which embedder a benchmark runs: the built-in static model or MiniLM (ONNX Runtime or
+//! candle, CPU).
 
 use std::sync::Arc;
 
@@ -13,8 +14,11 @@ pub enum EmbedderChoice {
     /// The static table compiled into engram (`builtin:minilm-static-v1`).
     Builtin,
     /// all-MiniLM-L6-v2 from `$ENGRAM_MINILM_DIR` or `~/.cache/engram/all-MiniLM-L6-v2`
-    /// (fetched by `scripts/fetch-model.sh`).
+    /// (fetched by `scripts/fetch-model.sh`), as `engram serve` runs it: on ONNX Runtime when
+    /// the folder has its export and library, else on candle.
     Minilm,
+    /// The same model, always on candle (the "before" of issue 14's item 3).
+    MinilmCandle,
 }
 
 impl EmbedderChoice {
@@ -22,14 +26,23 @@ impl EmbedderChoice {
         match self {
             EmbedderChoice::Builtin => "builtin",
             EmbedderChoice::Minilm => "minilm",
+            EmbedderChoice::MinilmCandle => "minilm-candle",
         }
     }
 
     /// Build the embedder (MiniLM: loads ~90 MB of weights).
     pub fn build(self) -> anyhow::Result<Arc<dyn Embedder>> {
+        self.build_with(engram_providers::BertOptions::default())
+    }
+
+    /// [`Self::build`], MiniLM with these options (the runtime is this choice's).
+    pub fn build_with(
+        self,
+        mut options: engram_providers::BertOptions,
+    ) -> anyhow::Result<Arc<dyn Embedder>> {
         let cfg = match self {
             EmbedderChoice::Builtin => EmbedderConfig::Builtin,
-            EmbedderChoice::Minilm => {
+            EmbedderChoice::Minilm | EmbedderChoice::MinilmCandle => {
                 let dir = engram_providers::testing::minilm_dir_candidate();
                 anyhow::ensure!(
                     dir.join("model.safetensors").is_file(),
@@ -37,7 +50,12 @@ impl EmbedderChoice {
                     dir.display(),
                     engram_providers::testing::MINILM_DIR_ENV
                 );
-                EmbedderConfig::Local { dir }
+                if self == EmbedderChoice::MinilmCandle {
+                    options.runtime = engram_providers::LocalRuntime::Candle;
+                }
+                let e = engram_providers::BertEmbedder::load_with(&dir, options)?;
+                eprintln!("{}: {} on {}", self.name(), e.model_id(), e.runtime());
+                return Ok(Arc::new(e));
             }
         };
         engram_providers::build_embedder(&cfg)

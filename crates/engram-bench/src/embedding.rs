@@ -62,16 +62,12 @@ struct Output {
 }
 
 fn build(a: &Args) -> anyhow::Result<Arc<dyn Embedder>> {
-    if a.embedder != EmbedderChoice::Minilm {
-        return a.embedder.build();
-    }
     let d = engram_providers::BertOptions::default();
-    let opts = engram_providers::BertOptions {
+    a.embedder.build_with(engram_providers::BertOptions {
         batch_tokens: a.batch_tokens.unwrap_or(d.batch_tokens),
         background_threads: a.background_threads.unwrap_or(d.background_threads),
-    };
-    let dir = engram_providers::testing::minilm_dir_candidate();
-    Ok(Arc::new(engram_providers::BertEmbedder::load_with(&dir, opts)?))
+        runtime: d.runtime,
+    })
 }
 
 /// Every turn's document, conversation by conversation, and every question.

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use engram_core::embed::{EmbedError, Embedder};
 
-pub use embed::bert::{BertEmbedder, BertOptions};
+pub use embed::bert::{BertEmbedder, BertOptions, LocalRuntime};
 pub use embed::builtin::{BUILTIN_MODEL_ID, BuiltinEmbedder, StaticTable};
 pub use embed::openai::{OpenAiEmbedder, OpenAiSettings};
 

@@ -19,7 +19,7 @@
 //! Linux), in forward passes of at most [`BertOptions::batch_tokens`] padded tokens: they get
 //! every core the request path leaves idle, and the kernel hands a core to a request the
 //! moment it needs one (a nice-19 thread weighs 15 against a normal thread's 1024). No
-//! background pass starts while a request's embedding runs (`RequestsInFlight`): two
+//! background pass starts while a request's embedding runs (`engram_core::priority`): two
 //! virtual cores are often one physical core, and a pass running beside a request slows it
 //! down whatever its priority. So a request shares the CPU at most with the one pass that was
 //! already running. Waiting in a queue behind a whole background batch, as one permit for
@@ -30,9 +30,9 @@
 //! evenly spaced 64 KiB samples of it. Renaming the folder or changing the weights changes
 //! the id (which makes the store re-embed); reloading the same files never does.
 
+use engram_core::priority::RequestsInFlight;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use candle_core::{DType, Device, Tensor};
@@ -56,12 +56,32 @@ pub struct BertOptions {
     pub batch_tokens: usize,
     /// Threads of the background pool (lowest scheduling priority); 0 means one per core.
     pub background_threads: usize,
+    /// What runs the encoder.
+    pub runtime: LocalRuntime,
 }
 
 impl Default for BertOptions {
     fn default() -> Self {
-        Self { batch_tokens: 4096, background_threads: 0 }
+        Self { batch_tokens: 4096, background_threads: 0, runtime: LocalRuntime::Auto }
     }
+}
+
+/// What runs a local model's encoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalRuntime {
+    /// ONNX Runtime when the folder has `model.onnx` and the library is found
+    /// ([`super::onnx::find_library`]), candle otherwise.
+    Auto,
+    /// candle, always.
+    Candle,
+    /// ONNX Runtime, or an error saying what is missing.
+    Onnx,
+}
+
+/// The encoder of a loaded model.
+enum Encoder {
+    Candle(BertModel),
+    Onnx(super::onnx::OnnxRuntime),
 }
 
 /// How token vectors become one sentence vector.
@@ -85,7 +105,7 @@ pub struct BertEmbedder {
 }
 
 struct Inner {
-    model: BertModel,
+    encoder: Encoder,
     tokenizer: Tokenizer,
     device: Device,
     dims: usize,
@@ -100,6 +120,7 @@ impl std::fmt::Debug for BertEmbedder {
             .field("dims", &self.inner.dims)
             .field("pooling", &self.inner.pooling)
             .field("max_tokens", &self.inner.max_tokens)
+            .field("runtime", &self.runtime())
             .finish()
     }
 }
@@ -260,23 +281,35 @@ impl BertEmbedder {
         let model_id =
             format!("local:{}@{}", folder_name(dir), fingerprint(&config_bytes, &weights));
         let device = Device::Cpu;
-        let vb =
-            VarBuilder::from_buffered_safetensors(weights, DType::F32, &device).map_err(|e| {
-                EmbedError::user(format!(
-                    "local embedder: cannot read {}: {e}",
-                    dir.join("model.safetensors").display()
-                ))
-            })?;
-        let model = BertModel::load(vb, &config).map_err(|e| {
-            EmbedError::user(format!(
-                "local embedder: {} does not match {}: {e}",
-                dir.join("model.safetensors").display(),
-                dir.join("config.json").display()
-            ))
-        })?;
+        let encoder = match onnx_library(dir, options.runtime, pooling)? {
+            Some(library) => Encoder::Onnx(super::onnx::OnnxRuntime::load(
+                dir,
+                &library,
+                &weights,
+                options.background_threads,
+            )?),
+            None => {
+                let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &device)
+                    .map_err(|e| {
+                        EmbedError::user(format!(
+                            "local embedder: cannot read {}: {e}",
+                            dir.join("model.safetensors").display()
+                        ))
+                    })?;
+                Encoder::Candle(BertModel::load(vb, &config).map_err(|e| {
+                    EmbedError::user(format!(
+                        "local embedder: {} does not match {}: {e}",
+                        dir.join("model.safetensors").display(),
+                        dir.join("config.json").display()
+                    ))
+                })?)
+            }
+        };
+        let runtime = if matches!(encoder, Encoder::Onnx(_)) { "onnx" } else { "candle" };
+        tracing::info!(model = %model_id, runtime, "local embedder loaded");
         Ok(Self {
             inner: Arc::new(Inner {
-                model,
+                encoder,
                 tokenizer,
                 device,
                 dims: config.hidden_size,
@@ -288,6 +321,14 @@ impl BertEmbedder {
             requests: Arc::default(),
             options,
         })
+    }
+
+    /// What runs the encoder: `"candle"` or `"onnx"`.
+    pub fn runtime(&self) -> &'static str {
+        match self.inner.encoder {
+            Encoder::Candle(_) => "candle",
+            Encoder::Onnx(_) => "onnx",
+        }
     }
 
     /// Longest input in tokens (with `[CLS]`/`[SEP]`); longer texts are truncated.
@@ -324,6 +365,38 @@ impl BertEmbedder {
     }
 }
 
+/// The ONNX Runtime library to run `dir`'s `model.onnx` with, if `runtime` asks for it and
+/// the graph can stand for the model (mean pooling: the exported graph pools by mean).
+fn onnx_library(
+    dir: &Path,
+    runtime: LocalRuntime,
+    pooling: Pooling,
+) -> Result<Option<PathBuf>, EmbedError> {
+    use super::onnx::{MODEL_FILE, find_library};
+    if runtime == LocalRuntime::Candle {
+        return Ok(None);
+    }
+    let graph = dir.join(MODEL_FILE).is_file();
+    let library = find_library(dir);
+    match (graph, library, runtime) {
+        (true, Some(lib), _) if pooling == Pooling::Mean => Ok(Some(lib)),
+        (_, _, LocalRuntime::Auto) => Ok(None),
+        (false, _, _) => Err(EmbedError::user(format!(
+            "local embedder: {} has no {MODEL_FILE} (scripts/export-onnx.py writes it)",
+            dir.display()
+        ))),
+        (true, None, _) => Err(EmbedError::user(format!(
+            "local embedder: ONNX Runtime not found: set ORT_DYLIB_PATH or put \
+             libonnxruntime.so in {} (scripts/fetch-model.sh does)",
+            dir.display()
+        ))),
+        (true, Some(_), _) => Err(EmbedError::user(format!(
+            "local embedder: {} pools by CLS; its ONNX export pools by mean",
+            dir.display()
+        ))),
+    }
+}
+
 fn folder_name(dir: &Path) -> String {
     let canonical = dir.canonicalize().unwrap_or_else(|_| PathBuf::from(dir));
     canonical
@@ -336,6 +409,11 @@ impl Inner {
     /// Pad `seqs` to the longest one and run the encoder: `[b, t, h]` hidden states and the
     /// `[b, t]` f32 mask.
     fn forward(&self, seqs: &[Vec<u32>]) -> Result<(Tensor, Tensor), EmbedError> {
+        let Encoder::Candle(model) = &self.encoder else {
+            return Err(EmbedError::user(
+                "local embedder: hidden states need the candle runtime (LocalRuntime::Candle)",
+            ));
+        };
         let b = seqs.len();
         let t = seqs.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let mut ids = vec![0u32; b * t];
@@ -347,8 +425,7 @@ impl Inner {
         let ids = Tensor::from_vec(ids, (b, t), &self.device).map_err(runtime_err("input"))?;
         let mask = Tensor::from_vec(mask, (b, t), &self.device).map_err(runtime_err("input"))?;
         let types = ids.zeros_like().map_err(runtime_err("input"))?;
-        let hidden =
-            self.model.forward(&ids, &types, Some(&mask)).map_err(runtime_err("forward"))?;
+        let hidden = model.forward(&ids, &types, Some(&mask)).map_err(runtime_err("forward"))?;
         let mask = mask.to_dtype(DType::F32).map_err(runtime_err("mask"))?;
         Ok((hidden, mask))
     }
@@ -377,8 +454,12 @@ impl Inner {
             .collect()
     }
 
-    /// One forward pass over `seqs`: their unit vectors, in order.
-    fn vectors(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    /// One forward pass over `seqs`: their unit vectors, in order (`background`: on the
+    /// background session of ONNX Runtime; candle runs on the calling thread's pool).
+    fn vectors(&self, seqs: &[Vec<u32>], background: bool) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if let Encoder::Onnx(onnx) = &self.encoder {
+            return onnx.vectors(seqs, background);
+        }
         let (hidden, mask) = self.forward(seqs)?;
         let mut pooled = self.pool(&hidden, &mask).map_err(runtime_err("pooling"))?;
         pooled.iter_mut().for_each(|v| normalize(v));
@@ -391,7 +472,7 @@ impl Inner {
         for chunk in by_length(&encoded).chunks(BATCH_SIZE) {
             let seqs: Vec<Vec<u32>> =
                 chunk.iter().map(|&i| std::mem::take(&mut encoded[i])).collect();
-            for (&i, v) in chunk.iter().zip(self.vectors(&seqs)?) {
+            for (&i, v) in chunk.iter().zip(self.vectors(&seqs, false)?) {
                 out[i] = v;
             }
         }
@@ -480,7 +561,7 @@ impl Embedder for BertEmbedder {
                 batch.iter().map(|&i| std::mem::take(&mut encoded[i])).collect();
             self.requests.idle().await;
             let inner = Arc::clone(&self.inner);
-            let vectors = self.in_background(move || inner.vectors(&seqs)).await?;
+            let vectors = self.in_background(move || inner.vectors(&seqs, true)).await?;
             for (&i, v) in batch.iter().zip(vectors) {
                 out[i] = v;
             }
@@ -501,45 +582,6 @@ impl BertEmbedder {
             let _ = tx.send(work());
         });
         rx.await.map_err(|_| EmbedError::bug("local embedder: background pool dropped a job"))?
-    }
-}
-
-/// Request embeddings running now; background passes wait for none before they start.
-#[derive(Debug, Default)]
-struct RequestsInFlight {
-    running: AtomicUsize,
-    idle: tokio::sync::Notify,
-}
-
-/// One running request; it stops counting when dropped.
-struct InFlight(Arc<RequestsInFlight>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        if self.0.running.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.idle.notify_waiters();
-        }
-    }
-}
-
-impl RequestsInFlight {
-    fn enter(this: &Arc<Self>) -> InFlight {
-        this.running.fetch_add(1, Ordering::SeqCst);
-        InFlight(Arc::clone(this))
-    }
-
-    /// Returns once no request embedding runs.
-    async fn idle(&self) {
-        loop {
-            let idle = self.idle.notified();
-            tokio::pin!(idle);
-            // Registered before the check, so a request ending meanwhile still wakes us.
-            idle.as_mut().enable();
-            if self.running.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            idle.await;
-        }
     }
 }
 
@@ -564,15 +606,16 @@ fn background_pool(threads: usize) -> Result<rayon::ThreadPool, EmbedError> {
         .map_err(|e| EmbedError::runtime(format!("local embedder: background threads: {e}")))
 }
 
-/// Lower the calling thread to the lowest priority of the normal scheduling policy (nice 19).
-fn lowest_priority() -> Result<(), thread_priority::Error> {
+/// Move the calling thread to Linux's `SCHED_IDLE` policy (it runs only when nothing else
+/// wants the core, and a waking request thread preempts it at once) at nice 19.
+pub(crate) fn lowest_priority() -> Result<(), thread_priority::Error> {
     use thread_priority::{
         NormalThreadSchedulePolicy, ThreadPriority, ThreadPriorityValue, ThreadSchedulePolicy,
     };
     thread_priority::set_thread_priority_and_policy(
         thread_priority::thread_native_id(),
         ThreadPriority::Crossplatform(ThreadPriorityValue::MIN),
-        ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other),
+        ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle),
     )
 }
 

@@ -1,33 +1,38 @@
-//! The candle BERT embedder: parity with sentence-transformers, and folder errors.
+//! The BERT embedder on candle: parity with sentence-transformers, and folder errors.
 
 use std::sync::OnceLock;
 
 use engram_core::FaultSource;
 use engram_core::embed::Embedder;
-use engram_providers::BertEmbedder;
 use engram_providers::testing::minilm_dir;
+use engram_providers::{BertEmbedder, BertOptions, LocalRuntime};
 
 use crate::{assert_unit, cosine};
 
 fn minilm() -> &'static BertEmbedder {
     static MODEL: OnceLock<BertEmbedder> = OnceLock::new();
-    MODEL.get_or_init(|| BertEmbedder::load(&minilm_dir()).expect("load MiniLM"))
+    MODEL.get_or_init(|| {
+        let candle = BertOptions { runtime: LocalRuntime::Candle, ..Default::default() };
+        let model = BertEmbedder::load_with(&minilm_dir(), candle).expect("load MiniLM");
+        assert_eq!(model.runtime(), "candle");
+        model
+    })
 }
 
 #[derive(serde::Deserialize)]
-struct Golden {
-    max_seq_length: usize,
-    items: Vec<GoldenItem>,
+pub struct Golden {
+    pub max_seq_length: usize,
+    pub items: Vec<GoldenItem>,
 }
 
 #[derive(serde::Deserialize)]
-struct GoldenItem {
-    text: String,
-    tokens: usize,
-    vector: Vec<f32>,
+pub struct GoldenItem {
+    pub text: String,
+    pub tokens: usize,
+    pub vector: Vec<f32>,
 }
 
-fn golden() -> Golden {
+pub fn golden() -> Golden {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/minilm_golden.json");
     serde_json::from_str(&std::fs::read_to_string(path).expect("read golden fixture"))
         .expect("parse golden fixture")
@@ -102,7 +107,7 @@ async fn embedding_does_not_block_the_runtime() {
     }
 }
 
-fn copy_model(to: &std::path::Path, skip: &str) {
+pub fn copy_model(to: &std::path::Path, skip: &str) {
     let dir = minilm_dir();
     for f in ["model.safetensors", "tokenizer.json", "config.json"] {
         if f != skip {

@@ -1,6 +1,8 @@
 //! Integration tests of engram-providers, in one binary to save link time.
 //!
 //! - `bert`: the candle MiniLM against golden sentence-transformers vectors, folder errors.
+//! - `onnx`: the same model on ONNX Runtime: the same vectors and id, the request lane, a graph
+//!   of other weights refused.
 //! - `builtin`: the compiled-in static embedder (contract, quality sanity, speed floor).
 //! - `openai`: the HTTP embedder against a real local server speaking the OpenAI protocol.
 //! - `config`: `build_embedder` and `EmbedderConfig`.
@@ -10,6 +12,7 @@ mod bert;
 mod builtin;
 mod config;
 mod llm;
+mod onnx;
 mod openai;
 
 /// Cosine of two vectors (not assumed normalised).

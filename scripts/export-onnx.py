@@ -226,6 +226,9 @@ def main():
         root, ext = os.path.splitext(args.out)
         dst = f"{root}.int8{ext}"
         quantize(args.out, dst, args.int8_type)
+        q = onnx.load(dst)
+        helper.set_model_props(q, {"engram.weights_sha256": digest})
+        onnx.save_model(q, dst)
         print(dst)
 
 

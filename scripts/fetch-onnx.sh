@@ -4,8 +4,9 @@
 # inference"). Called by scripts/fetch-model.sh; idempotent and cached:
 #   - the library comes from the `onnxruntime` PyPI wheel (kept in $ENGRAM_CACHE_DIR/wheels),
 #     copied into the folder as libonnxruntime.so;
-#   - model.onnx is written by scripts/export-onnx.py from the folder's own weights, in a venv
-#     ($ENGRAM_CACHE_DIR/onnx-venv) holding only onnx, numpy and safetensors.
+#   - model.onnx (and model.int8.onnx, its weights quantised to int8) are written by
+#     scripts/export-onnx.py from the folder's own weights, in a venv
+#     ($ENGRAM_CACHE_DIR/onnx-venv) holding onnx, numpy, safetensors and onnxruntime.
 # Set ENGRAM_ONNX=0 to skip (the folder then runs on candle).
 #
 # Usage: scripts/fetch-onnx.sh MODEL_DIR
@@ -19,7 +20,8 @@ WHEEL_DIR="$CACHE_DIR/wheels"
 VENV="$CACHE_DIR/onnx-venv"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 
-if [ -s "$MODEL_DIR/model.onnx" ] && [ -s "$MODEL_DIR/libonnxruntime.so" ]; then
+if [ -s "$MODEL_DIR/model.onnx" ] && [ -s "$MODEL_DIR/model.int8.onnx" ] \
+    && [ -s "$MODEL_DIR/libonnxruntime.so" ]; then
     exit 0
 fi
 mkdir -p "$WHEEL_DIR"
@@ -46,12 +48,15 @@ with zipfile.ZipFile(wheel) as z:
 PY
 fi
 
-if [ ! -s "$MODEL_DIR/model.onnx" ]; then
-    if ! "$VENV/bin/python" -c "import onnx, numpy, safetensors" 2>/dev/null; then
-        echo "fetch-onnx: preparing $VENV (onnx, numpy, safetensors from PyPI)" >&2
+if [ ! -s "$MODEL_DIR/model.onnx" ] || [ ! -s "$MODEL_DIR/model.int8.onnx" ]; then
+    if ! "$VENV/bin/python" -c "import onnx, numpy, safetensors, onnxruntime" 2>/dev/null; then
+        echo "fetch-onnx: preparing $VENV (onnx, numpy, safetensors, onnxruntime from PyPI)" >&2
         python3 -m venv "$VENV" >&2
-        "$VENV/bin/pip" install --quiet "onnx==1.23.2" "numpy==2.4.6" "safetensors==0.8.0" >&2
+        "$VENV/bin/pip" install --quiet --find-links "$WHEEL_DIR" "onnx==1.23.2" \
+            "numpy==2.4.6" "safetensors==0.8.0" "onnxruntime==$ORT_VERSION" >&2
     fi
-    "$VENV/bin/python" "$HERE/export-onnx.py" "$MODEL_DIR" "$MODEL_DIR/model.onnx.part" >&2
+    # The fp32 graph and its int8 variant (export-onnx.py names it model.onnx.int8.part).
+    "$VENV/bin/python" "$HERE/export-onnx.py" "$MODEL_DIR" "$MODEL_DIR/model.onnx.part" --int8 >&2
+    mv "$MODEL_DIR/model.onnx.int8.part" "$MODEL_DIR/model.int8.onnx"
     mv "$MODEL_DIR/model.onnx.part" "$MODEL_DIR/model.onnx"
 fi

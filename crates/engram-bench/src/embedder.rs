@@ -19,6 +19,8 @@ pub enum EmbedderChoice {
     Minilm,
     /// The same model, always on candle (the "before" of issue 14's item 3).
     MinilmCandle,
+    /// The same model's int8 graph on ONNX Runtime (other vectors, another model id).
+    MinilmInt8,
 }
 
 impl EmbedderChoice {
@@ -27,6 +29,7 @@ impl EmbedderChoice {
             EmbedderChoice::Builtin => "builtin",
             EmbedderChoice::Minilm => "minilm",
             EmbedderChoice::MinilmCandle => "minilm-candle",
+            EmbedderChoice::MinilmInt8 => "minilm-int8",
         }
     }
 
@@ -42,7 +45,7 @@ impl EmbedderChoice {
     ) -> anyhow::Result<Arc<dyn Embedder>> {
         let cfg = match self {
             EmbedderChoice::Builtin => EmbedderConfig::Builtin,
-            EmbedderChoice::Minilm | EmbedderChoice::MinilmCandle => {
+            EmbedderChoice::Minilm | EmbedderChoice::MinilmCandle | EmbedderChoice::MinilmInt8 => {
                 let dir = engram_providers::testing::minilm_dir_candidate();
                 anyhow::ensure!(
                     dir.join("model.safetensors").is_file(),
@@ -50,8 +53,14 @@ impl EmbedderChoice {
                     dir.display(),
                     engram_providers::testing::MINILM_DIR_ENV
                 );
-                if self == EmbedderChoice::MinilmCandle {
-                    options.runtime = engram_providers::LocalRuntime::Candle;
+                match self {
+                    EmbedderChoice::MinilmCandle => {
+                        options.runtime = engram_providers::LocalRuntime::Candle;
+                    }
+                    EmbedderChoice::MinilmInt8 => {
+                        options.runtime = engram_providers::LocalRuntime::OnnxInt8;
+                    }
+                    _ => {}
                 }
                 let e = engram_providers::BertEmbedder::load_with(&dir, options)?;
                 eprintln!("{}: {} on {}", self.name(), e.model_id(), e.runtime());

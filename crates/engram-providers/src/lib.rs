@@ -39,6 +39,9 @@ pub enum EmbedderConfig {
     /// A sentence-transformers BERT folder (`model.safetensors`, `tokenizer.json`,
     /// `config.json`), run on the CPU.
     Local { dir: PathBuf },
+    /// The same folder's int8 graph (`model.int8.onnx`) on ONNX Runtime: about twice as
+    /// fast in the background, other vectors (its own model id).
+    LocalInt8 { dir: PathBuf },
     /// An OpenAI-compatible embeddings endpoint.
     OpenAi {
         /// e.g. `https://api.openai.com` or `http://127.0.0.1:11434/v1` (a trailing `/v1` is
@@ -59,6 +62,9 @@ impl std::fmt::Debug for EmbedderConfig {
         match self {
             EmbedderConfig::Builtin => f.write_str("Builtin"),
             EmbedderConfig::Local { dir } => f.debug_struct("Local").field("dir", dir).finish(),
+            EmbedderConfig::LocalInt8 { dir } => {
+                f.debug_struct("LocalInt8").field("dir", dir).finish()
+            }
             EmbedderConfig::OpenAi { base_url, model, api_key, dims } => f
                 .debug_struct("OpenAi")
                 .field("base_url", base_url)
@@ -84,6 +90,10 @@ pub fn build_embedder(cfg: &EmbedderConfig) -> Result<Arc<dyn Embedder>, EmbedEr
     match cfg {
         EmbedderConfig::Builtin => Ok(Arc::new(BuiltinEmbedder::new()?)),
         EmbedderConfig::Local { dir } => Ok(Arc::new(BertEmbedder::load(dir)?)),
+        EmbedderConfig::LocalInt8 { dir } => {
+            let int8 = BertOptions { runtime: LocalRuntime::OnnxInt8, ..Default::default() };
+            Ok(Arc::new(BertEmbedder::load_with(dir, int8)?))
+        }
         EmbedderConfig::OpenAi { base_url, model, api_key, dims } => {
             let settings = OpenAiSettings::new(base_url, model, api_key.clone(), *dims);
             Ok(Arc::new(OpenAiEmbedder::connect_blocking(settings)?))

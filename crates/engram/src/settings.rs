@@ -28,7 +28,7 @@ pub struct CommonArgs {
     /// Most connections this process opens to PostgreSQL (default 16).
     #[arg(long, env = "ENGRAM_DATABASE_POOL_SIZE", global = true)]
     pub database_pool_size: Option<u32>,
-    /// Embedder: `builtin`, `local:<model dir>` or `openai`.
+    /// Embedder: `builtin`, `local:<model dir>`, `local-int8:<model dir>` or `openai`.
     #[arg(long, env = "ENGRAM_EMBEDDER", global = true)]
     pub embedder: Option<String>,
     /// Base URL of an OpenAI-compatible embeddings endpoint (with `--embedder openai`).
@@ -318,7 +318,7 @@ fn load_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
     toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
 }
 
-/// Parse `builtin`, `local:<dir>` or `openai`.
+/// Parse `builtin`, `local:<model dir>`, `local-int8:<model dir>` or `openai`.
 pub fn parse_embedder(
     s: &str,
     base_url: Option<String>,
@@ -334,6 +334,12 @@ pub fn parse_embedder(
         }
         return Ok(EmbedderConfig::Local { dir: PathBuf::from(dir) });
     }
+    if let Some(dir) = s.strip_prefix("local-int8:") {
+        if dir.is_empty() {
+            bail!("--embedder local-int8:<model dir> needs a directory");
+        }
+        return Ok(EmbedderConfig::LocalInt8 { dir: PathBuf::from(dir) });
+    }
     if s == "openai" {
         let base_url = base_url
             .context("--embedder openai needs ENGRAM_EMBED_BASE_URL (or --embed-base-url)")?;
@@ -341,5 +347,26 @@ pub fn parse_embedder(
             model.context("--embedder openai needs ENGRAM_EMBED_MODEL (or --embed-model)")?;
         return Ok(EmbedderConfig::OpenAi { base_url, model, api_key, dims: None });
     }
-    bail!("unknown embedder '{s}'; expected builtin, local:<model dir> or openai")
+    bail!(
+        "unknown embedder '{s}'; expected builtin, local:<model dir>, local-int8:<model dir> or \
+         openai"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedder_names_parse_to_their_configs() {
+        assert!(matches!(parse_embedder("builtin", None, None, None), Ok(EmbedderConfig::Builtin)));
+        let local = parse_embedder("local:/m", None, None, None).unwrap();
+        assert!(matches!(local, EmbedderConfig::Local { dir } if dir == Path::new("/m")));
+        let int8 = parse_embedder("local-int8:/m", None, None, None).unwrap();
+        assert!(matches!(int8, EmbedderConfig::LocalInt8 { dir } if dir == Path::new("/m")));
+        for bad in ["local:", "local-int8:", "onnx:/m"] {
+            let err = parse_embedder(bad, None, None, None).unwrap_err().to_string();
+            assert!(err.contains("local"), "{bad}: {err}");
+        }
+    }
 }

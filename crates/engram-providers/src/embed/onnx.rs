@@ -32,6 +32,13 @@ use sha2::{Digest, Sha256};
 
 /// The graph file of a model folder.
 pub const MODEL_FILE: &str = "model.onnx";
+/// Its int8 variant.
+pub const INT8_FILE: &str = "model.int8.onnx";
+
+/// The graph a runtime choice loads.
+pub fn graph_file(runtime: super::bert::LocalRuntime) -> &'static str {
+    if runtime == super::bert::LocalRuntime::OnnxInt8 { INT8_FILE } else { MODEL_FILE }
+}
 /// Metadata key holding the SHA-256 (hex) of the `model.safetensors` the graph was built from.
 pub const WEIGHTS_KEY: &str = "engram.weights_sha256";
 const OUTPUT: &str = "sentence_embedding";
@@ -138,11 +145,12 @@ impl OnnxRuntime {
     /// from `weights` (the folder's `model.safetensors`).
     pub(crate) fn load(
         dir: &Path,
+        file: &str,
         library: &Path,
         weights: &[u8],
         background_threads: usize,
     ) -> Result<Self, EmbedError> {
-        let path = dir.join(MODEL_FILE);
+        let path = dir.join(file);
         let model = std::fs::read(&path).map_err(|e| {
             EmbedError::user(format!("local embedder: cannot read {}: {e}", path.display()))
         })?;

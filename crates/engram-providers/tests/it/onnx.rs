@@ -107,3 +107,21 @@ fn without_the_graph_the_folder_runs_on_candle() {
     let auto = BertEmbedder::load(tmp.path()).unwrap();
     assert_eq!(auto.runtime(), "candle");
 }
+
+/// `--embedder local-int8:<dir>`: the int8 graph, close to the exact vectors but not the same,
+/// so it has its own model id (a store embedded with one is never searched with the other).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_int8_graph_is_close_and_has_its_own_id() {
+    let cfg = engram_providers::EmbedderConfig::LocalInt8 { dir: minilm_dir() };
+    let int8 = engram_providers::build_embedder(&cfg).unwrap();
+    let exact = onnx();
+    assert_eq!(int8.model_id(), format!("{}-int8", exact.model_id()));
+    let golden = golden();
+    let texts: Vec<String> = golden.items.iter().map(|i| i.text.clone()).collect();
+    let got = int8.embed_background(&texts).await.unwrap();
+    let cos: Vec<f32> = got.iter().zip(&golden.items).map(|(v, i)| cosine(v, &i.vector)).collect();
+    let mean = cos.iter().sum::<f32>() / cos.len() as f32;
+    assert!(mean > 0.98, "mean cosine to the exact vectors {mean}: {cos:?}");
+    assert!(cos.iter().all(|c| *c > 0.95), "{cos:?}");
+    assert!(cos.iter().any(|c| *c < 0.9999), "int8 vectors are not the exact ones: {cos:?}");
+}

@@ -60,7 +60,7 @@ impl EmbedderChoice {
                     EmbedderChoice::MinilmInt8 => {
                         options.runtime = engram_providers::LocalRuntime::OnnxInt8;
                     }
-                    _ => {}
+                    EmbedderChoice::Builtin | EmbedderChoice::Minilm => {}
                 }
                 let e = engram_providers::BertEmbedder::load_with(&dir, options)?;
                 eprintln!("{}: {} on {}", self.name(), e.model_id(), e.runtime());

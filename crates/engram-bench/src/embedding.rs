@@ -109,9 +109,9 @@ async fn background(
     batch: usize,
     once: bool,
     stop: &Arc<AtomicBool>,
+    done: &Arc<AtomicUsize>,
 ) -> anyhow::Result<usize> {
     let next = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..workers.max(1) {
         let (e, docs, next, done, stop) =
@@ -148,20 +148,24 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
     let idle = queries(&e, &qs).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let t = Instant::now();
-    let n = background(&e, &docs, a.workers, a.batch, true, &stop).await?;
+    let n = background(&e, &docs, a.workers, a.batch, true, &stop, &Arc::default()).await?;
     let alone = n as f64 / t.elapsed().as_secs_f64();
 
+    let done = Arc::new(AtomicUsize::new(0));
     let bg = {
-        let (e, docs, stop) = (e.clone(), docs.clone(), stop.clone());
+        let (e, docs, stop, done) = (e.clone(), docs.clone(), stop.clone(), done.clone());
         let (workers, batch) = (a.workers, a.batch);
-        tokio::spawn(async move { background(&e, &docs, workers, batch, false, &stop).await })
+        tokio::spawn(
+            async move { background(&e, &docs, workers, batch, false, &stop, &done).await },
+        )
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let t = Instant::now();
+    let (t, before) = (Instant::now(), done.load(Ordering::SeqCst));
     let loaded = queries(&e, &qs).await?;
-    let secs = t.elapsed().as_secs_f64();
+    // Documents whose calls ended while the queries ran (not those still in flight).
+    let during = (done.load(Ordering::SeqCst) - before) as f64 / t.elapsed().as_secs_f64();
     stop.store(true, Ordering::SeqCst);
-    let during = bg.await?? as f64 / (secs + 1.0);
+    bg.await??;
 
     let out = Output {
         embedder: e.model_id().to_string(),

@@ -206,8 +206,29 @@ pub async fn execute_embedding(
             }
         }
         Some(results) => {
+            // The jobs that succeeded are marked done together, in one write.
+            let ids: Vec<String> = jobs
+                .iter()
+                .zip(&results)
+                .filter(|(_, r)| r.is_ok())
+                .map(|(j, _)| j.id.clone())
+                .collect();
+            let done = match engine.store().complete_jobs(&ids).await {
+                Ok(()) => ExecutionOutcome::Done,
+                Err(e) => {
+                    tracing::error!(error = %e, jobs = ids.len(), "cannot mark jobs done");
+                    ExecutionOutcome::Abandoned
+                }
+            };
             for (job, result) in jobs.iter().zip(results) {
-                outcomes.push(settle(engine, cfg, job, Some(result)).await);
+                let outcome = match result {
+                    Ok(()) => {
+                        engine.metrics().observe_job(job.kind.as_str(), &done);
+                        done.clone()
+                    }
+                    Err(e) => settle(engine, cfg, job, Some(Err(e))).await,
+                };
+                outcomes.push(outcome);
             }
         }
     }

@@ -693,6 +693,8 @@ pub trait JobStore: Send + Sync {
     /// Extend the lease of a running job.
     async fn heartbeat_job(&self, id: &str, lease_until: OffsetDateTime) -> Result<()>;
     async fn complete_job(&self, id: &str) -> Result<()>;
+    /// Mark several jobs done in one transaction (the embedding lane's group).
+    async fn complete_jobs(&self, ids: &[String]) -> Result<()>;
     /// Record a failure: back to pending at `retry_at`, or `failed` for good when `None`.
     async fn fail_job(&self, id: &str, error: &str, retry_at: Option<OffsetDateTime>)
     -> Result<()>;

@@ -691,6 +691,10 @@ impl JobStore for Counting {
         self.hit("complete_job");
         self.inner.complete_job(id).await
     }
+    async fn complete_jobs(&self, ids: &[String]) -> Result<()> {
+        self.hit("complete_jobs");
+        self.inner.complete_jobs(ids).await
+    }
     async fn fail_job(
         &self,
         id: &str,
@@ -931,6 +935,8 @@ async fn the_embedding_lane_embeds_many_conversations_in_one_batch() {
     assert_eq!(calls.get("set_message_vectors"), Some(&2), "one write per tenant: {calls:?}");
     assert_eq!(calls.get("messages_needing_vectors"), Some(&8), "{calls:?}");
     assert_eq!(calls.get("list_messages"), Some(&8), "{calls:?}");
+    assert_eq!(calls.get("complete_jobs"), Some(&1), "the group is done in one write: {calls:?}");
+    assert_eq!(calls.get("complete_job"), None, "{calls:?}");
     let failed = counting.inner.list_jobs(None, Some(JobStatus::Failed), 100).await.unwrap();
     assert!(failed.is_empty(), "{failed:?}");
 }

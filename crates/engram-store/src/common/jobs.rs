@@ -63,6 +63,23 @@ pub(crate) async fn complete<B: Backend>(b: &B, id: &str) -> Result<()> {
     Ok(())
 }
 
+/// Mark several jobs done in one transaction.
+pub(crate) async fn complete_all<B: Backend>(b: &B, ids: &[String]) -> Result<()> {
+    let now = OffsetDateTime::now_utc();
+    let mut tx = b.begin_write().await?;
+    for id in ids {
+        B::tx_run(
+            &mut tx,
+            "UPDATE jobs SET status = 'done', lease_until = NULL, last_error = NULL, \
+             updated_at = ? WHERE id = ?",
+            &[Ts(now), Text(id)],
+        )
+        .await
+        .map_err(B::fault)?;
+    }
+    B::commit(tx).await
+}
+
 /// Fail a job for good, or put it back to pending at `retry_at`; if another pending job took
 /// the dedup key meanwhile, that one covers the same data and this one is closed as done.
 pub(crate) async fn fail<B: Backend>(

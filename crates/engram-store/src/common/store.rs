@@ -590,6 +590,10 @@ impl<D: Native> JobStore for SqlStore<D> {
         jobs::complete(&self.0, id).await
     }
 
+    async fn complete_jobs(&self, ids: &[String]) -> Result<()> {
+        jobs::complete_all(&self.0, ids).await
+    }
+
     async fn fail_job(
         &self,
         id: &str,

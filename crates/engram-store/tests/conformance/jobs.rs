@@ -262,3 +262,29 @@ pub async fn claim_only_the_kinds_asked_for(s: Arc<dyn Store>) {
     let got = s.claim_job(base, lease, JobKind::ALL).await.unwrap().unwrap();
     assert_eq!(got.id, extract.id);
 }
+
+/// The embedding lane marks its group done in one call: every job named, of any tenant, is
+/// done; the others are untouched; an unknown id is no error.
+pub async fn complete_jobs_marks_a_group_done(s: Arc<dyn Store>) {
+    let (a, b) = (tenant("a"), tenant("b"));
+    let base = now();
+    let jobs = [
+        job(&a, None, Some("c1"), base),
+        job(&b, None, Some("c1"), base),
+        job(&a, None, Some("c2"), base),
+    ];
+    for j in &jobs {
+        s.enqueue_job(j).await.unwrap();
+    }
+    let mut claimed = Vec::new();
+    while let Some(j) = claim(&s, base + Duration::seconds(1)).await {
+        claimed.push(j.id);
+    }
+    assert_eq!(claimed.len(), 3);
+    let group = vec![jobs[0].id.clone(), jobs[1].id.clone(), "unknown".to_string()];
+    s.complete_jobs(&group).await.unwrap();
+    assert_eq!(get(&s, &a, &jobs[0].id).await.status, JobStatus::Done);
+    assert_eq!(get(&s, &b, &jobs[1].id).await.status, JobStatus::Done);
+    assert_eq!(get(&s, &a, &jobs[2].id).await.status, JobStatus::Running);
+    s.complete_jobs(&[]).await.unwrap();
+}

@@ -96,6 +96,7 @@ conformance! {
         jobs::lock_key_is_exclusive,
         jobs::retry_backoff_fail_list,
         jobs::claim_only_the_kinds_asked_for,
+        jobs::complete_jobs_marks_a_group_done,
         extraction::apply_extraction_is_atomic,
     ];
     pair: [

@@ -20,6 +20,21 @@ use crate::api::error::cli_error as err;
 use crate::api::results::SearchResultDto;
 use crate::settings::{CommonArgs, ServeArgs, Settings};
 
+/// `println!` for command output: a closed pipe (`engram recall … | head`) ends the command
+/// quietly with status 0, as Unix tools do, instead of a panic; another write error is the
+/// command's error.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            return Err(e.into());
+        }
+    }};
+}
+
 #[derive(Debug, Parser)]
 #[command(name = "engram", version, about = "Long-term memory for LLM agents")]
 pub struct Cli {
@@ -225,7 +240,7 @@ fn admin(tenant: &str) -> anyhow::Result<Principal> {
 }
 
 fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+    out!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
 
@@ -281,7 +296,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             if out.json {
                 print_json(&serde_json::json!(crate::api::dto::Created::from(&r)))
             } else {
-                println!("{} {}", dto::decision_str(r.decision), r.memory.id);
+                out!("{} {}", dto::decision_str(r.decision), r.memory.id);
                 if !r.redacted.is_empty() {
                     let kinds: Vec<&str> = r.redacted.iter().map(|k| k.as_str()).collect();
                     eprintln!("note: the PII filter redacted: {}", kinds.join(", "));
@@ -307,14 +322,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 return print_json(&serde_json::json!({ "results": results }));
             }
             if results.is_empty() {
-                println!("nothing relevant found");
+                out!("nothing relevant found");
             }
             for r in &results {
                 if let Some(m) = &r.memory {
-                    println!("{:.4}  {}  [{}] {}", r.score, m.id, m.category, m.content);
+                    out!("{:.4}  {}  [{}] {}", r.score, m.id, m.category, m.content);
                 }
                 if let Some(e) = &r.explain {
-                    println!("        {}", serde_json::to_string(e)?);
+                    out!("        {}", serde_json::to_string(e)?);
                 }
             }
             Ok(())
@@ -327,7 +342,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             if out.json {
                 print_json(&serde_json::json!({ "id": id.to_string(), "status": status }))
             } else {
-                println!("{status} {id}");
+                out!("{status} {id}");
                 Ok(())
             }
         }
@@ -352,13 +367,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             for m in &memories {
                 let state = if m.superseded_at.is_some() { " (superseded)" } else { "" };
-                println!(
+                out!(
                     "{}  {}  [{}|{}] {}{}",
-                    m.id, m.user_id, m.category, m.importance, m.content, state
+                    m.id,
+                    m.user_id,
+                    m.category,
+                    m.importance,
+                    m.content,
+                    state
                 );
             }
             if let Some(c) = page.next_cursor {
-                println!("next page: --cursor {c}");
+                out!("next page: --cursor {c}");
             }
             Ok(())
         }
@@ -384,7 +404,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Backfill(BackfillCommand::ToolCalls { tenant }) => {
             let engine = open_existing(&cli.common).await?;
             let n = engine.backfill_tool_calls(&admin(&tenant)?).await.map_err(err)?;
-            println!("enqueued {n} tool-call messages for synthesis");
+            out!("enqueued {n} tool-call messages for synthesis");
             Ok(())
         }
         Command::Reembed { batch } => {
@@ -398,7 +418,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             .await
             .map_err(err)?;
             progress.finish();
-            println!(
+            out!(
                 "re-embedded {} memories and {} messages with {}",
                 n.memories,
                 n.messages,
@@ -432,7 +452,7 @@ async fn jobs(common: &CommonArgs, j: JobsCommand) -> anyhow::Result<()> {
                 return print_json(&rows);
             }
             for r in &rows {
-                println!(
+                out!(
                     "{}  {}  {:<20} {:<8} {}/{}  {}",
                     r["id"].as_str().unwrap_or(""),
                     r["tenant"].as_str().unwrap_or(""),
@@ -447,7 +467,7 @@ async fn jobs(common: &CommonArgs, j: JobsCommand) -> anyhow::Result<()> {
         }
         JobsCommand::Retry { id } => {
             ops.retry_job(&id).await.map_err(err)?;
-            println!("job {id} queued again");
+            out!("job {id} queued again");
             Ok(())
         }
     }
@@ -476,7 +496,7 @@ async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
                     &serde_json::json!({ "id": key.id, "tenant": key.tenant.to_string(), "key": secret }),
                 )
             } else {
-                println!("{secret}");
+                out!("{secret}");
                 eprintln!(
                     "key {} for tenant '{}' created; store the secret above now, it is not shown again",
                     key.id, key.tenant
@@ -492,7 +512,7 @@ async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
                 return print_json(&rows);
             }
             for r in rows {
-                println!(
+                out!(
                     "{}  {}  {}{}  {}…  {}",
                     r["id"].as_str().unwrap_or(""),
                     r["tenant"].as_str().unwrap_or(""),
@@ -506,7 +526,7 @@ async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
         }
         KeysCommand::Revoke { id } => {
             ops.revoke_key(&id).await.map_err(err)?;
-            println!("revoked {id}");
+            out!("revoked {id}");
             Ok(())
         }
     }

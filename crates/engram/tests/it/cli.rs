@@ -447,6 +447,24 @@ async fn recall_is_not_swayed_by_a_function_word_the_query_shares_with_a_fact(ba
     assert_eq!(recalled(&r)[0], "The user lives in Bengaluru.", "{r}");
 }
 
+/// `engram recall … | head`: the reader goes away before the output is written; the command
+/// ends quietly and successfully instead of panicking on the broken pipe.
+async fn output_into_a_closed_pipe_ends_quietly(backend: Backend) {
+    let db = Db::new(backend).await;
+    remember(&db, &["The user lives in Bengaluru.", "--user", "alice"]);
+    for args in
+        [&["recall", "where does alice live", "--user", "alice"][..], &["list", "--user", "alice"]]
+    {
+        let mut child =
+            db.engram().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        drop(child.stdout.take()); // the reader is gone before anything is written
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "engram {args:?} panicked: {err}");
+        assert!(o.status.success(), "engram {args:?}: {:?} {err}", o.status);
+    }
+}
+
 async fn a_malformed_import_line_is_named_and_nothing_is_imported(backend: Backend) {
     let src = Db::new(backend).await;
     remember(&src, &["The user lives in Bengaluru.", "--user", "alice"]);
@@ -741,6 +759,7 @@ on_both_backends!(
     export_then_import_into_a_fresh_dir_is_lossless_and_idempotent,
     recall_is_not_swayed_by_a_function_word_the_query_shares_with_a_fact,
     a_malformed_import_line_is_named_and_nothing_is_imported,
+    output_into_a_closed_pipe_ends_quietly,
     keys_are_printed_once_listed_without_secret_and_revocable,
     bad_cli_input_fails_with_a_clear_message_and_stores_nothing,
     the_cli_and_a_running_server_share_one_data_dir,

@@ -41,6 +41,9 @@ pub struct WorkerConfig {
     pub backoff: Duration,
     /// Time a running job gets to finish after shutdown is asked.
     pub grace: Duration,
+    /// Embedding lanes of this process (each claims and embeds its own group: while one
+    /// embeds, the other reads or writes).
+    pub embedding_lanes: usize,
 }
 
 impl Default for WorkerConfig {
@@ -51,6 +54,7 @@ impl Default for WorkerConfig {
             poll: Duration::from_millis(200),
             backoff: Duration::from_secs(2),
             grace: Duration::from_secs(10),
+            embedding_lanes: 2,
         }
     }
 }
@@ -76,7 +80,10 @@ pub async fn run_workers(engine: Services, cfg: WorkerConfig, shutdown: Cancella
             tasks.push(tokio::spawn(async move { worker_loop(n, engine, cfg, shutdown).await }));
         }
     }
-    tasks.push(tokio::spawn(embedding_lane(engine, cfg, shutdown)));
+    for _ in 0..cfg.embedding_lanes.max(1) {
+        let (engine, cfg, shutdown) = (engine.clone(), cfg.clone(), shutdown.clone());
+        tasks.push(tokio::spawn(embedding_lane(engine, cfg, shutdown)));
+    }
     for t in tasks {
         let _ = t.await;
     }

@@ -910,6 +910,8 @@ async fn the_embedding_lane_embeds_many_conversations_in_one_batch() {
     let shutdown = tokio_util::sync::CancellationToken::new();
     let cfg = engram_core::jobs::WorkerConfig {
         poll: std::time::Duration::from_millis(10),
+        // One lane, so the one batch is certain (two would split the 8 jobs between them).
+        embedding_lanes: 1,
         ..Default::default()
     };
     let workers = tokio::spawn(engram_core::jobs::run_workers(

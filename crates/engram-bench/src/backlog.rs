@@ -89,12 +89,7 @@ fn inputs(turns: &[&str]) -> Vec<MessageInput> {
         .map(|(i, t)| MessageInput {
             role: if i % 2 == 0 { MessageRole::User } else { MessageRole::Assistant },
             content: (*t).to_string(),
-            created_at: None,
-            tool_name: None,
-            tool_args: None,
-            tool_result: None,
-            turn_id: None,
-            metadata: None,
+            ..Default::default()
         })
         .collect()
 }

@@ -109,12 +109,7 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
                 .map(|(i, t)| MessageInput {
                     role: if i % 2 == 0 { MessageRole::User } else { MessageRole::Assistant },
                     content: t.replace("The user", "I"),
-                    created_at: None,
-                    tool_name: None,
-                    tool_args: None,
-                    tool_result: None,
-                    turn_id: None,
-                    metadata: None,
+                    ..Default::default()
                 })
                 .collect();
             let stored = engine

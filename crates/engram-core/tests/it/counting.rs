@@ -110,12 +110,7 @@ async fn message_search_calls(n: usize) -> (usize, BTreeMap<&'static str, usize>
             .map(|k| MessageInput {
                 role: MessageRole::User,
                 content: format!("I drink green tea number {k} with friend {i}"),
-                created_at: None,
-                tool_name: None,
-                tool_args: None,
-                tool_result: None,
-                turn_id: None,
-                metadata: None,
+                ..Default::default()
             })
             .collect();
         engine
@@ -211,16 +206,8 @@ async fn writes_and_searches_read_the_agent_once() {
     let calls = counting.take();
     assert_eq!(agent_reads(&calls), 1, "search: {calls:?}");
     let conv = ConversationId::parse("c1").unwrap();
-    let msg = MessageInput {
-        role: MessageRole::User,
-        content: "hello".into(),
-        created_at: None,
-        tool_name: None,
-        tool_args: None,
-        tool_result: None,
-        turn_id: None,
-        metadata: None,
-    };
+    let msg =
+        MessageInput { role: MessageRole::User, content: "hello".into(), ..Default::default() };
     engine.append_messages(&agent("a1"), conv, Some(user), None, vec![msg]).await.unwrap();
     let calls = counting.take();
     assert_eq!(agent_reads(&calls), 1, "append: {calls:?}");
@@ -234,16 +221,8 @@ async fn conversation_lists_are_scoped() {
     let (_dir, counting, engine) = setup().await;
     let tenant = TenantId::default_tenant();
     let admin = Principal { tenant: tenant.clone(), role: KeyRole::Admin };
-    let say = || MessageInput {
-        role: MessageRole::User,
-        content: "hello".into(),
-        created_at: None,
-        tool_name: None,
-        tool_args: None,
-        tool_result: None,
-        turn_id: None,
-        metadata: None,
-    };
+    let say =
+        || MessageInput { role: MessageRole::User, content: "hello".into(), ..Default::default() };
     for (who, conv, user) in
         [(agent("a1"), "c-a1", "u"), (agent("a3"), "c-a3", "u"), (admin.clone(), "c-none", "v")]
     {
@@ -891,12 +870,7 @@ async fn the_embedding_lane_embeds_many_conversations_in_one_batch() {
                 .map(|k| MessageInput {
                     role: MessageRole::User,
                     content: format!("message {k} of conversation {c}"),
-                    created_at: None,
-                    tool_name: None,
-                    tool_args: None,
-                    tool_result: None,
-                    turn_id: None,
-                    metadata: None,
+                    ..Default::default()
                 })
                 .collect();
             let conv = ConversationId::parse(format!("c{c}")).unwrap();

@@ -165,20 +165,25 @@ fn hidden_states_return_every_position() {
     assert!(hs.iter().flatten().all(|v| v.len() == 384));
 }
 
-/// Issue 14: a request's embedding never waits for background work. A long background batch
-/// (the backlog of a busy conversation) is under way when a query arrives; the query's vector
-/// comes back while the batch is still running, and both give the same vectors as alone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_query_is_served_while_a_long_background_batch_runs() {
-    let model = minilm().clone();
-    let backlog: Vec<String> = (0..400)
+/// `n` documents of a busy conversation's backlog.
+pub fn backlog(n: usize) -> Vec<String> {
+    (0..n)
         .map(|i| {
             format!(
                 "Message {i}: we talked about the garden, the new shed, the tomatoes that \
                  did not ripen this year and the trip to the coast planned for the spring."
             )
         })
-        .collect();
+        .collect()
+}
+
+/// Issue 14: a request's embedding never waits for background work. A long background batch
+/// (the backlog of a busy conversation) is under way when a query arrives; the query's vector
+/// comes back while the batch is still running, and both give the same vectors as alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_is_served_while_a_long_background_batch_runs() {
+    let model = minilm().clone();
+    let backlog = backlog(400);
     let background = {
         let (model, backlog) = (model.clone(), backlog.clone());
         tokio::spawn(async move { model.embed_background(&backlog).await })

@@ -10,7 +10,7 @@ use engram_core::embed::Embedder;
 use engram_providers::testing::minilm_dir;
 use engram_providers::{BertEmbedder, BertOptions, LocalRuntime};
 
-use crate::bert::{copy_model, golden};
+use crate::bert::{backlog, copy_model, golden};
 use crate::{assert_unit, cosine};
 
 fn options(runtime: LocalRuntime) -> BertOptions {
@@ -54,14 +54,7 @@ async fn matches_sentence_transformers_and_candle_with_the_same_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_is_served_while_a_long_background_batch_runs() {
     let model = onnx().clone();
-    let backlog: Vec<String> = (0..3000)
-        .map(|i| {
-            format!(
-                "Message {i}: we talked about the garden, the new shed, the tomatoes that \
-                 did not ripen this year and the trip to the coast planned for the spring."
-            )
-        })
-        .collect();
+    let backlog = backlog(3000);
     let background = {
         let (model, backlog) = (model.clone(), backlog.clone());
         tokio::spawn(async move { model.embed_background(&backlog).await })

@@ -15,7 +15,7 @@
 //! remember's) runs at once in `tokio::task::spawn_blocking`, on candle's global thread pool
 //! at normal scheduling priority, whatever background work is under way. Background batches
 //! ([`Embedder::embed_background`]) run on the embedder's own pool of
-//! [`BertOptions::background_threads`] threads at the lowest scheduling priority (nice 19 on
+//! [`BertOptions::background_threads`] threads at the lowest scheduling priority (`SCHED_IDLE` at nice 19 on
 //! Linux), in forward passes of at most [`BertOptions::batch_tokens`] padded tokens: they get
 //! every core the request path leaves idle, and the kernel hands a core to a request the
 //! moment it needs one (a nice-19 thread weighs 15 against a normal thread's 1024). No

@@ -8,7 +8,8 @@
 //! At most one job per lock key (a conversation) runs at a time: single writer.
 //!
 //! Message embedding has a lane of its own ([`embedding_lane`]): it claims up to
-//! [`LANE_JOBS`] `embed_messages` jobs at once, of any conversation, user or tenant, and
+//! [`LANE_JOBS`] `embed_messages` jobs at once (`Store::claim_jobs`, one transaction on
+//! PostgreSQL), of any conversation, user or tenant, and
 //! embeds their messages as one batch (the encoder sorts it by length and cuts it into
 //! passes), so a backlog of short conversations does not cost one small batch each, and an
 //! extraction waiting on the LLM never holds up the vectors that make messages searchable.
@@ -127,20 +128,16 @@ pub async fn embedding_lane(engine: Services, cfg: WorkerConfig, shutdown: Cance
     tracing::debug!("embedding lane started");
     let kinds = [JobKind::EmbedMessages];
     while !shutdown.is_cancelled() {
-        let mut group = Vec::new();
-        let mut failed = false;
         engine.requests().idle_within(crate::pipeline::messages::YIELD).await;
-        while group.len() < LANE_JOBS {
-            match engine.store().claim_job(crate::model::now(), at(cfg.lease), &kinds).await {
-                Ok(Some(job)) => group.push(job),
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot claim embedding jobs");
-                    failed = true;
-                    break;
-                }
+        let claimed =
+            engine.store().claim_jobs(crate::model::now(), at(cfg.lease), &kinds, LANE_JOBS).await;
+        let (group, failed) = match claimed {
+            Ok(group) => (group, false),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot claim embedding jobs");
+                (Vec::new(), true)
             }
-        }
+        };
         if !group.is_empty() {
             execute_embedding(&engine, &cfg, &shutdown, group).await;
         } else if failed {

@@ -690,6 +690,17 @@ pub trait JobStore: Send + Sync {
         lease_until: OffsetDateTime,
         kinds: &[JobKind],
     ) -> Result<Option<Job>>;
+    /// Claim up to `limit` runnable jobs of `kinds` at once, by the rules of
+    /// [`JobStore::claim_job`] (oldest first; never two running jobs of one lock key). Fewer
+    /// than `limit` is not the end of the queue: jobs another worker is claiming at the same
+    /// instant are skipped, not waited for.
+    async fn claim_jobs(
+        &self,
+        now: OffsetDateTime,
+        lease_until: OffsetDateTime,
+        kinds: &[JobKind],
+        limit: usize,
+    ) -> Result<Vec<Job>>;
     /// Extend the lease of a running job.
     async fn heartbeat_job(&self, id: &str, lease_until: OffsetDateTime) -> Result<()>;
     async fn complete_job(&self, id: &str) -> Result<()>;

@@ -662,6 +662,16 @@ impl JobStore for Counting {
         self.hit("claim_job");
         self.inner.claim_job(now, lease_until, kinds).await
     }
+    async fn claim_jobs(
+        &self,
+        now: OffsetDateTime,
+        lease_until: OffsetDateTime,
+        kinds: &[JobKind],
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        self.hit("claim_jobs");
+        self.inner.claim_jobs(now, lease_until, kinds, limit).await
+    }
     async fn heartbeat_job(&self, id: &str, lease_until: OffsetDateTime) -> Result<()> {
         self.hit("heartbeat_job");
         self.inner.heartbeat_job(id, lease_until).await

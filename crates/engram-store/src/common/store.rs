@@ -136,6 +136,24 @@ pub(crate) trait Native: Backend + Sized + 'static {
         lease: OffsetDateTime,
         kinds: &[JobKind],
     ) -> Result<Option<Job>>;
+    /// Claim up to `limit` jobs ([`JobStore::claim_jobs`]); one claim after another unless
+    /// the database does better.
+    async fn claim_many(
+        &self,
+        now: OffsetDateTime,
+        lease: OffsetDateTime,
+        kinds: &[JobKind],
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        let mut jobs = Vec::new();
+        while jobs.len() < limit {
+            match self.claim(now, lease, kinds).await? {
+                Some(job) => jobs.push(job),
+                None => break,
+            }
+        }
+        Ok(jobs)
+    }
 }
 
 /// Scored rows of a transcript table with their ids typed (`MessageId`, `SummaryId`).
@@ -580,6 +598,16 @@ impl<D: Native> JobStore for SqlStore<D> {
         kinds: &[JobKind],
     ) -> Result<Option<Job>> {
         self.0.claim(now, lease_until, kinds).await
+    }
+
+    async fn claim_jobs(
+        &self,
+        now: OffsetDateTime,
+        lease_until: OffsetDateTime,
+        kinds: &[JobKind],
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        self.0.claim_many(now, lease_until, kinds, limit).await
     }
 
     async fn heartbeat_job(&self, id: &str, lease_until: OffsetDateTime) -> Result<()> {

@@ -90,3 +90,103 @@ pub(super) async fn claim(
     }
     Ok(None)
 }
+
+/// Claim up to `limit` runnable jobs of `kinds` in one transaction (the embedding lane's
+/// group): the candidates are locked `FOR UPDATE SKIP LOCKED` in one statement, at most one
+/// per lock key is kept, the advisory locks of their keys are taken in one statement (in hash
+/// order, so two groups never wait on each other in a circle), the keys are re-checked in a
+/// fresh snapshot as in [`claim`], and the kept jobs are marked running in one update. Six
+/// round trips for the group, where one claim after another takes about five per job.
+pub(super) async fn claim_many(
+    pool: &PgPool,
+    now: OffsetDateTime,
+    lease_until: OffsetDateTime,
+    kinds: &[JobKind],
+    limit: usize,
+) -> Result<Vec<Job>> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let kinds: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+    let mut tx = pool.begin().await.map_err(db)?;
+    let rows: Vec<PgRow> = sqlx::query(
+        "SELECT j.* FROM jobs j \
+         WHERE ((j.status = 'pending' AND j.run_after <= $1) OR (j.status = 'running' AND j.lease_until <= $1)) \
+           AND j.kind = ANY($2) \
+           AND (j.lock_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs r WHERE r.tenant_id = j.tenant_id \
+                AND r.lock_key = j.lock_key AND r.status = 'running' AND r.lease_until > $1 AND r.id <> j.id)) \
+         ORDER BY j.run_after, j.id COLLATE \"C\" LIMIT $3 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(now)
+    .bind(&kinds)
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(db)?;
+    let mut candidates = Vec::with_capacity(rows.len());
+    let mut keys = std::collections::HashSet::new();
+    for row in &rows {
+        let job = rows::job(row)?;
+        // Two runnable jobs of one key (a pending one and an expired one): the older only.
+        let first = match &job.lock_key {
+            Some(key) => keys.insert((job.tenant_id.as_str().to_owned(), key.clone())),
+            None => true,
+        };
+        if first {
+            candidates.push(job);
+        }
+    }
+    let keyed: Vec<&Job> = candidates.iter().filter(|j| j.lock_key.is_some()).collect();
+    let mut held = std::collections::HashSet::new();
+    if !keyed.is_empty() {
+        let tenants: Vec<&str> = keyed.iter().map(|j| j.tenant_id.as_str()).collect();
+        let locks: Vec<&str> = keyed.iter().filter_map(|j| j.lock_key.as_deref()).collect();
+        let ids: Vec<&str> = keyed.iter().map(|j| j.id.as_str()).collect();
+        sqlx::query(
+            "SELECT pg_advisory_xact_lock(h) FROM (SELECT hashtextextended(t || chr(31) || k, 7) AS h \
+             FROM unnest($1::text[], $2::text[]) AS u(t, k)) l ORDER BY h",
+        )
+        .bind(&tenants)
+        .bind(&locks)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        let taken: Vec<PgRow> = sqlx::query(
+            "SELECT DISTINCT u.i AS id FROM unnest($1::text[], $2::text[], $3::text[]) AS u(t, k, i) \
+             JOIN jobs r ON r.tenant_id = u.t AND r.lock_key = u.k AND r.id <> u.i \
+             WHERE r.status = 'running' AND r.lease_until > $4",
+        )
+        .bind(&tenants)
+        .bind(&locks)
+        .bind(&ids)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
+        for r in &taken {
+            held.insert(col::<String>(r, "id")?);
+        }
+    }
+    candidates.retain(|j| !held.contains(&j.id));
+    if candidates.is_empty() {
+        tx.commit().await.map_err(db)?;
+        return Ok(Vec::new());
+    }
+    let tenants: Vec<&str> = candidates.iter().map(|j| j.tenant_id.as_str()).collect();
+    let ids: Vec<&str> = candidates.iter().map(|j| j.id.as_str()).collect();
+    let claimed: Vec<PgRow> = sqlx::query(
+        "UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_until = $1, updated_at = $2 \
+         WHERE (tenant_id, id) IN (SELECT * FROM unnest($3::text[], $4::text[])) RETURNING *",
+    )
+    .bind(lease_until)
+    .bind(now)
+    .bind(&tenants)
+    .bind(&ids)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(db)?;
+    tx.commit().await.map_err(db)?;
+    let mut jobs = claimed.iter().map(rows::job).collect::<Result<Vec<_>>>()?;
+    jobs.sort_by(|a, b| a.run_after.cmp(&b.run_after).then_with(|| a.id.cmp(&b.id)));
+    Ok(jobs)
+}

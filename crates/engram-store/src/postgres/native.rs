@@ -152,4 +152,14 @@ impl Native for PgDb {
     ) -> Result<Option<Job>> {
         jobs::claim(&self.pool, now, lease, kinds).await
     }
+
+    async fn claim_many(
+        &self,
+        now: OffsetDateTime,
+        lease: OffsetDateTime,
+        kinds: &[JobKind],
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        jobs::claim_many(&self.pool, now, lease, kinds, limit).await
+    }
 }

@@ -31,12 +31,21 @@ pub async fn concurrent_claims_never_hand_out_a_job_twice(a: Arc<dyn Store>, b: 
     let mut tasks = Vec::new();
     for w in 0..12 {
         let s = if w % 2 == 0 { a.clone() } else { b.clone() };
+        // A third of the workers claim in groups (the embedding lane's `claim_jobs`).
+        let grouped = w % 3 == 0;
         tasks.push(tokio::spawn(async move {
             let mut got = Vec::new();
-            while let Some(j) =
-                s.claim_job(base, lease, engram_core::model::JobKind::ALL).await.unwrap()
-            {
-                got.push(j);
+            loop {
+                let kinds = engram_core::model::JobKind::ALL;
+                let batch = if grouped {
+                    s.claim_jobs(base, lease, kinds, 4).await.unwrap()
+                } else {
+                    s.claim_job(base, lease, kinds).await.unwrap().into_iter().collect()
+                };
+                if batch.is_empty() {
+                    break;
+                }
+                got.extend(batch);
             }
             got
         }));

@@ -288,3 +288,62 @@ pub async fn complete_jobs_marks_a_group_done(s: Arc<dyn Store>) {
     assert_eq!(get(&s, &a, &jobs[2].id).await.status, JobStatus::Running);
     s.complete_jobs(&[]).await.unwrap();
 }
+
+pub async fn claim_jobs_takes_a_group_by_the_claim_rules(s: Arc<dyn Store>) {
+    let (a, b) = (tenant("a"), tenant("b"));
+    let base = now();
+    let at = |ms: i64| base + Duration::milliseconds(ms);
+    let lease = base + Duration::seconds(60);
+    let first = job(&a, None, Some("c1"), at(-50));
+    let other_tenant = job(&b, None, Some("c1"), at(-40));
+    let same_key = job(&a, None, Some("c1"), at(-30));
+    let held = job(&a, None, Some("c2"), at(-60));
+    let blocked = job(&a, None, Some("c2"), at(-20));
+    let plain = job(&a, None, None, at(-10));
+    let later = job(&a, None, None, base + Duration::hours(1));
+    let mut other_kind = job(&a, None, None, at(-70));
+    other_kind.kind = JobKind::EmbedMessages;
+    for j in [&first, &other_tenant, &same_key, &held, &blocked, &plain, &later, &other_kind] {
+        s.enqueue_job(j).await.unwrap();
+    }
+    let running = s.claim_job(base, lease, &[JobKind::Extract]).await.unwrap().unwrap();
+    assert_eq!(running.id, held.id, "the oldest extract job");
+
+    assert!(s.claim_jobs(base, lease, &[JobKind::Extract], 0).await.unwrap().is_empty());
+    let group = s.claim_jobs(base, lease, &[JobKind::Extract], 10).await.unwrap();
+    let ids: Vec<&str> = group.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [first.id.as_str(), other_tenant.id.as_str(), plain.id.as_str()],
+        "oldest first; one job per lock key and tenant; none of a key already running; \
+         nothing not due and no other kind"
+    );
+    for j in &group {
+        assert_eq!((j.status, j.attempts, j.lease_until), (JobStatus::Running, 1, Some(lease)));
+        assert_eq!(get(&s, &j.tenant_id, &j.id).await.status, JobStatus::Running);
+    }
+    assert!(s.claim_jobs(base, lease, &[JobKind::Extract], 10).await.unwrap().is_empty());
+
+    // The key frees up when its job ends; the limit caps the group.
+    s.complete_jobs(&[first.id.clone(), running.id.clone()]).await.unwrap();
+    let group = s.claim_jobs(base, lease, &[JobKind::Extract], 1).await.unwrap();
+    assert_eq!(group.iter().map(|j| &j.id).collect::<Vec<_>>(), [&same_key.id]);
+    let group = s.claim_jobs(base, lease, &[JobKind::Extract], 10).await.unwrap();
+    assert_eq!(group.iter().map(|j| &j.id).collect::<Vec<_>>(), [&blocked.id]);
+
+    // Expired leases are claimed again, with their attempts counted.
+    let expired = base + Duration::seconds(61);
+    let group =
+        s.claim_jobs(expired, expired + Duration::seconds(60), JobKind::ALL, 10).await.unwrap();
+    let mut again: Vec<(&str, i64)> = group.iter().map(|j| (j.id.as_str(), j.attempts)).collect();
+    again.sort_unstable();
+    let mut want = vec![
+        (other_tenant.id.as_str(), 2),
+        (plain.id.as_str(), 2),
+        (blocked.id.as_str(), 2),
+        (same_key.id.as_str(), 2),
+        (other_kind.id.as_str(), 1),
+    ];
+    want.sort_unstable();
+    assert_eq!(again, want);
+}

@@ -97,6 +97,7 @@ conformance! {
         jobs::retry_backoff_fail_list,
         jobs::claim_only_the_kinds_asked_for,
         jobs::complete_jobs_marks_a_group_done,
+        jobs::claim_jobs_takes_a_group_by_the_claim_rules,
         extraction::apply_extraction_is_atomic,
     ];
     pair: [

@@ -98,12 +98,16 @@ struct Round {
     more: bool,
 }
 
+/// One round of a conversation: its next `limit` messages without a vector of `model`, as
+/// documents. `tail` holds the last messages the conversation's previous round read: when
+/// they end right before this round's first message they are its context, and only the new
+/// messages are read (a round never re-reads what the one before it read).
 async fn next_round(
     store: &Arc<dyn Store>,
-    tenant: &TenantId,
-    conversation: &ConversationId,
+    (tenant, conversation): (&TenantId, &ConversationId),
     model: &str,
     limit: usize,
+    tail: &mut Vec<Message>,
 ) -> Result<Round> {
     let needed = store.messages_needing_vectors(tenant, conversation, model, limit).await?;
     let (Some(first), Some(last)) = (needed.first(), needed.last()) else {
@@ -113,8 +117,18 @@ async fn next_round(
     // the cap are embedded by a later round; the first one always is, so every round makes
     // progress).
     let from = first.1 - CONTEXT_MESSAGES as i64;
-    let span = usize::try_from(last.1 - from + 1).unwrap_or(usize::MAX).min(10_000);
-    let loaded = store.list_messages(tenant, conversation, from - 1, span).await?;
+    let carried = tail.last().is_some_and(|m| m.seq == first.1 - 1);
+    // Seqs start at 1: a window that starts before the first message would otherwise count
+    // rows past the last needed one.
+    let start = if carried { first.1 } else { from.max(1) };
+    let span = usize::try_from(last.1 - start + 1).unwrap_or(usize::MAX).min(10_000);
+    let read = store.list_messages(tenant, conversation, start - 1, span).await?;
+    let mut loaded: Vec<Message> = Vec::with_capacity(CONTEXT_MESSAGES + read.len());
+    if carried {
+        // The previous round read every message of its window, which ends at `first - 1`.
+        loaded.extend(tail.drain(..).filter(|m| m.seq >= from));
+    }
+    loaded.extend(read);
     let mut ids = Vec::with_capacity(needed.len());
     let mut documents = Vec::with_capacity(needed.len());
     for (id, _) in &needed {
@@ -122,6 +136,7 @@ async fn next_round(
         ids.push(*id);
         documents.push(document(&loaded[..i], &loaded[i]));
     }
+    *tail = loaded.split_off(loaded.len().saturating_sub(CONTEXT_MESSAGES));
     // Erased meanwhile: nothing more to do.
     let more = needed.len() == limit && !ids.is_empty();
     Ok(Round { ids, documents, more })
@@ -171,6 +186,7 @@ pub async fn embed_conversations(
     let model = embedder.model_id().to_string();
     let mut results: Vec<Result<usize>> = vec![Ok(0); conversations.len()];
     let mut pending: Vec<usize> = (0..conversations.len()).collect();
+    let mut tails: Vec<Vec<Message>> = vec![Vec::new(); conversations.len()];
     while !pending.is_empty() {
         let mut next = Vec::new();
         // (conversation index, message ids) per conversation of this round, and the
@@ -181,7 +197,7 @@ pub async fn embed_conversations(
         for &i in &pending {
             let (tenant, conversation) = &conversations[i];
             yield_to.idle_within(YIELD).await;
-            match next_round(store, tenant, conversation, &model, share).await {
+            match next_round(store, (tenant, conversation), &model, share, &mut tails[i]).await {
                 Ok(round) if round.ids.is_empty() => {}
                 Ok(round) => {
                     if round.more {

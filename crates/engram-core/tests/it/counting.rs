@@ -24,9 +24,14 @@ use time::OffsetDateTime;
 struct Counting {
     inner: Arc<dyn Store>,
     calls: Mutex<BTreeMap<&'static str, usize>>,
+    /// Messages returned by `list_messages`, all calls together.
+    messages_read: std::sync::atomic::AtomicUsize,
 }
 
 impl Counting {
+    fn new(inner: Arc<dyn Store>) -> Self {
+        Counting { inner, calls: Mutex::default(), messages_read: Default::default() }
+    }
     fn hit(&self, name: &'static str) {
         *self.calls.lock().unwrap().entry(name).or_default() += 1;
     }
@@ -67,7 +72,7 @@ impl Embedder for Words {
 async fn setup() -> (tempfile::TempDir, Arc<Counting>, Engine) {
     let dir = tempfile::tempdir().unwrap();
     let inner: Arc<dyn Store> = engram_store::open_sqlite(dir.path()).await.unwrap();
-    let counting = Arc::new(Counting { inner, calls: Mutex::default() });
+    let counting = Arc::new(Counting::new(inner));
     let store: Arc<dyn Store> = counting.clone();
     let engine = Engine::new(store, Arc::new(Words), EngineConfig::default()).await.unwrap();
     let admin = Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin };
@@ -405,7 +410,9 @@ impl MessageStore for Counting {
         limit: usize,
     ) -> Result<Vec<Message>> {
         self.hit("list_messages");
-        self.inner.list_messages(tenant, conversation, after_seq, limit).await
+        let read = self.inner.list_messages(tenant, conversation, after_seq, limit).await?;
+        self.messages_read.fetch_add(read.len(), std::sync::atomic::Ordering::Relaxed);
+        Ok(read)
     }
     async fn conversation_owner(
         &self,
@@ -835,10 +842,16 @@ impl MaintenanceStore for Counting {
     }
 }
 
-/// [`Words`], recording the size of every background call.
+/// [`Words`], recording the documents of every background call.
 #[derive(Default)]
 struct Recording {
-    background: Mutex<Vec<usize>>,
+    background: Mutex<Vec<Vec<String>>>,
+}
+
+impl Recording {
+    fn sizes(&self) -> Vec<usize> {
+        self.background.lock().unwrap().iter().map(Vec::len).collect()
+    }
 }
 
 #[async_trait]
@@ -856,7 +869,7 @@ impl Embedder for Recording {
         &self,
         texts: &[String],
     ) -> std::result::Result<Vec<Vec<f32>>, EmbedError> {
-        self.background.lock().unwrap().push(texts.len());
+        self.background.lock().unwrap().push(texts.to_vec());
         Words.embed(texts).await
     }
 }
@@ -868,7 +881,7 @@ impl Embedder for Recording {
 async fn the_embedding_lane_embeds_many_conversations_in_one_batch() {
     let dir = tempfile::tempdir().unwrap();
     let inner: Arc<dyn Store> = engram_store::open_sqlite(dir.path()).await.unwrap();
-    let counting = Arc::new(Counting { inner, calls: Mutex::default() });
+    let counting = Arc::new(Counting::new(inner));
     let store: Arc<dyn Store> = counting.clone();
     let embedder = Arc::new(Recording::default());
     let engine = Engine::new(store, embedder.clone(), EngineConfig::default()).await.unwrap();
@@ -915,7 +928,7 @@ async fn the_embedding_lane_embeds_many_conversations_in_one_batch() {
     shutdown.cancel();
     workers.await.unwrap();
 
-    assert_eq!(*embedder.background.lock().unwrap(), vec![40], "one background call");
+    assert_eq!(embedder.sizes(), vec![40], "one background call");
     assert_eq!(counting.inner.backlog(None).await.unwrap().messages_unembedded, 0);
     let calls = counting.take();
     assert_eq!(calls.get("set_message_vectors"), Some(&2), "one write per tenant: {calls:?}");
@@ -925,4 +938,57 @@ async fn the_embedding_lane_embeds_many_conversations_in_one_batch() {
     assert_eq!(calls.get("complete_job"), None, "{calls:?}");
     let failed = counting.inner.list_jobs(None, Some(JobStatus::Failed), 100).await.unwrap();
     assert!(failed.is_empty(), "{failed:?}");
+}
+
+/// Issue 14: a conversation too long for one round is embedded in several; each round reads
+/// only messages the one before it did not, and the first message of a round still gets the
+/// two messages before it (read by the previous round) as its context.
+#[tokio::test]
+async fn a_long_conversation_is_read_once_across_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn Store> = engram_store::open_sqlite(dir.path()).await.unwrap();
+    let counting = Arc::new(Counting::new(inner));
+    let store: Arc<dyn Store> = counting.clone();
+    let embedder = Arc::new(Recording::default());
+    let engine = Engine::new(store, embedder.clone(), EngineConfig::default()).await.unwrap();
+    let admin = Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin };
+    let conv = ConversationId::parse("long").unwrap();
+    let msgs: Vec<MessageInput> = (0..600)
+        .map(|k| MessageInput {
+            role: MessageRole::User,
+            content: format!("line {k}"),
+            ..Default::default()
+        })
+        .collect();
+    engine
+        .append_messages(&admin, conv.clone(), Some(UserId::parse("u").unwrap()), None, msgs)
+        .await
+        .unwrap();
+    counting.take();
+    counting.messages_read.store(0, std::sync::atomic::Ordering::Relaxed);
+
+    let n = engine.services().embed_conversation(&TenantId::default_tenant(), &conv).await;
+    assert_eq!(n.unwrap(), 600);
+    let sizes = embedder.sizes();
+    assert!(sizes.len() >= 3 && sizes.iter().sum::<usize>() == 600, "rounds: {sizes:?}");
+    assert_eq!(
+        counting.messages_read.load(std::sync::atomic::Ordering::Relaxed),
+        600,
+        "every message read once"
+    );
+    let calls = counting.take();
+    assert_eq!(calls.get("list_messages"), Some(&sizes.len()), "one read per round: {calls:?}");
+    // Each round's first document: the message and the two before it, the previous round's.
+    let background = embedder.background.lock().unwrap();
+    let mut first = 0;
+    for round in background.iter() {
+        let doc = &round[0];
+        assert!(doc.ends_with(&format!("\nline {first}")) || first == 0, "{doc}");
+        if first >= 2 {
+            for k in [first - 2, first - 1] {
+                assert!(doc.contains(&format!("line {k}\n")), "context {k} missing: {doc}");
+            }
+        }
+        first += round.len();
+    }
 }

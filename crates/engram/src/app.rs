@@ -38,7 +38,13 @@ pub async fn store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
 /// Open the store and the embedder named by the settings.
 pub async fn parts(settings: &Settings) -> anyhow::Result<(Arc<dyn Store>, Arc<dyn Embedder>)> {
     let store = store(settings).await?;
-    let cfg = settings.embedder.clone();
+    // `local:` picks its runtime by the vectors the store already holds.
+    let mut recorded = None;
+    if let engram_providers::EmbedderConfig::LocalAuto { .. } = &settings.embedder {
+        recorded =
+            store.embedding_space().await.map_err(|e| anyhow::anyhow!("{}", e.public_message()))?;
+    }
+    let cfg = settings.embedder.for_store(recorded.as_ref().map(|(id, _)| id.as_str()));
     let embedder = tokio::task::spawn_blocking(move || engram_providers::build_embedder(&cfg))
         .await
         .context("embedder start-up panicked")?

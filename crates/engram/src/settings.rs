@@ -28,7 +28,8 @@ pub struct CommonArgs {
     /// Most connections this process opens to PostgreSQL (default 16).
     #[arg(long, env = "ENGRAM_DATABASE_POOL_SIZE", global = true)]
     pub database_pool_size: Option<u32>,
-    /// Embedder: `builtin`, `local:<model dir>`, `local-int8:<model dir>` or `openai`.
+    /// Embedder: `builtin`, `local:<model dir>`, `local-exact:<model dir>`,
+    /// `local-int8:<model dir>` or `openai`.
     #[arg(long, env = "ENGRAM_EMBEDDER", global = true)]
     pub embedder: Option<String>,
     /// Base URL of an OpenAI-compatible embeddings endpoint (with `--embedder openai`).
@@ -318,7 +319,8 @@ fn load_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
     toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
 }
 
-/// Parse `builtin`, `local:<model dir>`, `local-int8:<model dir>` or `openai`.
+/// Parse `builtin`, `local:<model dir>`, `local-exact:<model dir>`, `local-int8:<model dir>`
+/// or `openai`.
 pub fn parse_embedder(
     s: &str,
     base_url: Option<String>,
@@ -331,6 +333,12 @@ pub fn parse_embedder(
     if let Some(dir) = s.strip_prefix("local:") {
         if dir.is_empty() {
             bail!("--embedder local:<model dir> needs a directory");
+        }
+        return Ok(EmbedderConfig::LocalAuto { dir: PathBuf::from(dir) });
+    }
+    if let Some(dir) = s.strip_prefix("local-exact:") {
+        if dir.is_empty() {
+            bail!("--embedder local-exact:<model dir> needs a directory");
         }
         return Ok(EmbedderConfig::Local { dir: PathBuf::from(dir) });
     }
@@ -348,8 +356,8 @@ pub fn parse_embedder(
         return Ok(EmbedderConfig::OpenAi { base_url, model, api_key, dims: None });
     }
     bail!(
-        "unknown embedder '{s}'; expected builtin, local:<model dir>, local-int8:<model dir> or \
-         openai"
+        "unknown embedder '{s}'; expected builtin, local:<model dir>, local-exact:<model dir>, \
+         local-int8:<model dir> or openai"
     )
 }
 
@@ -361,10 +369,12 @@ mod tests {
     fn embedder_names_parse_to_their_configs() {
         assert!(matches!(parse_embedder("builtin", None, None, None), Ok(EmbedderConfig::Builtin)));
         let local = parse_embedder("local:/m", None, None, None).unwrap();
-        assert!(matches!(local, EmbedderConfig::Local { dir } if dir == Path::new("/m")));
+        assert!(matches!(local, EmbedderConfig::LocalAuto { dir } if dir == Path::new("/m")));
+        let exact = parse_embedder("local-exact:/m", None, None, None).unwrap();
+        assert!(matches!(exact, EmbedderConfig::Local { dir } if dir == Path::new("/m")));
         let int8 = parse_embedder("local-int8:/m", None, None, None).unwrap();
         assert!(matches!(int8, EmbedderConfig::LocalInt8 { dir } if dir == Path::new("/m")));
-        for bad in ["local:", "local-int8:", "onnx:/m"] {
+        for bad in ["local:", "local-exact:", "local-int8:", "onnx:/m"] {
             let err = parse_embedder(bad, None, None, None).unwrap_err().to_string();
             assert!(err.contains("local"), "{bad}: {err}");
         }

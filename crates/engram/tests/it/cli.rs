@@ -465,6 +465,70 @@ async fn output_into_a_closed_pipe_ends_quietly(backend: Backend) {
     }
 }
 
+/// `engram <args>` on `db` with `--embedder <embedder>` instead of the test default.
+#[track_caller]
+fn ok_with(db: &Db, embedder: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(crate::helpers::bin())
+        .arg("--data-dir")
+        .arg(db.dir())
+        .args(db.store_args())
+        .args(["--embedder", embedder])
+        .args(args)
+        .env("ENGRAM_LOG", "warn")
+        .output()
+        .expect("run engram");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "engram {args:?} failed\nstdout: {stdout}\nstderr: {stderr}");
+    stdout.into_owned()
+}
+
+/// The embedding model of every memory row of `db`'s export.
+fn memory_models(db: &Db) -> Vec<String> {
+    let rows = rows(&export(db));
+    table(&rows, "memories")
+        .iter()
+        .map(|m| m["embedding_model"].as_str().expect("embedded").to_string())
+        .collect()
+}
+
+/// Issue 14: `--embedder local:` gives a new store the int8 graph (twice the background
+/// throughput, the same LoCoMo recall; on a CPU with VNNI), and keeps a store of the exact model's vectors on the
+/// exact model: an existing deployment never has its vectors changed under it.
+async fn local_picks_int8_for_a_new_store_and_keeps_an_exact_store_exact(backend: Backend) {
+    let dir = engram_providers::testing::minilm_dir();
+    assert!(engram_providers::int8_available(&dir), "scripts/fetch-onnx.sh makes the int8 graph");
+    let (auto, exact) =
+        (format!("local:{}", dir.display()), format!("local-exact:{}", dir.display()));
+
+    let new = Db::new(backend).await;
+    ok_with(&new, &auto, &["remember", "The user keeps bees in the garden.", "--user", "u"]);
+    let models = memory_models(&new);
+    // int8 where it was measured to keep quality (a CPU with VNNI, as this project's).
+    let int8 = engram_providers::int8_keeps_quality();
+    assert!(models.len() == 1 && models[0].ends_with("-int8") == int8, "{models:?}");
+
+    let old = Db::new(backend).await;
+    ok_with(&old, &exact, &["remember", "The user keeps bees in the garden.", "--user", "u"]);
+    ok_with(&old, &auto, &["remember", "The user's sister lives in Oslo.", "--user", "u"]);
+    let models = memory_models(&old);
+    assert_eq!(models.len(), 2);
+    assert!(models[0] == models[1] && !models[0].ends_with("-int8"), "{models:?}");
+    let out = ok_with(&old, &auto, &["recall", "where does her sister live", "--user", "u"]);
+    assert!(out.contains("Oslo"), "{out}");
+    // Asked for by name, int8 on the exact store is refused until `engram reembed`.
+    let int8 = format!("local-int8:{}", dir.display());
+    let o = std::process::Command::new(crate::helpers::bin())
+        .arg("--data-dir")
+        .arg(old.dir())
+        .args(old.store_args())
+        .args(["--embedder", &int8, "recall", "sister", "--user", "u"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("reembed"), "{err}");
+}
+
 async fn a_malformed_import_line_is_named_and_nothing_is_imported(backend: Backend) {
     let src = Db::new(backend).await;
     remember(&src, &["The user lives in Bengaluru.", "--user", "alice"]);
@@ -760,6 +824,7 @@ on_both_backends!(
     recall_is_not_swayed_by_a_function_word_the_query_shares_with_a_fact,
     a_malformed_import_line_is_named_and_nothing_is_imported,
     output_into_a_closed_pipe_ends_quietly,
+    local_picks_int8_for_a_new_store_and_keeps_an_exact_store_exact,
     keys_are_printed_once_listed_without_secret_and_revocable,
     bad_cli_input_fails_with_a_clear_message_and_stores_nothing,
     the_cli_and_a_running_server_share_one_data_dir,

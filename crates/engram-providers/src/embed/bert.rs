@@ -615,16 +615,23 @@ fn background_pool(threads: usize) -> Result<rayon::ThreadPool, EmbedError> {
 }
 
 /// Move the calling thread to Linux's `SCHED_IDLE` policy (it runs only when nothing else
-/// wants the core, and a waking request thread preempts it at once) at nice 19.
+/// wants the core, and a waking request thread preempts it at once); where that is refused,
+/// to nice 19. `SCHED_IDLE` has no nice level: the crate takes only its minimum priority
+/// (0) for it, and a niceness would be refused.
 pub(crate) fn lowest_priority() -> Result<(), thread_priority::Error> {
     use thread_priority::{
         NormalThreadSchedulePolicy, ThreadPriority, ThreadPriorityValue, ThreadSchedulePolicy,
+        set_thread_priority_and_policy,
     };
-    thread_priority::set_thread_priority_and_policy(
-        thread_priority::thread_native_id(),
-        ThreadPriority::Crossplatform(ThreadPriorityValue::MIN),
-        ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle),
-    )
+    let me = thread_priority::thread_native_id();
+    let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+    set_thread_priority_and_policy(me, ThreadPriority::Min, idle).or_else(|_| {
+        set_thread_priority_and_policy(
+            me,
+            ThreadPriority::Crossplatform(ThreadPriorityValue::MIN),
+            ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other),
+        )
+    })
 }
 
 fn worker_failed(e: tokio::task::JoinError) -> EmbedError {
@@ -634,6 +641,23 @@ fn worker_failed(e: tokio::task::JoinError) -> EmbedError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The background pool's threads really run under `SCHED_IDLE` (a refused policy only
+    /// logs a warning, so nothing else would notice).
+    #[test]
+    fn background_threads_run_at_the_idle_policy() {
+        use thread_priority::{NormalThreadSchedulePolicy, ThreadSchedulePolicy};
+        let pool = background_pool(2).unwrap();
+        let policies: Vec<_> = pool.broadcast(|_| thread_priority::thread_schedule_policy());
+        for p in policies {
+            assert_eq!(p.unwrap(), ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle));
+        }
+        // The request path's threads keep their normal policy.
+        assert_eq!(
+            thread_priority::thread_schedule_policy().unwrap(),
+            ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other)
+        );
+    }
 
     #[test]
     fn background_batches_stay_within_their_padded_size() {

@@ -45,6 +45,8 @@ pub struct WorkerConfig {
     /// Embedding lanes of this process (each claims and embeds its own group: while one
     /// embeds, the other reads or writes).
     pub embedding_lanes: usize,
+    /// How often expired working memory is deleted ([`sweeper`]).
+    pub sweep_every: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -56,6 +58,7 @@ impl Default for WorkerConfig {
             backoff: Duration::from_secs(2),
             grace: Duration::from_secs(10),
             embedding_lanes: 2,
+            sweep_every: Duration::from_secs(60),
         }
     }
 }
@@ -85,8 +88,25 @@ pub async fn run_workers(engine: Services, cfg: WorkerConfig, shutdown: Cancella
         let (engine, cfg, shutdown) = (engine.clone(), cfg.clone(), shutdown.clone());
         tasks.push(tokio::spawn(embedding_lane(engine, cfg, shutdown)));
     }
+    tasks.push(tokio::spawn(sweeper(engine.clone(), cfg.clone(), shutdown.clone())));
     for t in tasks {
         let _ = t.await;
+    }
+}
+
+/// Delete expired working memory now and every `cfg.sweep_every` (reads never return it
+/// anyway: this only frees the rows).
+pub async fn sweeper(engine: Services, cfg: WorkerConfig, shutdown: CancellationToken) {
+    loop {
+        match engine.store().sweep_state(crate::model::now()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(entries = n, "expired working memory swept"),
+            Err(e) => tracing::warn!(error = %e, "cannot sweep expired working memory"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(cfg.sweep_every) => {}
+        }
     }
 }
 

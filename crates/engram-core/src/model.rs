@@ -90,6 +90,34 @@ string_id!(
     "conversation_id"
 );
 
+string_id!(
+    /// A working-memory session (a run or task of an agent), chosen by the client.
+    SessionId,
+    "session_id"
+);
+string_id!(
+    /// The name of a value in a session's working memory.
+    StateKey,
+    "key"
+);
+
+/// One entry of working memory (seeds 002, 003): short-lived state of a (user, agent,
+/// session), never embedded, extracted or searched; unreadable once `expires_at` passes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionState {
+    pub tenant_id: TenantId,
+    pub user_id: UserId,
+    /// None: the user's working memory outside any agent.
+    pub agent_id: Option<AgentId>,
+    pub session_id: SessionId,
+    pub key: StateKey,
+    pub value: serde_json::Value,
+    pub expires_at: OffsetDateTime,
+    /// When the entry was first put (a put over an expired entry starts a new one).
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+}
+
 impl TenantId {
     /// The tenant of local mode (no API keys configured).
     pub fn default_tenant() -> Self {

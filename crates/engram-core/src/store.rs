@@ -37,7 +37,8 @@ use time::OffsetDateTime;
 use crate::error::Result;
 use crate::model::{
     Agent, AgentId, Category, ConversationId, EventKind, Job, JobKind, JobStatus, KeyRole, Kind,
-    Memory, MemoryEvent, MemoryId, Message, MessageId, Summary, SummaryId, TenantId, UserId,
+    Memory, MemoryEvent, MemoryId, Message, MessageId, SessionId, SessionState, StateKey, Summary,
+    SummaryId, TenantId, UserId,
 };
 
 /// Which memories a read sees.
@@ -180,6 +181,8 @@ pub struct EraseCounts {
     pub cursors: u64,
     pub recalls: u64,
     pub context_sessions: u64,
+    /// Working-memory entries.
+    pub session_state: u64,
 }
 
 /// Counters for `/v1/stats`.
@@ -306,19 +309,27 @@ pub struct RestoreState {
 /// (`backup` of the whole store, `restore`: every row names its tenant). None of them is
 /// reachable with a tenant's key over the API.
 pub trait Store:
-    MemoryStore + MessageStore + SummaryStore + JobStore + AccessStore + MaintenanceStore
+    MemoryStore + MessageStore + SummaryStore + JobStore + AccessStore + StateStore + MaintenanceStore
 {
 }
 
-impl<T: MemoryStore + MessageStore + SummaryStore + JobStore + AccessStore + MaintenanceStore> Store
-    for T
+impl<
+    T: MemoryStore
+        + MessageStore
+        + SummaryStore
+        + JobStore
+        + AccessStore
+        + StateStore
+        + MaintenanceStore,
+> Store for T
 {
 }
 
 /// Every part of [`Store`], to import at once where a store is used.
 pub mod prelude {
     pub use super::{
-        AccessStore, JobStore, MaintenanceStore, MemoryStore, MessageStore, Store, SummaryStore,
+        AccessStore, JobStore, MaintenanceStore, MemoryStore, MessageStore, StateStore, Store,
+        SummaryStore,
     };
 }
 
@@ -718,6 +729,51 @@ pub trait JobStore: Send + Sync {
     ) -> Result<Vec<Job>>;
     /// Put a failed job back in the queue with its attempts reset; `NotFound` unless failed.
     async fn retry_job(&self, tenant: Option<&TenantId>, id: &str) -> Result<()>;
+}
+
+/// The address of a session's working memory inside a tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateScope {
+    pub user: UserId,
+    /// None: the user's working memory outside any agent.
+    pub agent: Option<AgentId>,
+    pub session: SessionId,
+}
+
+/// Working memory: key-value entries per (tenant, user, agent, session) with an expiry. No
+/// read returns an entry whose `expires_at` is at or before the `now` it is given;
+/// [`StateStore::sweep_state`] deletes them.
+#[async_trait]
+pub trait StateStore: Send + Sync {
+    /// Create or replace an entry (at `row.updated_at`); replacing a live entry keeps its
+    /// `created_at`. Returns the entry as stored.
+    async fn put_state(&self, row: &SessionState) -> Result<SessionState>;
+    async fn get_state(
+        &self,
+        tenant: &TenantId,
+        scope: &StateScope,
+        key: &StateKey,
+        now: OffsetDateTime,
+    ) -> Result<Option<SessionState>>;
+    /// Delete an entry; true when a live one was deleted.
+    async fn delete_state(
+        &self,
+        tenant: &TenantId,
+        scope: &StateScope,
+        key: &StateKey,
+        now: OffsetDateTime,
+    ) -> Result<bool>;
+    /// The live entries of one session by key (at most 1,000), or with `scope` None of every
+    /// session of the user.
+    async fn list_state(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        scope: Option<&StateScope>,
+        now: OffsetDateTime,
+    ) -> Result<Vec<SessionState>>;
+    /// Delete the expired entries of every tenant; returns how many.
+    async fn sweep_state(&self, now: OffsetDateTime) -> Result<u64>;
 }
 
 /// Who may call: API keys (stored hashed) and agent settings.

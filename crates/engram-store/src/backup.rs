@@ -70,6 +70,7 @@ fn order_by(table: &str) -> &'static str {
         "extraction_cursors" => "tenant_id, conversation_id",
         "recalls" => "tenant_id, turn_id, memory_id",
         "context_sessions" => "tenant_id, session_id, user_id, pool",
+        "session_state" => "tenant_id, user_id, agent_id, session_id, key",
         _ => "tenant_id, id",
     }
 }

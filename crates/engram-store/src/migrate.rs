@@ -20,6 +20,7 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
     (5, "ids_per_tenant", include_str!("../migrations/sqlite/0005_ids_per_tenant.sql")),
     (6, "summary_dag", include_str!("../migrations/sqlite/0006_summary_dag.sql")),
     (7, "transcript_access", include_str!("../migrations/sqlite/0007_transcript_access.sql")),
+    (8, "session_state", include_str!("../migrations/sqlite/0008_session_state.sql")),
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.
@@ -31,6 +32,7 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
     (5, "vector_covering", include_str!("../migrations/postgres/0005_vector_covering.sql")),
     (6, "summary_dag", include_str!("../migrations/postgres/0006_summary_dag.sql")),
     (7, "transcript_access", include_str!("../migrations/postgres/0007_transcript_access.sql")),
+    (8, "session_state", include_str!("../migrations/postgres/0008_session_state.sql")),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

@@ -269,6 +269,22 @@ pub(crate) const TABLES: &[Table] = &[
         fts: &[],
         overriding: false,
     },
+    Table {
+        name: "session_state",
+        cols: &[
+            ("tenant_id", Text),
+            ("user_id", Text),
+            ("agent_id", Text),
+            ("session_id", Text),
+            ("key", Text),
+            ("value", Json),
+            ("expires_at", Ts),
+            ("created_at", Ts),
+            ("updated_at", Ts),
+        ],
+        fts: &[],
+        overriding: false,
+    },
 ];
 
 /// The statements that erase one user (GDPR): every table that holds the user's rows
@@ -320,6 +336,7 @@ pub(crate) fn count_erased(counts: &mut engram_core::store::EraseCounts, table: 
         "extraction_cursors" => counts.cursors += n,
         "recalls" => counts.recalls += n,
         "context_sessions" => counts.context_sessions += n,
+        "session_state" => counts.session_state += n,
         _ => {}
     }
 }

@@ -1,4 +1,4 @@
-//! The MCP interface (SPEC §4): eight tools over the [`Engine`], served over stdio by
+//! The MCP interface (SPEC §4): twelve tools over the [`Engine`], served over stdio by
 //! `engram mcp` and over streamable HTTP at `/mcp` by `engram serve` (rmcp, the official
 //! MCP Rust SDK).
 //!
@@ -17,6 +17,7 @@
 //! | `memory_search` | `search` | hybrid search over memories and/or transcript messages, with filters and `explain` |
 //! | `memory_browse` | `messages` | a conversation's transcript, chronologically, page by page |
 //! | `memory_stats` | `stats` | queue depth, failed jobs, embedding coverage, counts (admin) |
+//! | `working_memory_set` / `_get` / `_delete` / `_list` | `put_state` … | short-lived state per (user, agent, session), with a TTL ([`state`]) |
 //!
 //! engram has no entity graph: `relate` keeps a relation as what engram already stores
 //! well — a standalone `relationship` fact ("Anna is the user's sister."), with
@@ -55,6 +56,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::api::dto::{self, MemoryDto, MessageDto};
+
+mod state;
 use crate::api::results::SearchResultDto;
 
 /// What the server tells a client (and its model) at `initialize`.
@@ -122,7 +125,10 @@ impl McpServer {
                 let s = self.engine.stats(p).await?;
                 Ok(Outcome::json(to_value(crate::api::dto::StatsDto::from(s))?))
             }
-            other => Err(Error::not_found(format!("tool '{other}'"))),
+            other => match state::call(&self.engine, p, other, args).await {
+                Some(r) => r,
+                None => Err(Error::not_found(format!("tool '{other}'"))),
+            },
         }
     }
 }
@@ -542,7 +548,7 @@ fn tool<T: JsonSchema + 'static>(
 }
 
 /// The names of the tools, in the order of [`tools`].
-const TOOL_NAMES: [&str; 8] = [
+const TOOL_NAMES: [&str; 12] = [
     "remember",
     "recall",
     "forget",
@@ -551,15 +557,19 @@ const TOOL_NAMES: [&str; 8] = [
     "memory_search",
     "memory_browse",
     "memory_stats",
+    "working_memory_set",
+    "working_memory_get",
+    "working_memory_delete",
+    "working_memory_list",
 ];
 
-/// The eight tools, with their input schemas (named as [`TOOL_NAMES`]).
+/// The twelve tools, with their input schemas (named as [`TOOL_NAMES`]).
 pub fn tools() -> Vec<Tool> {
     let read = |title: &str| ToolAnnotations::with_title(title).read_only(true).open_world(false);
     let write = |title: &str| {
         ToolAnnotations::with_title(title).read_only(false).destructive(false).open_world(false)
     };
-    vec![
+    let mut all = vec![
         tool::<RememberArgs>(
             "remember",
             "Store a durable fact about a user: one standalone third-person sentence (\"The user \
@@ -626,7 +636,9 @@ pub fn tools() -> Vec<Tool> {
              health and the embedder and LLM in use.",
             read("Memory system stats"),
         ),
-    ]
+    ];
+    all.extend(state::tools());
+    all
 }
 
 fn error_result(e: &Error) -> CallToolResult {

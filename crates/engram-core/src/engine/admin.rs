@@ -83,6 +83,8 @@ impl Engine {
             summaries
                 .extend(self.svc.store.conversation_summaries(&p.tenant, c, None, false).await?);
         }
+        let now = crate::model::now();
+        let session_state = self.svc.store.list_state(&p.tenant, user, None, now).await?;
         Ok(UserExport {
             tenant_id: p.tenant.clone(),
             user_id: user.clone(),
@@ -90,6 +92,7 @@ impl Engine {
             events,
             messages,
             summaries,
+            session_state,
         })
     }
 

@@ -40,6 +40,7 @@ mod remember;
 mod scope;
 mod search;
 mod short_term;
+mod state;
 mod summaries;
 mod synthesis;
 mod types;
@@ -49,6 +50,7 @@ pub use crate::services::EngineConfig;
 pub use crate::services::Services;
 pub use access::Operator;
 use scope::{View, ViewKey};
+pub use state::{DEFAULT_STATE_TTL, MAX_STATE_BYTES, MAX_STATE_TTL, StateAddress};
 pub use synthesis::{Citation, Synthesis};
 pub use types::*;
 

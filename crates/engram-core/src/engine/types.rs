@@ -309,6 +309,8 @@ pub struct UserExport {
     pub messages: Vec<Message>,
     /// The summaries of the user's conversations.
     pub summaries: Vec<Summary>,
+    /// The user's live working memory, every session.
+    pub session_state: Vec<crate::model::SessionState>,
 }
 
 /// Outcome of an import.

@@ -16,7 +16,7 @@ use engram_core::store::prelude::*;
 use engram_core::store::{
     Activity, ApiKey, Backlog, BackupRow, BackupScope, ContextSession, ConversationInfo,
     EraseCounts, ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, NewSummary, RestoreState,
-    StoreStats, TranscriptFilter,
+    StateScope, StoreStats, TranscriptFilter,
 };
 use time::OffsetDateTime;
 
@@ -716,6 +716,48 @@ impl JobStore for Counting {
 }
 
 #[async_trait]
+impl StateStore for Counting {
+    async fn put_state(&self, row: &SessionState) -> Result<SessionState> {
+        self.hit("put_state");
+        self.inner.put_state(row).await
+    }
+    async fn get_state(
+        &self,
+        tenant: &TenantId,
+        scope: &StateScope,
+        key: &StateKey,
+        now: OffsetDateTime,
+    ) -> Result<Option<SessionState>> {
+        self.hit("get_state");
+        self.inner.get_state(tenant, scope, key, now).await
+    }
+    async fn delete_state(
+        &self,
+        tenant: &TenantId,
+        scope: &StateScope,
+        key: &StateKey,
+        now: OffsetDateTime,
+    ) -> Result<bool> {
+        self.hit("delete_state");
+        self.inner.delete_state(tenant, scope, key, now).await
+    }
+    async fn list_state(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        scope: Option<&StateScope>,
+        now: OffsetDateTime,
+    ) -> Result<Vec<SessionState>> {
+        self.hit("list_state");
+        self.inner.list_state(tenant, user, scope, now).await
+    }
+    async fn sweep_state(&self, now: OffsetDateTime) -> Result<u64> {
+        self.hit("sweep_state");
+        self.inner.sweep_state(now).await
+    }
+}
+
+#[async_trait]
 impl AccessStore for Counting {
     async fn create_api_key(&self, key: &ApiKey, secret_hash: &str) -> Result<()> {
         self.hit("create_api_key");
@@ -991,4 +1033,58 @@ async fn a_long_conversation_is_read_once_across_rounds() {
         }
         first += round.len();
     }
+}
+
+/// Issue 15: the workers delete expired working memory in the background (a read never
+/// returns it anyway); a live entry stays.
+#[tokio::test]
+async fn the_workers_sweep_expired_working_memory() {
+    let (_dir, counting, engine) = setup().await;
+    let admin = Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin };
+    let at = engram_core::engine::StateAddress {
+        user_id: Some(UserId::parse("u").unwrap()),
+        agent_id: None,
+    };
+    let session = || SessionId::parse("run").unwrap();
+    let short = engine
+        .put_state(
+            &admin,
+            &at,
+            session(),
+            StateKey::parse("code").unwrap(),
+            serde_json::json!("493021"),
+            Some(time::Duration::seconds(1)),
+        )
+        .await
+        .unwrap();
+    engine
+        .put_state(&admin, &at, session(), StateKey::parse("plan").unwrap(), 1.into(), None)
+        .await
+        .unwrap();
+    let user = UserId::parse("u").unwrap();
+    let rows_at_start =
+        || counting.inner.list_state(&short.tenant_id, &user, None, short.created_at);
+    assert_eq!(rows_at_start().await.unwrap().len(), 2);
+
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let cfg = engram_core::jobs::WorkerConfig {
+        sweep_every: std::time::Duration::from_millis(50),
+        ..Default::default()
+    };
+    let workers = tokio::spawn(engram_core::jobs::run_workers(
+        engine.services().clone(),
+        cfg,
+        shutdown.clone(),
+    ));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    // Read as of its creation, the entry is there until the sweep deletes the row.
+    while rows_at_start().await.unwrap().len() == 2 {
+        assert!(std::time::Instant::now() < deadline, "the expired entry was never swept");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    shutdown.cancel();
+    workers.await.unwrap();
+    let left = rows_at_start().await.unwrap();
+    assert_eq!(left.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), ["plan"]);
+    assert!(short.expires_at <= engram_core::model::now(), "swept before it expired");
 }

@@ -17,6 +17,7 @@ pub(crate) mod jobs;
 pub(crate) mod memories;
 pub(crate) mod messages;
 pub(crate) mod rows;
+pub(crate) mod state;
 pub(crate) mod store;
 pub(crate) mod summaries;
 

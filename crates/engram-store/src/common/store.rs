@@ -12,13 +12,13 @@ use async_trait::async_trait;
 use engram_core::error::Result;
 use engram_core::model::{
     Agent, AgentId, ConversationId, Job, JobKind, JobStatus, Memory, MemoryEvent, MemoryId,
-    Message, MessageId, Summary, SummaryId, TenantId, UserId,
+    Message, MessageId, SessionState, StateKey, Summary, SummaryId, TenantId, UserId,
 };
 use engram_core::store::prelude::*;
 use engram_core::store::{
     Activity, ApiKey, Backlog, BackupRow, BackupScope, ContextSession, ConversationInfo,
     EraseCounts, ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, NewSummary, RestoreState,
-    StoreStats, TranscriptFilter,
+    StateScope, StoreStats, TranscriptFilter,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -642,6 +642,47 @@ impl<D: Native> JobStore for SqlStore<D> {
 
     async fn retry_job(&self, tenant: Option<&TenantId>, id: &str) -> Result<()> {
         jobs::retry(&self.0, tenant, id).await
+    }
+}
+
+#[async_trait]
+impl<D: Native> StateStore for SqlStore<D> {
+    async fn put_state(&self, row: &SessionState) -> Result<SessionState> {
+        super::state::put(&self.0, row).await
+    }
+
+    async fn get_state(
+        &self,
+        tenant: &TenantId,
+        scope: &StateScope,
+        key: &StateKey,
+        now: OffsetDateTime,
+    ) -> Result<Option<SessionState>> {
+        super::state::get(&self.0, tenant, scope, key, now).await
+    }
+
+    async fn delete_state(
+        &self,
+        tenant: &TenantId,
+        scope: &StateScope,
+        key: &StateKey,
+        now: OffsetDateTime,
+    ) -> Result<bool> {
+        super::state::delete(&self.0, tenant, scope, key, now).await
+    }
+
+    async fn list_state(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        scope: Option<&StateScope>,
+        now: OffsetDateTime,
+    ) -> Result<Vec<SessionState>> {
+        super::state::list(&self.0, tenant, user, scope, now).await
+    }
+
+    async fn sweep_state(&self, now: OffsetDateTime) -> Result<u64> {
+        super::state::sweep(&self.0, now).await
     }
 }
 

@@ -83,6 +83,19 @@ async fn fill(s: &Arc<dyn Store>, t: &TenantId) {
     })
     .await
     .unwrap();
+    s.put_state(&engram_core::model::SessionState {
+        tenant_id: t.clone(),
+        user_id: u.clone(),
+        agent_id: Some(AgentId::parse("support").unwrap()),
+        session_id: engram_core::model::SessionId::parse("run-1").unwrap(),
+        key: engram_core::model::StateKey::parse("plan").unwrap(),
+        value: json!({"steps": ["greet", "solve"], "done": 1}),
+        expires_at: at + time::Duration::hours(1),
+        created_at: at,
+        updated_at: at,
+    })
+    .await
+    .unwrap();
 }
 
 pub async fn backup_restore_into_another_tenant(s: Arc<dyn Store>) {
@@ -90,7 +103,15 @@ pub async fn backup_restore_into_another_tenant(s: Arc<dyn Store>) {
     fill(&s, &t1).await;
     let rows = backup(&s, &t1).await;
     let tables: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.table.as_str()).collect();
-    for t in ["agents", "memories", "memory_events", "conversations", "messages", "jobs"] {
+    for t in [
+        "agents",
+        "memories",
+        "memory_events",
+        "conversations",
+        "messages",
+        "jobs",
+        "session_state",
+    ] {
         if t != "jobs" {
             assert!(tables.contains(t), "no {t} in the backup: {tables:?}");
         }

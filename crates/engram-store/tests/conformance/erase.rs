@@ -18,6 +18,8 @@ struct Snapshot {
     recalled: Vec<engram_core::model::MemoryId>,
     session: Option<ContextSession>,
     vector_hits: usize,
+    /// Working-memory entries of every session.
+    state: Vec<engram_core::model::SessionState>,
 }
 
 async fn populate(s: &Arc<dyn Store>, t: &TenantId, u: &UserId, tag: &str) {
@@ -63,6 +65,18 @@ async fn populate(s: &Arc<dyn Store>, t: &TenantId, u: &UserId, tag: &str) {
         created_at: now(),
     };
     s.put_context_session(t, &session).await.unwrap();
+    let state = engram_core::model::SessionState {
+        tenant_id: t.clone(),
+        user_id: u.clone(),
+        agent_id: None,
+        session_id: engram_core::model::SessionId::parse(format!("run-{tag}")).unwrap(),
+        key: engram_core::model::StateKey::parse("plan").unwrap(),
+        value: serde_json::json!({ "tag": tag }),
+        expires_at: now() + time::Duration::hours(1),
+        created_at: now(),
+        updated_at: now(),
+    };
+    s.put_state(&state).await.unwrap();
 }
 
 async fn snapshot(s: &Arc<dyn Store>, t: &TenantId, u: &UserId, tag: &str) -> Snapshot {
@@ -87,6 +101,7 @@ async fn snapshot(s: &Arc<dyn Store>, t: &TenantId, u: &UserId, tag: &str) -> Sn
         recalled: s.recalled(t, &format!("turn-{tag}")).await.unwrap(),
         session: s.get_context_session(t, &format!("sess-{tag}"), u, None).await.unwrap(),
         vector_hits: s.vector_search(t, &f, &unit(4, 2), 10).await.unwrap().len(),
+        state: s.list_state(t, u, None, now()).await.unwrap(),
     }
 }
 
@@ -102,7 +117,10 @@ pub async fn erase_user_removes_only_that_user(s: Arc<dyn Store>) {
     let before_other = snapshot(&s, &t2, &u1, "c").await;
     assert_eq!(before_u1.vector_hits, 1);
     assert!(
-        before_u1.cursor.is_some() && before_u1.session.is_some() && !before_u1.recalled.is_empty()
+        before_u1.cursor.is_some()
+            && before_u1.session.is_some()
+            && !before_u1.recalled.is_empty()
+            && before_u1.state.len() == 1
     );
 
     let counts = s.erase_user(&t, &u1).await.unwrap();
@@ -118,6 +136,7 @@ pub async fn erase_user_removes_only_that_user(s: Arc<dyn Store>) {
             cursors: 1,
             recalls: 1,
             context_sessions: 1,
+            session_state: 1,
         }
     );
     assert_eq!((counts.memories, counts.memory_events, counts.messages, counts.jobs), (2, 3, 2, 1));
@@ -134,6 +153,7 @@ pub async fn erase_user_removes_only_that_user(s: Arc<dyn Store>) {
             recalled: vec![],
             session: None,
             vector_hits: 0,
+            state: vec![],
         }
     );
     let c = ConversationId::parse("conv-a").unwrap();

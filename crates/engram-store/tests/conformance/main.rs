@@ -17,6 +17,7 @@ mod memories;
 mod message_vectors;
 mod pg_only;
 mod search;
+mod state;
 mod summaries;
 mod tls;
 mod unavailable;
@@ -98,6 +99,8 @@ conformance! {
         jobs::claim_only_the_kinds_asked_for,
         jobs::complete_jobs_marks_a_group_done,
         jobs::claim_jobs_takes_a_group_by_the_claim_rules,
+        state::state_is_kept_per_address_and_expires,
+        state::state_lists_deletes_and_sweeps,
         extraction::apply_extraction_is_atomic,
     ];
     pair: [

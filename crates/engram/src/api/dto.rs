@@ -683,6 +683,8 @@ pub struct EraseCountsDto {
     pub cursors: u64,
     pub recalls: u64,
     pub context_sessions: u64,
+    /// Working-memory entries.
+    pub session_state: u64,
 }
 
 impl From<&engram_core::store::EraseCounts> for EraseCountsDto {
@@ -697,6 +699,7 @@ impl From<&engram_core::store::EraseCounts> for EraseCountsDto {
             cursors: c.cursors,
             recalls: c.recalls,
             context_sessions: c.context_sessions,
+            session_state: c.session_state,
         }
     }
 }
@@ -800,6 +803,8 @@ pub struct UserExportDto {
     pub events: Vec<EventDto>,
     pub messages: Vec<MessageDto>,
     pub summaries: Vec<SummaryDto>,
+    /// The user's live working memory, every session.
+    pub session_state: Vec<super::state::StateEntryDto>,
 }
 
 impl From<&engram_core::engine::UserExport> for UserExportDto {
@@ -811,6 +816,7 @@ impl From<&engram_core::engine::UserExport> for UserExportDto {
             events: x.events.iter().map(Into::into).collect(),
             messages: x.messages.iter().map(Into::into).collect(),
             summaries: x.summaries.iter().map(Into::into).collect(),
+            session_state: x.session_state.iter().map(Into::into).collect(),
         }
     }
 }

@@ -13,3 +13,4 @@ pub mod auth;
 pub mod dto;
 pub mod error;
 pub mod results;
+pub mod state;

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod other;
 pub mod search;
+pub mod state;
 pub mod summaries;
 
 use std::sync::Arc;
@@ -142,7 +143,8 @@ fn is_loopback_name(name: &str) -> bool {
         memories::create, memories::batch, memories::list, memories::get_one, memories::patch, memories::delete,
         memories::history, memories::rate, search::search, search::context, conversations::append,
         conversations::browse, conversations::get, summaries::get, conversations::end, conversations::rate_message, other::put_agent, other::get_agent,
-        other::erase_user, other::export_user, other::stats, healthz
+        other::erase_user, other::export_user, other::stats, state::put, state::get, state::delete,
+        state::list, healthz
     ),
     components(schemas(error::ErrorBody, dto::MemoryDto, dto::EventDto, dto::MessageDto, results::SearchResultDto, dto::ContextDto, dto::AgentDto)),
     modifiers(&SecurityAddon)
@@ -218,6 +220,11 @@ pub fn router(
         .route("/v1/users/{user_id}", axum::routing::delete(other::erase_user))
         .route("/v1/users/{user_id}/export", get(other::export_user))
         .route("/v1/stats", get(other::stats))
+        .route("/v1/sessions/{id}/state", get(state::list))
+        .route(
+            "/v1/sessions/{id}/state/{key}",
+            axum::routing::put(state::put).get(state::get).delete(state::delete),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body_bytes))

@@ -39,6 +39,7 @@ const REQUEST_SCHEMAS: &[&str] = &[
     "AppendRequest",
     "MessageRating",
     "AgentRequest",
+    "PutStateRequest",
 ];
 
 fn ident() -> Value {
@@ -91,6 +92,14 @@ fn field_rule(schema: &str, prop: &str, max_content_bytes: usize) -> Option<Valu
         }
         (_, "mode") => names(&["hybrid", "vector", "text"]),
         (_, "importance") => json!({ "type": "integer", "minimum": 1, "maximum": 10 }),
+        // Working memory keeps any JSON value (top-level strings NUL-free, as every text).
+        ("PutStateRequest", "value") => json!({
+            "anyOf": [{ "type": "string", "pattern": TEXT_PATTERN },
+                      { "type": ["number", "boolean", "null", "array", "object"] }],
+            "description": "Any JSON value, at most 65536 bytes of JSON text (413 otherwise)." }),
+        ("PutStateRequest", "ttl_seconds") => {
+            json!({ "type": "integer", "minimum": 1, "maximum": 2_592_000 })
+        }
         (_, "value") => json!({ "type": "integer", "enum": [-1, 1] }),
         (_, "dedup_threshold") => json!({ "type": "number", "minimum": 0.5, "maximum": 1.0 }),
         (_, "token_budget") => json!({ "type": "integer", "minimum": 1, "maximum": 1_000_000 }),
@@ -186,6 +195,12 @@ pub fn document(max_content_bytes: usize) -> Value {
             schemas.get_mut("MessageDto").and_then(|m| m.pointer_mut("/properties/tool_args"))
         {
             *p = json!({ "description": "The tool call's arguments, as given (any JSON)." });
+        }
+        // A working-memory value is any JSON value, as put.
+        if let Some(p) =
+            schemas.get_mut("StateEntryDto").and_then(|m| m.pointer_mut("/properties/value"))
+        {
+            *p = json!({ "description": "The value as it was put (any JSON)." });
         }
         // A message needs content unless it is a tool call.
         if let Some(m) = schemas.get_mut("NewMessage").and_then(Value::as_object_mut) {

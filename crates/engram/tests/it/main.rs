@@ -24,6 +24,7 @@ mod outage;
 mod postgres;
 mod reembed;
 mod relevance;
+mod state;
 mod summaries;
 mod tenancy;
 mod time;

@@ -143,7 +143,7 @@ fn contents_of(results: &Value) -> Vec<String> {
         .collect()
 }
 
-const TOOLS: [&str; 8] = [
+const TOOLS: [&str; 12] = [
     "remember",
     "recall",
     "forget",
@@ -152,6 +152,10 @@ const TOOLS: [&str; 8] = [
     "memory_search",
     "memory_browse",
     "memory_stats",
+    "working_memory_set",
+    "working_memory_get",
+    "working_memory_delete",
+    "working_memory_list",
 ];
 
 async fn mcp_http_tools_end_to_end(backend: Backend) {

@@ -35,6 +35,10 @@ pub enum ErrorCode {
     StoreUnavailable,
     /// The server is handling as many requests as it may (503, retry shortly).
     Overloaded,
+    /// The memory proxy's upstream LLM could not be reached (502).
+    UpstreamUnavailable,
+    /// The memory proxy's upstream LLM did not answer in time (504).
+    UpstreamTimeout,
     Internal,
 }
 
@@ -57,6 +61,8 @@ impl ErrorCode {
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::Overloaded => "overloaded",
             ErrorCode::Internal => "internal",
+            ErrorCode::UpstreamUnavailable => "upstream_unavailable",
+            ErrorCode::UpstreamTimeout => "upstream_timeout",
         }
     }
 }

@@ -21,6 +21,7 @@
 
 pub mod embed;
 pub mod testing;
+pub mod upstream;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -106,6 +106,22 @@ pub async fn engine(settings: &Settings) -> anyhow::Result<Engine> {
     })
 }
 
+/// The memory proxy's upstreams named by the settings.
+fn upstreams(settings: &Settings) -> anyhow::Result<crate::http::proxy::Upstreams> {
+    use engram_providers::upstream::{Upstream, UpstreamAuth, UpstreamConfig};
+    let p = &settings.proxy;
+    let one =
+        |url: &Option<String>, key: &Option<String>, auth| -> anyhow::Result<Option<Upstream>> {
+            let Some(base_url) = url.clone() else { return Ok(None) };
+            let cfg = UpstreamConfig { base_url, api_key: key.clone(), auth, timeout: p.timeout };
+            Upstream::new(cfg).map(Some).map_err(|e| anyhow::anyhow!(e))
+        };
+    Ok(crate::http::proxy::Upstreams {
+        openai: one(&p.openai_url, &p.openai_api_key, UpstreamAuth::Bearer)?,
+        anthropic: one(&p.anthropic_url, &p.anthropic_api_key, UpstreamAuth::XApiKey)?,
+    })
+}
+
 fn worker_config(settings: &Settings) -> WorkerConfig {
     WorkerConfig {
         concurrency: settings.workers,
@@ -173,7 +189,13 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     let limits =
         Arc::new(crate::http::limits::Limits::new(settings.rate_limit, settings.rate_limit_burst));
     let app = router(
-        AppState { engine, loopback, shutdown: shutdown.clone(), limits },
+        AppState {
+            engine,
+            loopback,
+            shutdown: shutdown.clone(),
+            limits,
+            proxy: upstreams(&settings)?,
+        },
         settings.max_body_bytes,
         settings.max_concurrent_requests,
         crate::ui::router,

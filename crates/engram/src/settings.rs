@@ -91,6 +91,24 @@ struct FileConfig {
     workers: Option<usize>,
     job_lease_secs: Option<u64>,
     job_backoff_ms: Option<u64>,
+    proxy_openai_url: Option<String>,
+    proxy_openai_api_key: Option<String>,
+    proxy_anthropic_url: Option<String>,
+    proxy_anthropic_api_key: Option<String>,
+    proxy_timeout_secs: Option<u64>,
+}
+
+/// Where the memory proxy forwards (`serve` only).
+#[derive(Debug, Clone, Default)]
+pub struct ProxySettings {
+    /// The OpenAI-compatible upstream of `/v1/chat/completions` and `/v1/models`.
+    pub openai_url: Option<String>,
+    pub openai_api_key: Option<String>,
+    /// The Anthropic-compatible upstream of `/v1/messages`.
+    pub anthropic_url: Option<String>,
+    pub anthropic_api_key: Option<String>,
+    /// Longest wait for the upstream's answer to start, and for each next chunk.
+    pub timeout: std::time::Duration,
 }
 
 /// Fully resolved settings.
@@ -120,6 +138,8 @@ pub struct Settings {
     pub run_workers: bool,
     pub job_lease: std::time::Duration,
     pub job_backoff: std::time::Duration,
+    /// The memory proxy's upstreams.
+    pub proxy: ProxySettings,
     /// Problems found while loading that did not stop start-up (reported after logging starts).
     pub warnings: Vec<String>,
 }
@@ -155,6 +175,24 @@ pub struct ServeArgs {
     /// First retry delay of a failed job in milliseconds (doubles per attempt).
     #[arg(long, env = "ENGRAM_JOB_BACKOFF_MS")]
     pub job_backoff_ms: Option<u64>,
+    /// The memory proxy's OpenAI-compatible upstream (`https://api.openai.com`, a vLLM or
+    /// Ollama server…): serves `POST /v1/chat/completions` and `GET /v1/models`.
+    #[arg(long, env = "ENGRAM_PROXY_OPENAI_URL")]
+    pub proxy_openai_url: Option<String>,
+    /// The key engram sends to the OpenAI upstream.
+    #[arg(long, env = "ENGRAM_PROXY_OPENAI_API_KEY", hide_env_values = true)]
+    pub proxy_openai_api_key: Option<String>,
+    /// The memory proxy's Anthropic-compatible upstream (`https://api.anthropic.com`):
+    /// serves `POST /v1/messages`.
+    #[arg(long, env = "ENGRAM_PROXY_ANTHROPIC_URL")]
+    pub proxy_anthropic_url: Option<String>,
+    /// The key engram sends to the Anthropic upstream.
+    #[arg(long, env = "ENGRAM_PROXY_ANTHROPIC_API_KEY", hide_env_values = true)]
+    pub proxy_anthropic_api_key: Option<String>,
+    /// Seconds the proxy waits for the upstream's answer to start, and for each next chunk
+    /// of a stream (default 300; then 504).
+    #[arg(long, env = "ENGRAM_PROXY_TIMEOUT_SECS")]
+    pub proxy_timeout_secs: Option<u64>,
 }
 
 /// The LLM endpoint.
@@ -273,6 +311,34 @@ impl Settings {
         if !(1..=64).contains(&workers) {
             bail!("workers must be 1 to 64, got {workers}");
         }
+        let proxy_timeout_secs =
+            serve.proxy_timeout_secs.or(file.proxy_timeout_secs).unwrap_or(300);
+        if !(1..=3600).contains(&proxy_timeout_secs) {
+            bail!("proxy_timeout_secs must be 1 to 3600, got {proxy_timeout_secs}");
+        }
+        let url = |flag: &Option<String>, file: Option<String>, name: &str| {
+            let u = flag.clone().or(file);
+            match &u {
+                Some(u) if !(u.starts_with("http://") || u.starts_with("https://")) => {
+                    bail!("{name} must be an http:// or https:// URL, got '{u}'")
+                }
+                _ => Ok(u),
+            }
+        };
+        let proxy = ProxySettings {
+            openai_url: url(&serve.proxy_openai_url, file.proxy_openai_url, "proxy_openai_url")?,
+            openai_api_key: serve.proxy_openai_api_key.clone().or(file.proxy_openai_api_key),
+            anthropic_url: url(
+                &serve.proxy_anthropic_url,
+                file.proxy_anthropic_url,
+                "proxy_anthropic_url",
+            )?,
+            anthropic_api_key: serve
+                .proxy_anthropic_api_key
+                .clone()
+                .or(file.proxy_anthropic_api_key),
+            timeout: std::time::Duration::from_secs(proxy_timeout_secs),
+        };
         Ok(Settings {
             addr,
             data_dir,
@@ -289,6 +355,7 @@ impl Settings {
             run_workers: !serve.no_workers,
             job_lease: std::time::Duration::from_secs(job_lease_secs),
             job_backoff: std::time::Duration::from_millis(job_backoff_ms),
+            proxy,
             warnings,
         })
     }

@@ -9,6 +9,12 @@
 //!   "text"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens",
 //!   "output_tokens"}}`; errors `{"type":"error","error":{"type","message"}}`.
 //!
+//! Streams (`"stream": true`) are server-sent events in each vendor's shape ([`stream`]):
+//! OpenAI `chat.completion.chunk` objects on `data:` lines ending with `data: [DONE]`;
+//! Anthropic's named events `message_start`, `content_block_start`, `ping`,
+//! `content_block_delta` (`text_delta`), `content_block_stop`, `message_delta`,
+//! `message_stop`.
+//!
 //! Token counts are estimates (characters / 4, at least 1), plausible and non-zero.
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -119,8 +125,8 @@ pub fn validate(r: &RecordedRequest, required_key: Option<&str>) -> Option<(u16,
         }
         Some(_) => {}
     }
-    if obj.get("stream").and_then(Value::as_bool) == Some(true) {
-        return Some((400, "stream: the scripted server does not stream".to_owned()));
+    if obj.get("stream").is_some_and(|v| !v.is_boolean()) {
+        return Some((400, "stream: a boolean is required".to_owned()));
     }
     if r.protocol == Protocol::Anthropic {
         if r.header("anthropic-version").is_none() {
@@ -141,4 +147,101 @@ pub fn validate(r: &RecordedRequest, required_key: Option<&str>) -> Option<(u16,
         }
     }
     None
+}
+
+/// Whether the request asks for a stream.
+pub fn wants_stream(r: &RecordedRequest) -> bool {
+    r.body.get("stream").and_then(Value::as_bool) == Some(true)
+}
+
+/// The pieces a streamed `text` is cut into: words with the space before them, so that
+/// joining the pieces gives the text back exactly.
+pub fn pieces(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for c in text.chars() {
+        if c == ' ' && !current.trim().is_empty() {
+            out.push(std::mem::take(&mut current));
+        }
+        current.push(c);
+    }
+    if !current.is_empty() || out.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// The server-sent events of a streamed completion with `text`, in the protocol's shape;
+/// each string is one event (with its blank-line terminator).
+pub fn stream(r: &RecordedRequest, text: &str, usage: Option<(u64, u64)>) -> Vec<String> {
+    let (prompt, completion) =
+        usage.unwrap_or_else(|| (estimate_tokens(&r.full_text()), estimate_tokens(text)));
+    match r.protocol {
+        Protocol::Anthropic => {
+            let named = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+            let mut out = vec![
+                named(
+                    "message_start",
+                    json!({"type": "message_start", "message": {
+                        "id": format!("msg_scripted_{}", r.seq), "type": "message",
+                        "role": "assistant", "model": r.model, "content": [],
+                        "stop_reason": null, "stop_sequence": null,
+                        "usage": {"input_tokens": prompt, "output_tokens": 1}}}),
+                ),
+                named(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": 0,
+                           "content_block": {"type": "text", "text": ""}}),
+                ),
+                named("ping", json!({"type": "ping"})),
+            ];
+            for p in pieces(text) {
+                out.push(named(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": 0,
+                           "delta": {"type": "text_delta", "text": p}}),
+                ));
+            }
+            out.push(named(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": 0}),
+            ));
+            out.push(named(
+                "message_delta",
+                json!({"type": "message_delta",
+                       "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                       "usage": {"output_tokens": completion}}),
+            ));
+            out.push(named("message_stop", json!({"type": "message_stop"})));
+            out
+        }
+        Protocol::OpenAi | Protocol::Unknown => {
+            let created = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or_default();
+            let id = format!("chatcmpl-scripted-{}", r.seq);
+            let chunk = |delta: Value, finish: Value| {
+                let c = json!({"id": id, "object": "chat.completion.chunk", "created": created,
+                    "model": r.model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+                format!("data: {c}\n\n")
+            };
+            let mut out = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
+            for p in pieces(text) {
+                out.push(chunk(json!({"content": p}), Value::Null));
+            }
+            out.push(chunk(json!({}), json!("stop")));
+            let usage = r.body.pointer("/stream_options/include_usage").and_then(Value::as_bool);
+            if usage == Some(true) {
+                let c = json!({"id": id, "object": "chat.completion.chunk", "created": created,
+                    "model": r.model, "choices": [],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                              "total_tokens": prompt + completion}});
+                out.push(format!("data: {c}\n\n"));
+            }
+            out.push("data: [DONE]\n\n".to_owned());
+            out
+        }
+    }
 }

@@ -261,6 +261,8 @@ pub struct Rule {
     pub(crate) times: Option<usize>,
     pub(crate) retry_after: Option<String>,
     pub(crate) usage: Option<(u64, u64)>,
+    /// Streams: the pause between two events.
+    pub(crate) chunk_delay: Option<Duration>,
 }
 
 impl Rule {
@@ -274,6 +276,7 @@ impl Rule {
             times: None,
             retry_after: None,
             usage: None,
+            chunk_delay: None,
         }
     }
 
@@ -389,6 +392,12 @@ impl Rule {
     /// Wait this long before answering.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
+        self
+    }
+
+    /// For a streamed reply (`"stream": true`), wait this long between two events.
+    pub fn chunk_delay(mut self, delay: Duration) -> Self {
+        self.chunk_delay = Some(delay);
         self
     }
 

@@ -308,6 +308,7 @@ fn serve(
             .route("/v1/chat/completions", any(openai))
             .route("/chat/completions", any(openai))
             .route("/v1/messages", any(anthropic))
+            .route("/v1/models", axum::routing::get(models))
             .fallback(unknown)
             .with_state(Arc::clone(&shared));
         let _ = ready.send(Ok(()));
@@ -346,6 +347,46 @@ async fn anthropic(
     body: Bytes,
 ) -> Response {
     handle(&shared, Protocol::Anthropic, method, uri, headers, body).await
+}
+
+/// `GET /v1/models` (OpenAI): the one model the scripted server is, after the same key
+/// check as a completion. Recorded like every request.
+async fn models(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    let mut rec = RecordedRequest::parse(
+        0,
+        Protocol::OpenAi,
+        method.to_string(),
+        uri.path().to_owned(),
+        headers,
+        String::new(),
+        shared.started.elapsed(),
+    );
+    let refused = {
+        let mut s = shared.lock();
+        rec.seq = s.requests.len();
+        let refused = match (s.required_key.as_deref(), rec.api_key()) {
+            (Some(want), got) if got != Some(want) => Some("invalid or missing API key"),
+            _ => None,
+        };
+        rec.status = Some(if refused.is_some() { 401 } else { 200 });
+        s.requests.push(rec);
+        refused
+    };
+    if let Some(msg) = refused {
+        return json_response(401, error_body(Protocol::OpenAi, 401, msg).to_string(), None);
+    }
+    let list = serde_json::json!({ "object": "list", "data": [
+        { "id": "scripted", "object": "model", "created": 0, "owned_by": "testkit" }] });
+    json_response(200, list.to_string(), None)
 }
 
 async fn unknown(
@@ -448,6 +489,10 @@ async fn handle(
     }
     let retry_after = rule.retry_after.as_deref();
     match &rule.action {
+        Action::Reply(text) if crate::protocol::wants_stream(&rec) => {
+            let events = crate::protocol::stream(&rec, &text(&rec), rule.usage);
+            sse_response(events, rule.chunk_delay)
+        }
         Action::Reply(text) => {
             let body = completion(&rec, &text(&rec), rule.usage);
             json_response(200, body.to_string(), retry_after)
@@ -462,6 +507,27 @@ async fn handle(
         Action::Raw { status, body } => json_response(*status, body.clone(), retry_after),
         Action::Hang => shutting_down(),
     }
+}
+
+/// A `text/event-stream` response sending `events` one by one, `delay` apart.
+fn sse_response(events: Vec<String>, delay: Option<Duration>) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(4);
+    tokio::spawn(async move {
+        for (i, e) in events.into_iter().enumerate() {
+            if let Some(d) = delay.filter(|_| i > 0) {
+                tokio::time::sleep(d).await;
+            }
+            if tx.send(Ok(Bytes::from(e))).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut rx = rx;
+    let body = Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+    let mut resp = Response::new(body);
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
 }
 
 /// A response with a JSON content type (whatever the body really is).

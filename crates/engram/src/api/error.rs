@@ -68,6 +68,8 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | ErrorCode::StoreUnavailable
         | ErrorCode::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorCode::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
+        ErrorCode::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
     }
 }
 

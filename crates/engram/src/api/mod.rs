@@ -12,5 +12,6 @@
 pub mod auth;
 pub mod dto;
 pub mod error;
+pub mod proxy;
 pub mod results;
 pub mod state;

@@ -17,6 +17,7 @@ pub mod memories;
 pub mod metrics;
 pub mod openapi;
 pub mod other;
+pub mod proxy;
 pub mod search;
 pub mod state;
 pub mod summaries;
@@ -46,6 +47,8 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Per-key and per-address request limits ([`limits`]).
     pub limits: Arc<limits::Limits>,
+    /// The memory proxy's upstreams ([`proxy`]).
+    pub proxy: proxy::Upstreams,
 }
 
 /// The authenticated caller of a request.
@@ -58,7 +61,13 @@ impl FromRequestParts<Arc<AppState>> for Auth {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
-        let header = parts.headers.get(axum::http::header::AUTHORIZATION).map(|h| h.as_bytes());
+        // The Anthropic SDKs send their key as `x-api-key` (the memory proxy's clients).
+        let api_key = parts.headers.get("x-api-key").map(|k| [b"Bearer ", k.as_bytes()].concat());
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .map(|h| h.as_bytes())
+            .or(api_key.as_deref());
         match crate::api::auth::identify(&state.engine, header).await? {
             Caller::Key(p) => Ok(Auth(p)),
             Caller::UnknownKey => {
@@ -220,6 +229,9 @@ pub fn router(
         .route("/v1/users/{user_id}", axum::routing::delete(other::erase_user))
         .route("/v1/users/{user_id}/export", get(other::export_user))
         .route("/v1/stats", get(other::stats))
+        .route("/v1/chat/completions", post(proxy::chat_completions))
+        .route("/v1/messages", post(proxy::messages))
+        .route("/v1/models", get(proxy::models))
         .route("/v1/sessions/{id}/state", get(state::list))
         .route(
             "/v1/sessions/{id}/state/{key}",

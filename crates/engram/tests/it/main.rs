@@ -22,6 +22,7 @@ mod message_search;
 mod migrate;
 mod outage;
 mod postgres;
+mod proxy;
 mod reembed;
 mod relevance;
 mod state;

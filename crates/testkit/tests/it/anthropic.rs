@@ -101,3 +101,37 @@ async fn error_statuses_use_the_anthropic_error_shape() {
     assert_eq!((a.status, a.retry_after.as_deref()), (429, Some("3")));
     assert_eq!(a.json["error"]["type"], "rate_limit_error");
 }
+
+/// `"stream": true`: Anthropic's named events in order, text deltas that join into the
+/// scripted text, and the stop reason in `message_delta`.
+#[tokio::test]
+async fn streams_named_events_in_the_anthropic_shape() {
+    let llm = ScriptedLlm::start().await;
+    llm.on(Rule::any().reply("Noted: you moved to Mysuru."));
+    let body = json!({"model": "claude-test", "max_tokens": 100, "stream": true,
+        "messages": [{"role": "user", "content": "We moved."}]});
+    let a = post(&llm.url("/v1/messages"), ANTHROPIC_HEADERS, &body).await;
+    assert_eq!(a.status, 200, "{a:?}");
+    let events: Vec<(String, serde_json::Value)> = a
+        .text
+        .split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let (name, data) = e.split_once('\n').unwrap();
+            let name = name.strip_prefix("event: ").unwrap().to_string();
+            (name, serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap())
+        })
+        .collect();
+    let names: Vec<&str> = events.iter().map(|e| e.0.as_str()).collect();
+    assert_eq!(names[..3], ["message_start", "content_block_start", "ping"]);
+    assert_eq!(names[names.len() - 3..], ["content_block_stop", "message_delta", "message_stop"]);
+    assert!(events.iter().all(|(n, d)| d["type"] == n.as_str()));
+    let text: String = events
+        .iter()
+        .filter(|e| e.0 == "content_block_delta")
+        .map(|e| e.1["delta"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Noted: you moved to Mysuru.");
+    let delta = &events[events.len() - 2].1;
+    assert_eq!(delta["delta"]["stop_reason"], "end_turn");
+}

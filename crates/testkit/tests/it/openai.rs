@@ -88,7 +88,7 @@ async fn refuses_what_the_real_api_refuses() {
         (json!({"model": "m"}), "messages"),
         (json!({"model": "m", "messages": []}), "messages"),
         (
-            json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": true}),
+            json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}),
             "stream",
         ),
         (json!(["not", "an", "object"]), "JSON object"),
@@ -118,4 +118,32 @@ async fn error_statuses_use_the_openai_error_shape() {
         a.json,
         json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}})
     );
+}
+
+/// `"stream": true`: server-sent `chat.completion.chunk` events whose deltas join into the
+/// scripted text, a finish chunk, the usage chunk when asked for, and `[DONE]`.
+#[tokio::test]
+async fn streams_chunks_in_the_openai_shape() {
+    let llm = ScriptedLlm::start().await;
+    llm.on(Rule::any().reply("The user plays chess on Sundays."));
+    let body = json!({"model": "gpt-test", "stream": true,
+        "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "hi"}]});
+    let a = post(&llm.url("/v1/chat/completions"), &[], &body).await;
+    assert_eq!(a.status, 200, "{a:?}");
+    let events: Vec<&str> = a.text.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert_eq!(events.last(), Some(&"data: [DONE]"));
+    let chunks: Vec<serde_json::Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e.strip_prefix("data: ").unwrap()).unwrap())
+        .collect();
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String =
+        chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(text, "The user plays chess on Sundays.");
+    assert!(chunks.len() > 4, "cut into several chunks: {}", chunks.len());
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "stop");
+    assert!(chunks[chunks.len() - 1]["usage"]["total_tokens"].as_u64().unwrap() > 0);
 }

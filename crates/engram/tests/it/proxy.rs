@@ -1,0 +1,315 @@
+//! The memory proxy (issue 15, items 1–3), driven over HTTP against a real `engram serve`
+//! whose upstream is the scripted LLM: the upstream gets the known facts in its system
+//! prompt and every other field as sent; the client gets the upstream's answer unchanged
+//! (the content, and a stream event for event); the turn is appended and its facts
+//! extracted; a user key cannot reach another user's facts; upstream errors and timeouts
+//! reach the client as documented. (The official SDKs drive it in `scripts/sdk-tests/`.)
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use testkit::{Match, Rule, ScriptedLlm};
+
+use crate::helpers::{Backend, Db, Server, create_key};
+
+const EXTRACT: &str = "memory extraction system";
+const CONSOLIDATE: &str = "memory consolidation system";
+const UPSTREAM_KEY: &str = "sk-upstream-secret";
+
+fn start(db: &Db, llm: &ScriptedLlm, extra: &[&str]) -> Server {
+    let base = llm.base_url();
+    let mut args = vec![
+        "--proxy-openai-url",
+        &base,
+        "--proxy-openai-api-key",
+        UPSTREAM_KEY,
+        "--proxy-anthropic-url",
+        &base,
+        "--proxy-anthropic-api-key",
+        UPSTREAM_KEY,
+        "--llm-provider",
+        "openai",
+        "--llm-base-url",
+        &base,
+        "--llm-api-key",
+        UPSTREAM_KEY,
+        "--llm-model",
+        "main-model",
+        "--job-backoff-ms",
+        "200",
+    ];
+    args.extend_from_slice(extra);
+    db.serve(&args)
+}
+
+/// POST a raw JSON body with headers; returns status, headers and the body text.
+async fn call(
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> (StatusCode, reqwest::header::HeaderMap, String) {
+    let mut r = reqwest::Client::new().post(url).json(body);
+    for (n, v) in headers {
+        r = r.header(*n, *v);
+    }
+    let resp = r.send().await.unwrap();
+    let (status, h) = (resp.status(), resp.headers().clone());
+    (status, h, resp.text().await.unwrap())
+}
+
+/// The events of an SSE body, with the fields that differ per call (`id`, `created`,
+/// usage) taken out.
+fn events(sse: &str) -> Vec<String> {
+    sse.split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| {
+            e.lines()
+                .map(|l| match l.strip_prefix("data: ").map(serde_json::from_str::<Value>) {
+                    Some(Ok(mut v)) => {
+                        for p in ["id", "created", "usage"] {
+                            v.as_object_mut().map(|o| o.remove(p));
+                        }
+                        if let Some(m) = v.get_mut("message").and_then(Value::as_object_mut) {
+                            m.remove("id");
+                            m.remove("usage");
+                        }
+                        format!("data: {v}")
+                    }
+                    _ => l.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect()
+}
+
+async fn wait_for_facts(s: &Server, user: &str, n: usize) -> Vec<String> {
+    for _ in 0..200 {
+        let (_, b) = s.get(&format!("/v1/memories?user_id={user}")).await;
+        let facts: Vec<String> = b["memories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].as_str().unwrap().to_string())
+            .collect();
+        if facts.len() >= n {
+            return facts;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{user}'s facts were never extracted");
+}
+
+async fn the_openai_proxy_adds_memory_and_passes_everything_else(backend: Backend) {
+    let db = Db::new(backend).await;
+    let llm = ScriptedLlm::start().await;
+    llm.require_api_key(UPSTREAM_KEY);
+    llm.on(Rule::system_contains("Be brief").reply("Green tea, as every morning."));
+    llm.set_default(Rule::system_contains(EXTRACT).reply("[]"));
+    llm.on(Rule::system_contains(EXTRACT).and(Match::any().user_contains("oolong")).reply(
+        r#"[{"content":"The user is trying oolong tea.","category":"preference","importance":5}]"#,
+    ));
+    llm.on(Rule::system_contains(CONSOLIDATE).reply(r#"[{"fact": 1, "decision": "ADD"}]"#));
+    let s = start(&db, &llm, &[]);
+    let (st, _) = s
+        .post(
+            "/v1/memories",
+            json!({ "content": "The user drinks green tea every morning.",
+            "user_id": "alice" }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+
+    // Non-streaming, with fields engram does not know: all of them reach the upstream.
+    let request = json!({
+        "model": "gpt-test", "user": "alice", "n": 1,
+        "messages": [{ "role": "system", "content": "Be brief." },
+                     { "role": "user", "content": "What should I drink this morning?" }],
+        "tools": [{ "type": "function", "function": { "name": "order", "parameters": {} } }],
+        "response_format": { "type": "text" },
+        "some_future_field": { "x": [1, 2] },
+    });
+    let url = format!("{}/v1/chat/completions", s.base);
+    let (st, headers, body) = call(&url, &[], &request).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    assert!(headers.get("engram-memory").is_none());
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["object"], "chat.completion");
+    assert_eq!(answer["choices"][0]["message"]["content"], "Green tea, as every morning.");
+    let sent = llm.calls_matching(&Match::any().system_contains("Be brief"));
+    assert_eq!(sent.len(), 1);
+    let up = &sent[0];
+    assert_eq!(up.api_key(), Some(UPSTREAM_KEY), "engram's key never goes upstream");
+    let system = up.body["messages"][0]["content"].as_str().unwrap();
+    assert!(system.starts_with("Be brief."), "{system}");
+    assert!(system.contains("The user drinks green tea every morning."), "{system}");
+    for field in ["tools", "response_format", "some_future_field", "n", "user", "model"] {
+        assert_eq!(up.body[field], request[field], "{field}");
+    }
+    assert_eq!(up.body["messages"][1], request["messages"][1]);
+
+    // Streaming: the client gets the upstream's events, event for event.
+    let mut streamed = request.clone();
+    streamed["stream"] = json!(true);
+    streamed["messages"][1]["content"] = json!("I am trying oolong today, what goes with it?");
+    let (st, headers, through) = call(&url, &[], &streamed).await;
+    assert_eq!(st, StatusCode::OK, "{through}");
+    assert_eq!(headers["content-type"], "text/event-stream");
+    let direct = llm.url("/v1/chat/completions");
+    let (_, _, straight) =
+        call(&direct, &[("authorization", &format!("Bearer {UPSTREAM_KEY}"))], &streamed).await;
+    assert_eq!(events(&through), events(&straight));
+    assert!(events(&through).len() > 4);
+
+    // The turns were appended; the second one's fact is extracted as for any append.
+    let facts = wait_for_facts(&s, "alice", 2).await;
+    assert!(facts.contains(&"The user is trying oolong tea.".to_string()), "{facts:?}");
+    let (_, msgs) = s.get("/v1/conversations/proxy:alice:-/messages").await;
+    let texts: Vec<(&str, &str)> = msgs["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            ("user", "What should I drink this morning?"),
+            ("assistant", "Green tea, as every morning."),
+            ("user", "I am trying oolong today, what goes with it?"),
+            ("assistant", "Green tea, as every morning."),
+        ]
+    );
+
+    // GET /v1/models is passed through.
+    let (st, models) = s.get("/v1/models").await;
+    assert_eq!((st, &models["data"][0]["id"]), (StatusCode::OK, &json!("scripted")));
+}
+
+async fn the_proxy_keeps_users_apart_and_passes_upstream_faults(backend: Backend) {
+    let db = Db::new(backend).await;
+    let llm = ScriptedLlm::start().await;
+    llm.on(Rule::any().reply("ok"));
+    // Tried first (newest first): extraction finds nothing in these turns.
+    llm.on(Rule::system_contains(EXTRACT).reply("[]"));
+    let admin = create_key(&db, &["--tenant", "acme", "--role", "admin"]);
+    let bob = create_key(&db, &["--tenant", "acme", "--role", "user", "--user", "bob"]);
+    let s = start(&db, &llm, &["--proxy-timeout-secs", "1"]);
+    let (st, _) = s
+        .with_key(&admin)
+        .post("/v1/memories", json!({ "content": "The user's PIN is 4921.", "user_id": "alice" }))
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    let url = format!("{}/v1/chat/completions", s.base);
+    let ask = |user: &str| json!({ "model": "m", "user": user, "messages": [{ "role": "user", "content": "my PIN?" }] });
+    let bearer = |k: &str| format!("Bearer {k}");
+
+    // Bob's key cannot reach alice's facts, by header or by the `user` field.
+    let before = llm.request_count();
+    for (headers, body) in [
+        (
+            vec![("authorization", bearer(&bob)), ("x-engram-user-id", "alice".to_string())],
+            ask("bob"),
+        ),
+        (vec![("authorization", bearer(&bob))], ask("alice")),
+    ] {
+        let h: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let (st, _, body) = call(&url, &h, &body).await;
+        assert_eq!(st, StatusCode::FORBIDDEN, "{body}");
+        assert!(!body.contains("4921"), "{body}");
+    }
+    assert_eq!(llm.request_count(), before, "nothing went upstream");
+    // His own call goes through, without her facts; no key at all is refused.
+    let (st, _, _) = call(&url, &[("authorization", &bearer(&bob))], &ask("bob")).await;
+    assert_eq!(st, StatusCode::OK);
+    let last = llm.requests().pop().unwrap();
+    assert!(!last.full_text().contains("4921"), "{}", last.full_text());
+    assert_eq!(call(&url, &[], &ask("bob")).await.0, StatusCode::UNAUTHORIZED);
+    // No user named by an admin key: a clear 400.
+    let mut nobody = ask("x");
+    nobody.as_object_mut().unwrap().remove("user");
+    let (st, _, body) = call(&url, &[("authorization", &bearer(&admin))], &nobody).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("x-engram-user-id"), "{body}");
+
+    // Upstream errors reach the client as the upstream sent them.
+    let limited = llm.on(Rule::user_contains("limit me").status(429).retry_after(7).times(1));
+    let failing =
+        llm.on(Rule::user_contains("break").status(500).message("upstream broke").times(1));
+    let slow = llm.on(Rule::user_contains("slowly").reply("late").delay(Duration::from_secs(3)));
+    let with =
+        |text: &str| json!({ "model": "m", "messages": [{ "role": "user", "content": text }] });
+    let auth = [("authorization", bearer(&admin)), ("x-engram-user-id", "alice".to_string())];
+    let auth: Vec<(&str, &str)> = auth.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    let (st, h, body) = call(&url, &auth, &with("limit me")).await;
+    assert_eq!(
+        (st, h.get("retry-after").map(|v| v.to_str().unwrap())),
+        (StatusCode::TOO_MANY_REQUESTS, Some("7"))
+    );
+    let err: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(err["error"]["code"], "rate_limit_exceeded", "the upstream's own body: {body}");
+    let (st, _, body) = call(&url, &auth, &with("break")).await;
+    assert_eq!(st, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["message"], "upstream broke");
+    let (st, _, body) = call(&url, &auth, &with("slowly")).await;
+    assert_eq!(st, StatusCode::GATEWAY_TIMEOUT, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["code"], "upstream_timeout");
+    assert_eq!((limited.hits(), failing.hits(), slow.hits()), (1, 1, 1));
+}
+
+async fn the_anthropic_proxy_adds_memory_and_streams_events(backend: Backend) {
+    let db = Db::new(backend).await;
+    let llm = ScriptedLlm::start().await;
+    llm.require_api_key(UPSTREAM_KEY);
+    llm.set_default(Rule::system_contains(EXTRACT).reply("[]"));
+    llm.on(Rule::system_contains("You help").reply("Mysuru it is: enjoy the new home."));
+    let key = create_key(&db, &["--tenant", "acme", "--role", "admin"]);
+    let s = start(&db, &llm, &[]);
+    let (st, _) = s
+        .with_key(&key)
+        .post("/v1/memories", json!({ "content": "The user moved to Mysuru.", "user_id": "carol" }))
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    let url = format!("{}/v1/messages", s.base);
+    // As the Anthropic SDK sends it: the key as x-api-key, the user in metadata.
+    let headers = [("x-api-key", key.as_str()), ("anthropic-version", "2023-06-01")];
+    let request = json!({ "model": "claude-test", "max_tokens": 200,
+        "system": [{ "type": "text", "text": "You help with travel." }],
+        "metadata": { "user_id": "carol" },
+        "messages": [{ "role": "user", "content": "Where do I live now?" }] });
+    let (st, _, body) = call(&url, &headers, &request).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["content"][0]["text"], "Mysuru it is: enjoy the new home.");
+    let up = llm.calls_matching(&Match::any().system_contains("You help")).pop().unwrap();
+    assert_eq!(up.api_key(), Some(UPSTREAM_KEY));
+    assert_eq!(up.body["system"][0], request["system"][0]);
+    assert!(up.system.contains("The user moved to Mysuru."), "{}", up.system);
+
+    let mut streamed = request.clone();
+    streamed["stream"] = json!(true);
+    let (st, h, through) = call(&url, &headers, &streamed).await;
+    assert_eq!((st, &h["content-type"]), (StatusCode::OK, &"text/event-stream".parse().unwrap()));
+    let direct = [("x-api-key", UPSTREAM_KEY), ("anthropic-version", "2023-06-01")];
+    let (_, _, straight) = call(&llm.url("/v1/messages"), &direct, &streamed).await;
+    assert_eq!(events(&through), events(&straight));
+    assert!(through.contains("event: message_stop"));
+
+    // Both turns appended to carol's proxy conversation.
+    for _ in 0..100 {
+        let (_, msgs) = s.with_key(&key).get("/v1/conversations/proxy:carol:-/messages").await;
+        if msgs["messages"].as_array().is_some_and(|m| m.len() == 4) {
+            assert_eq!(msgs["messages"][3]["content"], "Mysuru it is: enjoy the new home.");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the proxied turns were not appended");
+}
+
+on_both_backends!(
+    the_openai_proxy_adds_memory_and_passes_everything_else,
+    the_proxy_keeps_users_apart_and_passes_upstream_faults,
+    the_anthropic_proxy_adds_memory_and_streams_events,
+);

@@ -14,12 +14,14 @@ pub enum EmbedderChoice {
     /// The static table compiled into engram (`builtin:minilm-static-v1`).
     Builtin,
     /// all-MiniLM-L6-v2 from `$ENGRAM_MINILM_DIR` or `~/.cache/engram/all-MiniLM-L6-v2`
-    /// (fetched by `scripts/fetch-model.sh`), as `engram serve` runs it: on ONNX Runtime when
-    /// the folder has its export and library, else on candle.
+    /// (fetched by `scripts/fetch-model.sh`), exact, as `--embedder local-exact:` runs it
+    /// (and `local:` on a store of its vectors): on ONNX Runtime when the folder has its
+    /// export and library, else on candle.
     Minilm,
     /// The same model, always on candle (the "before" of issue 14's item 3).
     MinilmCandle,
-    /// The same model's int8 graph on ONNX Runtime (other vectors, another model id).
+    /// The same model's int8 graph on ONNX Runtime (other vectors, another model id): what
+    /// `local:` runs on a new store on a CPU with VNNI.
     MinilmInt8,
 }
 

@@ -15,6 +15,11 @@ ENGRAM_CHROMEDRIVER="$(bash scripts/browser.sh | tail -n 1)"
 export ENGRAM_CHROMEDRIVER
 echo "webdriver: $ENGRAM_CHROMEDRIVER"
 
+# The official OpenAI and Anthropic Python SDKs for the memory proxy's tests (PyPI, pinned).
+ENGRAM_SDK_PYTHON="$(bash scripts/sdk-venv.sh | tail -n 1)"
+export ENGRAM_SDK_PYTHON
+echo "SDK python: $ENGRAM_SDK_PYTHON"
+
 # PostgreSQL + pgvector for the store conformance suite (a throwaway server, see scripts/pg.sh).
 ENGRAM_TEST_DATABASE_URL="$(bash scripts/pg.sh start | tail -n 1)"
 export ENGRAM_TEST_DATABASE_URL

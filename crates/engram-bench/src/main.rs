@@ -13,6 +13,8 @@
 //!   ([`embedding`]).
 //! - `compaction`: LLM calls and tokens per 100 summarized messages of the summary DAG
 //!   ([`compaction`]).
+//! - `proxy`: what the memory proxy adds to a chat call, against the upstream called
+//!   directly ([`proxy`]).
 //!
 //! Results and the exact commands that produced them are in `benches/README.md`.
 
@@ -25,6 +27,7 @@ mod embedding;
 mod extraction;
 mod http;
 mod locomo;
+mod proxy;
 mod remember;
 mod report;
 mod requests;
@@ -71,6 +74,9 @@ enum Cmd {
     /// Message searches through the engine while a backlog of messages is embedded by the
     /// embedding lane (SQLite or PostgreSQL), the lane's messages/s, and append → searchable.
     Backlog(backlog::Args),
+    /// What the memory proxy adds to a chat call: direct and proxied calls side by side,
+    /// whole answers and first streamed chunks.
+    Proxy(proxy::Args),
     /// Web UI page latency (the memory screen with 10k facts in the tenant, 1k shown) from
     /// the real server.
     Ui(ui::Args),
@@ -117,6 +123,7 @@ fn main() -> anyhow::Result<()> {
             Cmd::Compaction(a) => compaction::run(a, cli.json).await,
             Cmd::Requests(a) => requests::run(a, cli.json).await,
             Cmd::Ui(a) => ui::run(a, cli.json).await,
+            Cmd::Proxy(a) => proxy::run(a, cli.json).await,
             Cmd::Embedding(a) => embedding::run(a, cli.json).await,
             Cmd::Backlog(a) => backlog::run(a, cli.json).await,
         }

@@ -64,6 +64,17 @@ pub struct Services {
     /// Woken when messages wait for vectors, so this process's embedding lane starts at once
     /// instead of at its next poll.
     pub(crate) embedding_wanted: Arc<tokio::sync::Notify>,
+    /// What the store last said about API keys, for a store outage ([`crate::engine`]'s
+    /// `principal_for_key`): the memory proxy keeps chats going without memory.
+    pub(crate) known_keys: Arc<std::sync::Mutex<KnownKeys>>,
+}
+
+/// The last answers of the store about API keys, each with when it was given.
+#[derive(Debug, Default)]
+pub(crate) struct KnownKeys {
+    pub(crate) principals:
+        std::collections::HashMap<String, (crate::model::Principal, std::time::Instant)>,
+    pub(crate) any: Option<(bool, std::time::Instant)>,
 }
 
 impl Services {

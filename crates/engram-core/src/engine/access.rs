@@ -5,28 +5,74 @@
 
 use std::sync::Arc;
 
-use crate::error::Result;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
 use crate::model::{Job, JobStatus, Principal, TenantId};
 use crate::store::{ApiKey, Store};
 
 use super::Engine;
 
+/// How long a key the store confirmed keeps standing for its principal while the store is
+/// unavailable.
+pub const KEYS_REMEMBERED: Duration = Duration::from_secs(600);
+
 impl Engine {
     /// The principal of an API key, given the stored form (hash) of its secret; None for an
     /// unknown or revoked key.
+    ///
+    /// While the store is unavailable, a key the store confirmed within [`KEYS_REMEMBERED`]
+    /// still stands for its principal, so that a request that needs no store (the memory
+    /// proxy's chat call) still goes through; every other request fails at its first store
+    /// call anyway. A key revoked during an outage works until the outage ends or the window
+    /// passes, whichever is first.
     pub async fn principal_for_key(&self, secret_hash: &str) -> Result<Option<Principal>> {
-        Ok(self
-            .svc
-            .store
-            .find_api_key(secret_hash)
-            .await?
-            .map(|k| Principal { tenant: k.tenant, role: k.role }))
+        match self.svc.store.find_api_key(secret_hash).await {
+            Ok(found) => {
+                let p = found.map(|k| Principal { tenant: k.tenant, role: k.role });
+                let mut known = self.known_keys();
+                match &p {
+                    Some(p) => {
+                        known
+                            .principals
+                            .insert(secret_hash.to_string(), (p.clone(), Instant::now()));
+                    }
+                    None => {
+                        known.principals.remove(secret_hash);
+                    }
+                }
+                Ok(p)
+            }
+            Err(e @ Error::StoreUnavailable(_)) => {
+                let known = self.known_keys();
+                match known.principals.get(secret_hash) {
+                    Some((p, at)) if at.elapsed() < KEYS_REMEMBERED => Ok(Some(p.clone())),
+                    _ => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Whether any active API key exists (none: local mode may serve keyless requests on a
-    /// loopback listener).
+    /// loopback listener). During a store outage, the store's last answer within
+    /// [`KEYS_REMEMBERED`].
     pub async fn keys_exist(&self) -> Result<bool> {
-        Ok(self.svc.store.count_active_api_keys().await? > 0)
+        match self.svc.store.count_active_api_keys().await {
+            Ok(n) => {
+                self.known_keys().any = Some((n > 0, Instant::now()));
+                Ok(n > 0)
+            }
+            Err(e @ Error::StoreUnavailable(_)) => match self.known_keys().any {
+                Some((any, at)) if at.elapsed() < KEYS_REMEMBERED => Ok(any),
+                _ => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    fn known_keys(&self) -> std::sync::MutexGuard<'_, crate::services::KnownKeys> {
+        self.svc.known_keys.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Liveness: the store answers.

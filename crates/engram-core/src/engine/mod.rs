@@ -88,6 +88,7 @@ impl Engine {
                 space_ready: Arc::default(),
                 requests: Arc::default(),
                 embedding_wanted: Arc::default(),
+                known_keys: Arc::default(),
             },
         })
     }

@@ -15,6 +15,7 @@ pub mod limits;
 pub mod mcp;
 pub mod memories;
 pub mod metrics;
+pub mod observe;
 pub mod openapi;
 pub mod other;
 pub mod proxy;
@@ -243,7 +244,8 @@ pub fn router(
         .with_state(state.clone())
         .merge(mcp)
         .merge(pages(state.clone()).layer(DefaultBodyLimit::max(max_body_bytes)))
-        .layer(axum::middleware::from_fn_with_state(state, limits::rate_limit))
+        .route_layer(axum::middleware::from_fn(observe::tag_route))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), limits::rate_limit))
         .layer(
             tower::ServiceBuilder::new()
                 .layer(axum::error_handling::HandleErrorLayer::new(limits::overloaded))
@@ -252,6 +254,7 @@ pub fn router(
                 .layer(tower::limit::GlobalConcurrencyLimitLayer::new(max_concurrent)),
         )
         .layer(tower_http::trace::TraceLayer::new_for_http())
+        .layer(axum::middleware::from_fn_with_state(state, observe::observe))
 }
 
 #[cfg(test)]

@@ -135,6 +135,57 @@ async fn a_database_outage_is_a_fast_503_and_the_server_recovers() {
     assert_eq!(s.search("u", "honey").await[0], "The user sells honey at the Saturday market.");
 }
 
+/// Issue 15: engram's own failure never blocks a chat through the memory proxy. With the
+/// database gone, the call goes to the upstream without memory and the answer says so
+/// (`engram-memory: unavailable`); once it is back, memory is added again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_chats_without_memory_while_the_database_is_down() {
+    use testkit::{Match, Rule, ScriptedLlm};
+    let (url, upstream) = fresh_database().await;
+    let relay = Relay::start(upstream).await;
+    let url = url.replace("HOST", &relay.addr.to_string());
+    let llm = ScriptedLlm::start().await;
+    llm.on(Rule::any().reply("Here is my answer."));
+    let tmp = tempfile::tempdir().unwrap();
+    let base = llm.base_url();
+    let s = Server::start_on(
+        tmp.path(),
+        &["--database-url", &url, "--no-workers", "--proxy-openai-url", &base],
+    );
+    s.remember("u", "The user keeps bees on the roof.").await;
+    let ask = json!({ "model": "m", "user": "u",
+        "messages": [{ "role": "user", "content": "What do I keep on the roof?" }] });
+    let chat = format!("{}/v1/chat/completions", s.base);
+    let call = || async {
+        let r = s.client.post(&chat).json(&ask).send().await.unwrap();
+        let memory = r.headers().get("engram-memory").map(|v| v.to_str().unwrap().to_string());
+        (r.status(), memory, r.text().await.unwrap())
+    };
+    let (st, memory, _) = call().await;
+    assert_eq!((st, memory), (StatusCode::OK, None));
+    assert!(llm.requests().last().unwrap().full_text().contains("bees on the roof"));
+
+    relay.cut();
+    let (st, memory, body) = call().await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    assert_eq!(memory.as_deref(), Some("unavailable"));
+    assert!(body.contains("Here is my answer."), "{body}");
+    let last = llm.requests().last().unwrap().clone();
+    assert!(!last.full_text().contains("bees"), "no memory while the store is down");
+    assert_eq!(llm.calls_matching(&Match::any().user_contains("roof")).len(), 2);
+
+    relay.restore();
+    for _ in 0..100 {
+        if s.get("/healthz").await.0 == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (st, memory, _) = call().await;
+    assert_eq!((st, memory), (StatusCode::OK, None));
+    assert!(llm.requests().last().unwrap().full_text().contains("bees on the roof"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pool_size_caps_the_connections_of_a_process() {
     let (url, upstream) = fresh_database().await;

@@ -3,7 +3,8 @@
 //! prompt and every other field as sent; the client gets the upstream's answer unchanged
 //! (the content, and a stream event for event); the turn is appended and its facts
 //! extracted; a user key cannot reach another user's facts; upstream errors and timeouts
-//! reach the client as documented. (The official SDKs drive it in `scripts/sdk-tests/`.)
+//! reach the client as documented; and the official OpenAI and Anthropic Python SDKs work
+//! through it (`scripts/sdk/check.py`).
 
 use std::time::Duration;
 
@@ -256,6 +257,20 @@ async fn the_proxy_keeps_users_apart_and_passes_upstream_faults(backend: Backend
     assert_eq!(st, StatusCode::GATEWAY_TIMEOUT, "{body}");
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["code"], "upstream_timeout");
     assert_eq!((limited.hits(), failing.hits(), slow.hits()), (1, 1, 1));
+
+    // The operator sees each outcome per route on /metrics.
+    let (st, metrics) = s.with_key(&admin).get("/metrics").await;
+    assert_eq!(st, StatusCode::OK);
+    let metrics = metrics.as_str().unwrap().to_string();
+    let route = r#"method="POST",route="/v1/chat/completions""#;
+    for (status, n) in [(200, 1), (400, 1), (401, 1), (403, 2), (429, 1), (500, 1), (504, 1)] {
+        let line = format!("engram_http_requests_total{{{route},status=\"{status}\"}} {n}\n");
+        assert!(metrics.contains(&line), "no {line} in\n{metrics}");
+    }
+    assert!(
+        metrics.contains(&format!("engram_http_request_seconds_count{{{route}}} 8\n")),
+        "{metrics}"
+    );
 }
 
 async fn the_anthropic_proxy_adds_memory_and_streams_events(backend: Backend) {
@@ -308,8 +323,65 @@ async fn the_anthropic_proxy_adds_memory_and_streams_events(backend: Backend) {
     panic!("the proxied turns were not appended");
 }
 
+/// The official SDKs (`openai`, `anthropic` from PyPI, in the venv of `scripts/sdk-venv.sh`,
+/// named by `ENGRAM_SDK_PYTHON`) run `scripts/sdk/check.py`, the README's snippets: answers,
+/// streams, `models.list()`, and upstream errors raised as the SDKs' own exceptions.
+async fn the_official_sdks_work_through_the_proxy(backend: Backend) {
+    #[allow(clippy::disallowed_methods)] // tests read their fixture location from the environment
+    let python = std::env::var("ENGRAM_SDK_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "ENGRAM_SDK_PYTHON is not set: run `bash scripts/sdk-venv.sh` and export its last line"
+        )
+    });
+    let db = Db::new(backend).await;
+    let llm = ScriptedLlm::start().await;
+    llm.require_api_key(UPSTREAM_KEY);
+    llm.on(Rule::any().reply("unused"));
+    llm.on(Rule::system_contains(EXTRACT).reply("[]"));
+    llm.on(Rule::system_contains("Be brief").reply("Green tea, as every morning."));
+    llm.on(Rule::system_contains("You help").reply("In Mysuru, since last week."));
+    llm.on(Rule::user_contains("limit me").status(429).retry_after(3));
+    llm.on(Rule::user_contains("break").status(500).message("upstream broke"));
+    let key = create_key(&db, &["--tenant", "acme", "--role", "admin"]);
+    let s = start(&db, &llm, &[]);
+    for fact in ["The user drinks green tea every morning.", "The user moved to Mysuru."] {
+        let (st, _) = s
+            .with_key(&key)
+            .post("/v1/memories", json!({ "content": fact, "user_id": "alice" }))
+            .await;
+        assert_eq!(st, StatusCode::CREATED);
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/sdk/check.py");
+    // Blocking is fine: the server and the scripted LLM run outside this test's runtime.
+    let out = std::process::Command::new(&python)
+        .arg(script)
+        .env("ENGRAM_URL", &s.base)
+        .env("ENGRAM_KEY", &key)
+        .output()
+        .expect("run the SDK script");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the SDK script failed:\n{stderr}");
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["openai"], "Green tea, as every morning.");
+    assert_eq!(got["openai_stream"], "Green tea, as every morning.");
+    assert!(got["openai_stream_chunks"].as_u64().unwrap() > 1, "{got}");
+    assert_eq!(got["models"], json!(["scripted"]));
+    assert_eq!(got["openai_429"], json!({ "status": 429, "retry_after": "3" }));
+    assert_eq!(got["anthropic"], "In Mysuru, since last week.");
+    assert_eq!(got["anthropic_stream"], "In Mysuru, since last week.");
+    assert_eq!(got["anthropic_500"], json!({ "status": 500, "message": "upstream broke" }));
+    // Every chat call that reached the upstream carried alice's facts.
+    for (system, fact) in [("Be brief", "green tea"), ("You help", "Mysuru")] {
+        let calls = llm.calls_matching(&Match::any().system_contains(system));
+        assert_eq!(calls.len(), 2, "{system}");
+        assert!(calls.iter().all(|c| c.system.contains(fact)), "{system}: {calls:?}");
+        assert!(calls.iter().all(|c| c.api_key() == Some(UPSTREAM_KEY)));
+    }
+}
+
 on_both_backends!(
     the_openai_proxy_adds_memory_and_passes_everything_else,
     the_proxy_keeps_users_apart_and_passes_upstream_faults,
     the_anthropic_proxy_adds_memory_and_streams_events,
+    the_official_sdks_work_through_the_proxy,
 );

@@ -203,6 +203,14 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     let server_shutdown = shutdown.clone();
     // The client address keys the rate limit of requests without a valid key.
     let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    // Small writes (a streamed chunk, an SSE event) go out at once, not after the peer's
+    // delayed ACK.
+    use axum::serve::ListenerExt as _;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown_signal().await;

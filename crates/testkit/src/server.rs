@@ -316,6 +316,11 @@ fn serve(
             let shared = Arc::clone(&shared);
             async move { shared.shut_down().await }
         };
+        // Streamed events go out at once, as a real API's do (no Nagle delay).
+        use axum::serve::ListenerExt as _;
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let server = axum::serve(listener, app).with_graceful_shutdown(stopped);
         // Graceful shutdown waits for open connections; give them a moment, no more.
         let deadline = async {

@@ -219,6 +219,10 @@ async fn forward(
         agent_id: agent.clone(),
         query: question.clone(),
         conversation_id: Some(conversation.clone()),
+        // The facts are chosen once per conversation and kept (the context block's session
+        // cache): the system prompt stays the same call after call, which keeps the
+        // upstream's prompt cache warm, and a call costs no search.
+        session_id: Some(conversation.to_string()),
         ..Default::default()
     };
     let mut memory = true;

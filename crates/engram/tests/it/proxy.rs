@@ -323,6 +323,27 @@ async fn the_anthropic_proxy_adds_memory_and_streams_events(backend: Backend) {
     panic!("the proxied turns were not appended");
 }
 
+/// An upstream that refuses connections is a 502 `upstream_unavailable` in engram's error
+/// format, whose message names no address; nothing is appended.
+async fn an_unreachable_upstream_is_a_502(backend: Backend) {
+    let db = Db::new(backend).await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let upstream = format!("http://127.0.0.1:{port}");
+    let s = db.serve(&["--proxy-openai-url", &upstream]);
+    let ask = json!({ "model": "m", "user": "alice",
+        "messages": [{ "role": "user", "content": "hello" }] });
+    let (st, _, body) = call(&format!("{}/v1/chat/completions", s.base), &[], &ask).await;
+    assert_eq!(st, StatusCode::BAD_GATEWAY, "{body}");
+    let err: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(err["error"]["code"], "upstream_unavailable", "{body}");
+    assert!(!body.contains(&port.to_string()), "the upstream's address leaked: {body}");
+    assert_eq!(s.get("/v1/models").await.0, StatusCode::BAD_GATEWAY);
+    let (st, _) = s.get("/v1/conversations/proxy:alice:-/messages").await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "nothing appended");
+}
+
 /// The official SDKs (`openai`, `anthropic` from PyPI, in the venv of `scripts/sdk-venv.sh`,
 /// named by `ENGRAM_SDK_PYTHON`) run `scripts/sdk/check.py`, the README's snippets: answers,
 /// streams, `models.list()`, and upstream errors raised as the SDKs' own exceptions.
@@ -384,4 +405,5 @@ on_both_backends!(
     the_proxy_keeps_users_apart_and_passes_upstream_faults,
     the_anthropic_proxy_adds_memory_and_streams_events,
     the_official_sdks_work_through_the_proxy,
+    an_unreachable_upstream_is_a_502,
 );

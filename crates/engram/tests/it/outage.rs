@@ -184,6 +184,31 @@ async fn the_proxy_chats_without_memory_while_the_database_is_down() {
     let (st, memory, _) = call().await;
     assert_eq!((st, memory), (StatusCode::OK, None));
     assert!(llm.requests().last().unwrap().full_text().contains("bees on the roof"));
+
+    // With keys: a key the store confirmed keeps working through an outage; a key it never
+    // confirmed is not let in (the store cannot say whether it is valid).
+    let out = engram(tmp.path())
+        .args(["--database-url", &url, "keys", "create", "--json"])
+        .args(["--tenant", "default", "--role", "user", "--user", "u"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let key: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let key = key["key"].as_str().unwrap().to_string();
+    let keyed = |k: String| {
+        let (client, chat, ask) = (s.client.clone(), chat.clone(), ask.clone());
+        async move {
+            let r = client.post(&chat).bearer_auth(k).json(&ask).send().await.unwrap();
+            let memory = r.headers().get("engram-memory").map(|v| v.to_str().unwrap().to_string());
+            (r.status(), memory)
+        }
+    };
+    assert_eq!(keyed(key.clone()).await, (StatusCode::OK, None));
+    relay.cut();
+    assert_eq!(keyed(key.clone()).await, (StatusCode::OK, Some("unavailable".to_string())));
+    let (st, _) = keyed("engram_never_seen_by_the_store".to_string()).await;
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE);
+    relay.restore();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -354,6 +354,14 @@ async fn anthropic(
     handle(&shared, Protocol::Anthropic, method, uri, headers, body).await
 }
 
+/// A request's headers as recorded: (name, value) pairs, values decoded lossily.
+fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect()
+}
+
 /// `GET /v1/models` (OpenAI): the one model the scripted server is, after the same key
 /// check as a completion. Recorded like every request.
 async fn models(
@@ -362,10 +370,7 @@ async fn models(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let headers: Vec<(String, String)> = headers
-        .iter()
-        .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-        .collect();
+    let headers = header_pairs(&headers);
     let mut rec = RecordedRequest::parse(
         0,
         Protocol::OpenAi,
@@ -419,10 +424,7 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let headers: Vec<(String, String)> = headers
-        .iter()
-        .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-        .collect();
+    let headers = header_pairs(&headers);
     let mut rec = RecordedRequest::parse(
         0,
         protocol,

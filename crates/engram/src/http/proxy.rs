@@ -89,7 +89,7 @@ pub async fn models(
     let run = async {
         let up = st.proxy.of(Vendor::OpenAi)?;
         let resp = up.send("GET", "/v1/models", &header_pairs(&headers), None).await;
-        Ok::<_, ApiError>(respond(resp.map_err(upstream_error)?, None, |b| b))
+        Ok::<_, ApiError>(respond(resp.map_err(upstream_error)?, true, |b| b))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -253,12 +253,12 @@ async fn forward(
         Turn { engine: st.engine.clone(), principal: p, conversation, user, agent, question };
     if !(200..300).contains(&resp.status) {
         // The upstream refused: its answer as it is, and nothing to remember.
-        return Ok(respond(resp, (!memory).then_some(()), |b| b));
+        return Ok(respond(resp, memory, |b| b));
     }
     if wire::streams(&request) {
         let mut reader = StreamReader::new(vendor);
         let mut turn = Some(turn);
-        return Ok(respond(resp, (!memory).then_some(()), move |body| {
+        return Ok(respond(resp, memory, move |body| {
             body.map(move |chunk| {
                 match &chunk {
                     Ok(bytes) => reader.feed(bytes),
@@ -288,7 +288,7 @@ async fn forward(
         headers: resp.headers,
         body: futures_util::stream::once(async move { Ok(Bytes::from(bytes)) }).boxed(),
     };
-    Ok(respond(whole, (!memory).then_some(()), |b| b))
+    Ok(respond(whole, memory, |b| b))
 }
 
 /// Errors that are engram's, not the caller's: the call goes on without memory.
@@ -306,10 +306,10 @@ type Chunks = futures_util::stream::BoxStream<'static, Result<Bytes, UpstreamErr
 
 /// The upstream's answer as the client's response: its status, its headers, its body
 /// through `body` (which may read it on the way), and `engram-memory: unavailable` when
-/// memory could not be added.
+/// memory could not be added (`memory` false).
 fn respond(
     resp: engram_providers::upstream::UpstreamResponse,
-    no_memory: Option<()>,
+    memory: bool,
     body: impl FnOnce(Chunks) -> Chunks,
 ) -> Response {
     let stream = body(resp.body).map(|c| c.map_err(|e| std::io::Error::other(e.to_string())));
@@ -321,7 +321,7 @@ fn respond(
             out.headers_mut().append(n, v);
         }
     }
-    if no_memory.is_some() {
+    if !memory {
         out.headers_mut().insert(wire::MEMORY_HEADER, HeaderValue::from_static("unavailable"));
     }
     out

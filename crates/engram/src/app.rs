@@ -131,9 +131,19 @@ fn worker_config(settings: &Settings) -> WorkerConfig {
     }
 }
 
+/// Trace export, when `--otlp-endpoint` names a collector.
+fn export_traces(settings: &Settings) -> anyhow::Result<Option<crate::telemetry::Traces>> {
+    settings
+        .otlp_endpoint
+        .as_deref()
+        .map(|e| crate::telemetry::export_traces(e, "engram"))
+        .transpose()
+}
+
 /// Run background workers alone (`engram worker`) until ctrl-c or SIGTERM.
 pub async fn worker(settings: Settings) -> anyhow::Result<()> {
     let engine = engine(&settings).await?;
+    let traces = export_traces(&settings)?;
     if engine.llm().is_none() {
         tracing::warn!(
             "no LLM configured: extraction, summary and tool-call jobs fail with a configuration error"
@@ -150,6 +160,9 @@ pub async fn worker(settings: Settings) -> anyhow::Result<()> {
     tracing::info!("stopping workers");
     shutdown.cancel();
     workers.await.context("worker task panicked")?;
+    if let Some(t) = traces {
+        t.shutdown().await;
+    }
     Ok(())
 }
 
@@ -157,6 +170,7 @@ pub async fn worker(settings: Settings) -> anyhow::Result<()> {
 pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     let listen = settings.listen_addr()?;
     let engine = engine(&settings).await?;
+    let traces = export_traces(&settings)?;
     let loopback = listen.ip().is_loopback();
     let keys_exist = engine.keys_exist().await.map_err(|e| anyhow::anyhow!("{e}"))?;
     if !loopback && !keys_exist {
@@ -220,6 +234,9 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     shutdown.cancel();
     if let Some(w) = workers {
         let _ = w.await;
+    }
+    if let Some(t) = traces {
+        t.shutdown().await;
     }
     served.context("server error")?;
     tracing::info!("engram stopped");

@@ -96,6 +96,7 @@ struct FileConfig {
     proxy_anthropic_url: Option<String>,
     proxy_anthropic_api_key: Option<String>,
     proxy_timeout_secs: Option<u64>,
+    otlp_endpoint: Option<String>,
 }
 
 /// Where the memory proxy forwards (`serve` only).
@@ -140,6 +141,8 @@ pub struct Settings {
     pub job_backoff: std::time::Duration,
     /// The memory proxy's upstreams.
     pub proxy: ProxySettings,
+    /// The OTLP/HTTP collector spans are exported to (`serve` and `worker`); None: off.
+    pub otlp_endpoint: Option<String>,
     /// Problems found while loading that did not stop start-up (reported after logging starts).
     pub warnings: Vec<String>,
 }
@@ -193,6 +196,10 @@ pub struct ServeArgs {
     /// of a stream (default 300; then 504).
     #[arg(long, env = "ENGRAM_PROXY_TIMEOUT_SECS")]
     pub proxy_timeout_secs: Option<u64>,
+    /// Export traces (the spans of requests, jobs and pipeline stages) to this OpenTelemetry
+    /// collector over OTLP/HTTP, e.g. `http://localhost:4318`. Unset: no export.
+    #[arg(long, env = "ENGRAM_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// The LLM endpoint.
@@ -339,6 +346,10 @@ impl Settings {
                 .or(file.proxy_anthropic_api_key),
             timeout: std::time::Duration::from_secs(proxy_timeout_secs),
         };
+        let otlp_endpoint = serve.otlp_endpoint.clone().or(file.otlp_endpoint);
+        if let Some(e) = &otlp_endpoint {
+            crate::telemetry::traces_url(e)?;
+        }
         Ok(Settings {
             addr,
             data_dir,
@@ -356,6 +367,7 @@ impl Settings {
             job_lease: std::time::Duration::from_secs(job_lease_secs),
             job_backoff: std::time::Duration::from_millis(job_backoff_ms),
             proxy,
+            otlp_endpoint,
             warnings,
         })
     }

@@ -9,6 +9,12 @@
 //! [`tag_route`] runs inside the router, where the matched path is known, and puts it on the
 //! response; [`observe`] wraps everything, so it also sees the 429s and 503s of the layers
 //! outside the router.
+//!
+//! [`tag_route`] also opens the request's span, named `{method} {route}` (target
+//! [`REQUEST_SPAN_TARGET`]; attributes method, route, status), the root of a trace when
+//! traces are exported (`crate::telemetry`). A span's name is fixed once it starts, so it is
+//! opened where the route is known: requests answered before routing are counted by the
+//! metrics but have no span. The log lines leave the span out (the log is not an access log).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,6 +22,7 @@ use std::time::Instant;
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
+use tracing::Instrument as _;
 
 use super::AppState;
 
@@ -23,13 +30,27 @@ use super::AppState;
 #[derive(Debug, Clone)]
 struct Route(String);
 
-/// Inside the router: remember the matched route on the response.
+/// The target of the HTTP request span.
+pub const REQUEST_SPAN_TARGET: &str = "engram::http::request";
+
+/// Inside the router: open the request's span and remember the matched route on the
+/// response.
 pub async fn tag_route(req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_string());
-    let mut resp = next.run(req).await;
-    if let Some(r) = route {
-        resp.extensions_mut().insert(Route(r));
-    }
+    let Some(route) = route else { return next.run(req).await };
+    let method = req.method().as_str().to_string();
+    let span = tracing::info_span!(
+        target: REQUEST_SPAN_TARGET,
+        "http request",
+        otel.name = format!("{method} {route}"),
+        otel.kind = "server",
+        http.request.method = method,
+        http.route = route.as_str(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    let mut resp = next.run(req).instrument(span.clone()).await;
+    span.record("http.response.status_code", resp.status().as_u16());
+    resp.extensions_mut().insert(Route(route));
     resp
 }
 

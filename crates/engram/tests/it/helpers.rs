@@ -221,8 +221,14 @@ impl Server {
 
     /// A server on `dir` (kept by the caller) with extra `serve` flags.
     pub fn start_on(dir: &Path, extra: &[&str]) -> Server {
+        Server::spawn(engram(dir), extra)
+    }
+
+    /// `engram serve` from `cmd` (an [`engram`] command, with the caller's environment) with
+    /// extra flags.
+    pub fn spawn(mut cmd: Command, extra: &[&str]) -> Server {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut child = engram(dir)
+        let mut child = cmd
             .arg("serve")
             .arg("--addr")
             .arg("127.0.0.1:0")
@@ -245,6 +251,19 @@ impl Server {
             panic!("engram serve did not start within 120 s");
         };
         Server { base, child, client: reqwest::Client::new(), key: None, db: None }
+    }
+
+    /// Stop the process as an operator would (SIGTERM) and wait for it to exit; true if it
+    /// exited successfully.
+    pub fn terminate(&mut self) -> bool {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        for _ in 0..300 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("engram serve did not stop within 30 s of SIGTERM");
     }
 
     /// Stop the process without a chance to clean up (kill -9).

@@ -27,6 +27,7 @@ mod reembed;
 mod relevance;
 mod state;
 mod summaries;
+mod telemetry;
 mod tenancy;
 mod time;
 mod trust;

@@ -11,7 +11,7 @@
 //!   within the years the stores keep; no unknown fields; responses' free JSON fields;
 //! - the error responses of every operation (400, 401, 403, 404, 405, 409, 413, 422, 429,
 //!   500, 503, all `ErrorBody`), and the bearer requirement on every `/v1` operation;
-//! - `/metrics` and `/mcp`.
+//! - `/metrics`, `/mcp` and the memory proxy's routes, with the `x-api-key` scheme.
 
 use serde_json::{Map, Value, json};
 use utoipa::OpenApi;
@@ -223,6 +223,18 @@ pub fn document(max_content_bytes: usize) -> Value {
         }
         paths.insert("/metrics".into(), metrics_path());
         paths.insert("/mcp".into(), mcp_path());
+        for (path, item) in proxy_paths() {
+            paths.insert(path.into(), item);
+        }
+    }
+    if let Some(schemes) =
+        doc.pointer_mut("/components/securitySchemes").and_then(Value::as_object_mut)
+    {
+        schemes.insert(
+            "api_key".into(),
+            json!({ "type": "apiKey", "in": "header", "name": "x-api-key",
+                "description": "The engram key as the Anthropic SDKs send theirs (any route)." }),
+        );
     }
     doc
 }
@@ -294,9 +306,94 @@ fn complete_operation(path: &str, op: &mut Value) {
             }
         }
     }
-    if path.starts_with("/v1/") {
+    if path.starts_with("/v1/") && !op.contains_key("security") {
         op.insert("security".into(), json!([{ "bearer": [] }]));
     }
+}
+
+/// The memory proxy's routes (`http/proxy.rs`): the vendors' own request and answer
+/// bodies, passed through, so described as free JSON.
+fn proxy_paths() -> Vec<(&'static str, Value)> {
+    let scope = |name: &str, what: &str| {
+        json!({ "name": name, "in": "header", "required": false, "description": what,
+            "schema": { "type": "string", "minLength": 1, "maxLength": 256, "pattern": IDENT_PATTERN } })
+    };
+    let headers = json!([
+        scope(
+            "x-engram-user-id",
+            "The user whose memory is used (else OpenAI's `user`, Anthropic's `metadata.user_id`)."
+        ),
+        scope("x-engram-agent-id", "The agent (else the key's agent)."),
+        scope(
+            "x-engram-conversation-id",
+            "The conversation the turn is appended to (else `proxy:<user>:<agent or ->`)."
+        ),
+    ]);
+    let memory_header = json!({ "engram-memory": {
+        "description": "`unavailable` when engram's store failed and the call went through without memory.",
+        "schema": { "type": "string", "enum": ["unavailable"] } } });
+    let upstream_errors = [
+        ("502", "upstream_unavailable: the upstream could not be reached"),
+        ("504", "upstream_timeout: no answer (or no next chunk) within --proxy-timeout-secs"),
+    ];
+    let chat = |vendor: &str, setting: &str, op_id: &str, body_doc: &str| {
+        let mut op = json!({
+            "tags": ["proxy"],
+            "summary": format!("The memory proxy ({vendor}): the context block goes into the system prompt, the call goes to {setting}, the answer comes back as sent (JSON, or an SSE stream with \"stream\": true), and the turn is appended to the conversation."),
+            "operationId": op_id,
+            "security": [{ "bearer": [] }, { "api_key": [] }],
+            "parameters": headers,
+            "requestBody": { "required": true, "content": { "application/json": { "schema": {
+                "type": "object", "description": body_doc } } } },
+            "responses": {
+                "200": { "description": "the upstream's answer, unchanged", "headers": memory_header,
+                    "content": {
+                        "application/json": { "schema": { "type": "object" } },
+                        "text/event-stream": { "schema": { "type": "string" } } } },
+                "404": error_response(&format!("no such row, or the {vendor} proxy has no upstream ({setting})")),
+                "default": { "description": "the upstream's own error status and body, passed through" },
+            },
+        });
+        for (status, what) in upstream_errors {
+            op["responses"][status] = error_response(what);
+        }
+        op
+    };
+    let mut completions = chat(
+        "OpenAI",
+        "--proxy-openai-url",
+        "proxy_chat_completions",
+        "An OpenAI chat completions request (`model`, `messages`, `stream`, tools…), forwarded as sent apart from the system prompt.",
+    );
+    let mut messages = chat(
+        "Anthropic",
+        "--proxy-anthropic-url",
+        "proxy_messages",
+        "An Anthropic Messages request (`model`, `max_tokens`, `system`, `messages`, `stream`, `metadata`…), forwarded as sent apart from `system`.",
+    );
+    let mut models = json!({
+        "tags": ["proxy"],
+        "summary": "The OpenAI upstream's model list, passed through.",
+        "operationId": "proxy_models",
+        "security": [{ "bearer": [] }, { "api_key": [] }],
+        "responses": {
+            "200": { "description": "the upstream's answer, unchanged", "content": {
+                "application/json": { "schema": { "type": "object" } } } },
+            "404": error_response("the OpenAI proxy has no upstream (--proxy-openai-url)"),
+            "default": { "description": "the upstream's own error status and body, passed through" },
+        },
+    });
+    for (status, what) in upstream_errors {
+        models["responses"][status] = error_response(what);
+    }
+    complete_operation("/v1/chat/completions", &mut completions);
+    complete_operation("/v1/messages", &mut messages);
+    complete_operation("/v1/models", &mut models);
+    vec![
+        ("/v1/chat/completions", json!({ "post": completions })),
+        ("/v1/messages", json!({ "post": messages })),
+        ("/v1/models", json!({ "get": models })),
+    ]
 }
 
 fn metrics_path() -> Value {
@@ -353,7 +450,9 @@ mod tests {
     fn every_operation_documents_errors_and_parameters() {
         let doc = document(8192);
         let paths = doc["paths"].as_object().unwrap();
-        assert!(paths.contains_key("/metrics") && paths.contains_key("/mcp"));
+        for p in ["/metrics", "/mcp", "/v1/chat/completions", "/v1/messages", "/v1/models"] {
+            assert!(paths.contains_key(p), "{p}");
+        }
         for (path, item) in paths {
             for (method, op) in item.as_object().unwrap() {
                 let names: Vec<&str> = op["parameters"]
@@ -371,7 +470,8 @@ mod tests {
                     assert!(r.get("description").is_some(), "{method} {path} {status}");
                 }
                 if path.starts_with("/v1/") {
-                    assert_eq!(op["security"], json!([{ "bearer": [] }]), "{method} {path}");
+                    let security = op["security"].as_array().unwrap();
+                    assert!(security.contains(&json!({ "bearer": [] })), "{method} {path}");
                     for s in ["400", "401", "403", "429", "503"] {
                         assert!(op["responses"].get(s).is_some(), "{method} {path} {s}");
                     }

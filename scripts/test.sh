@@ -19,6 +19,10 @@ echo "webdriver: $ENGRAM_CHROMEDRIVER"
 ENGRAM_SDK_PYTHON="$(bash scripts/sdk-venv.sh | tail -n 1)"
 export ENGRAM_SDK_PYTHON
 echo "SDK python: $ENGRAM_SDK_PYTHON"
+# The official OpenAI JavaScript SDK (npm, pinned) for the integration docs' snippet.
+ENGRAM_SDK_NODE_DIR="$(bash scripts/sdk-node.sh | tail -n 1)"
+export ENGRAM_SDK_NODE_DIR
+echo "SDK node: $ENGRAM_SDK_NODE_DIR"
 
 # PostgreSQL + pgvector for the store conformance suite (a throwaway server, see scripts/pg.sh).
 ENGRAM_TEST_DATABASE_URL="$(bash scripts/pg.sh start | tail -n 1)"

@@ -18,7 +18,7 @@
 //! The facts part is what a session caches; the short-term part is rebuilt on every call,
 //! since the conversation moves on between turns.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{ConversationId, Message, MessageId, Summary, SummaryId, UserId};
 use crate::pipeline::compact::iso_minute;
 use crate::pipeline::prompts::message_text;
@@ -136,9 +136,10 @@ pub fn pack(messages: &[Message], tops: &[Summary], budget: usize) -> ShortTerm 
 }
 
 impl Engine {
-    /// The short-term part for conversation `id` of `user`, in `budget` tokens. The
-    /// conversation must be the user's and readable by the caller (404 otherwise, like an
-    /// unknown one).
+    /// The short-term part for conversation `id` of `user`, in `budget` tokens. A
+    /// conversation that does not exist yet (an agent's first turn asks for its context
+    /// before appending) has none; one of another user, or that the caller may not read,
+    /// has none either, exactly like an unknown one, so the answer tells nothing about it.
     pub(super) async fn short_term(
         &self,
         v: &View,
@@ -147,12 +148,13 @@ impl Engine {
         id: &ConversationId,
         budget: usize,
     ) -> Result<ShortTerm> {
-        let not_found = || Error::not_found(format!("conversation {id}"));
-        let info = self.svc.store.get_conversation(&v.tenant, id).await?.ok_or_else(not_found)?;
+        let Some(info) = self.svc.store.get_conversation(&v.tenant, id).await? else {
+            return Ok(ShortTerm::default());
+        };
         if &info.user_id != user
             || !self.may_read_conversation(p, &info.user_id, info.agent_id.as_ref()).await?
         {
-            return Err(not_found());
+            return Ok(ShortTerm::default());
         }
         if budget == 0 {
             return Ok(ShortTerm::default());

@@ -226,12 +226,7 @@ async fn forward(
         ..Default::default()
     };
     let mut memory = true;
-    let mut context = st.engine.context(&p, input.clone()).await;
-    if context.as_ref().is_err_and(|e| e.code() == ErrorCode::NotFound) {
-        // The conversation's first call: no short-term context yet, the facts alone.
-        context = st.engine.context(&p, ContextInput { conversation_id: None, ..input }).await;
-    }
-    match context {
+    match st.engine.context(&p, input).await {
         Ok(block) if !block.text.trim().is_empty() => {
             wire::inject(vendor, &mut request, &block.text)
         }

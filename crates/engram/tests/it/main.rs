@@ -15,6 +15,7 @@ mod context;
 mod conversations;
 mod crash;
 mod dedup;
+mod docs;
 mod erase;
 mod extraction;
 pub(crate) mod mcp;

@@ -125,7 +125,7 @@ fn answer_in(body: &str, id: i64) -> Option<Value> {
 
 /// Assert a tool error with the engine's code, in the text and in the structured content.
 #[track_caller]
-fn assert_tool_error(r: &Value, code: &str) {
+pub(crate) fn assert_tool_error(r: &Value, code: &str) {
     assert_eq!(r["isError"], true, "expected a tool error {code}: {r}");
     assert_eq!(r["structuredContent"]["error"]["code"], code, "{r}");
     let text: Value = serde_json::from_str(r["content"][0]["text"].as_str().unwrap()).unwrap();
@@ -468,7 +468,7 @@ async fn mcp_http_keys_roles_and_tenants(backend: Backend) {
 }
 
 /// `engram mcp` as a child process: JSON-RPC lines over its stdin and stdout.
-struct StdioClient {
+pub(crate) struct StdioClient {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
@@ -477,10 +477,14 @@ struct StdioClient {
 
 impl StdioClient {
     fn spawn(db: &Db, extra: &[&str]) -> StdioClient {
-        let mut child = db
-            .engram()
-            .arg("mcp")
-            .args(extra)
+        let mut cmd = db.engram();
+        cmd.arg("mcp").args(extra);
+        StdioClient::start(cmd)
+    }
+
+    /// An MCP client on the stdin/stdout of `cmd` (an `engram … mcp` command).
+    pub(crate) fn start(mut cmd: std::process::Command) -> StdioClient {
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -503,7 +507,7 @@ impl StdioClient {
     }
 
     /// A request, answered before the next is sent (the server handles requests concurrently).
-    fn request(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
         self.next_id += 1;
         self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
@@ -520,11 +524,11 @@ impl StdioClient {
         }
     }
 
-    fn call(&mut self, tool: &str, args: Value) -> Value {
+    pub(crate) fn call(&mut self, tool: &str, args: Value) -> Value {
         self.request("tools/call", json!({ "name": tool, "arguments": args }))["result"].clone()
     }
 
-    fn connect(&mut self) -> Value {
+    pub(crate) fn connect(&mut self) -> Value {
         let init = self.request(
             "initialize",
             json!({ "protocolVersion": PROTOCOL, "capabilities": {},
@@ -535,7 +539,7 @@ impl StdioClient {
     }
 
     /// Close stdin: the server ends by itself, successfully.
-    fn close(mut self) {
+    pub(crate) fn close(mut self) {
         drop(self.stdin.take());
         for _ in 0..600 {
             if let Some(status) = self.child.try_wait().unwrap() {

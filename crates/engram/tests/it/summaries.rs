@@ -225,7 +225,8 @@ async fn a_long_conversation_compacts_into_a_dag_that_search_expands(backend: Ba
     assert_eq!(c["summary_ids"].as_array().unwrap().last(), Some(&newest_top), "{c}");
     let n = c["message_ids"].as_array().unwrap().len();
     assert!((10..100).contains(&n), "the newest messages that fit: {n}");
-    // A bigger budget holds more of both; a conversation of another user is not found.
+    // A bigger budget holds more of both; a conversation of another user adds nothing, like
+    // one that does not exist (yet).
     let (_, big) = s
         .post(
             "/v1/context",
@@ -234,10 +235,18 @@ async fn a_long_conversation_compacts_into_a_dag_that_search_expands(backend: Ba
         .await;
     assert_eq!(big["message_ids"].as_array().unwrap().len(), 50, "the last 50 messages");
     assert_eq!(big["summary_ids"].as_array().unwrap().len(), 2, "the root and the open branch");
-    let (st, e) = s
-        .post("/v1/context", json!({ "user_id": "someone-else", "conversation_id": "long" }))
-        .await;
-    assert_eq!(st, StatusCode::NOT_FOUND, "{e}");
+    for conversation in ["long", "not-started-yet"] {
+        let (st, other) = s
+            .post(
+                "/v1/context",
+                json!({ "user_id": "someone-else", "conversation_id": conversation }),
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "{other}");
+        assert_eq!(other["message_ids"], json!([]), "{other}");
+        assert_eq!(other["summary_ids"], json!([]), "{other}");
+        assert!(!other["text"].as_str().unwrap().contains("Recent messages"), "{other}");
+    }
 
     // The user's export carries the summaries; erasure removes them.
     let (_, export) = s.get("/v1/users/u/export").await;
@@ -500,10 +509,13 @@ async fn summaries_are_seen_only_by_who_may_read_their_conversation(backend: Bac
     assert_eq!(convs.len(), 2, "the admin sees both: {r}");
     let (st, r) = s.with_key(&w).post("/v1/search", q).await;
     assert_eq!(st, StatusCode::FORBIDDEN, "another user's key: {r}");
-    // Short-term context: another agent's conversation is not found.
+    // Short-term context: another agent's conversation adds nothing, as an unknown one.
     let c = json!({ "user_id": "u", "conversation_id": "c1" });
     let (st, r) = s.with_key(&a2).post("/v1/context", c.clone()).await;
-    assert_eq!(st, StatusCode::NOT_FOUND, "{r}");
+    assert_eq!(st, StatusCode::OK, "{r}");
+    assert!(!r["text"].as_str().unwrap().contains("c1 note"), "{r}");
+    assert_eq!(r["message_ids"], json!([]), "{r}");
+    assert_eq!(r["summary_ids"], json!([]), "{r}");
     let (st, r) = s.with_key(&a1).post("/v1/context", c).await;
     assert_eq!(st, StatusCode::OK, "{r}");
     assert!(r["text"].as_str().unwrap().contains("c1 note 30"), "{r}");

@@ -400,10 +400,73 @@ async fn the_official_sdks_work_through_the_proxy(backend: Backend) {
     }
 }
 
+/// Images (OpenAI `image_url` parts, Anthropic `image` blocks) reach the upstream as sent;
+/// the turn appended is the message's text, and the facts come from that text.
+async fn images_pass_through_untouched(backend: Backend) {
+    let db = Db::new(backend).await;
+    let llm = ScriptedLlm::start().await;
+    llm.set_default(Rule::system_contains(EXTRACT).reply("[]"));
+    llm.on(Rule::system_contains("Look closely").reply("A small red boat."));
+    let s = start(&db, &llm, &[]);
+    let (st, _) = s
+        .post("/v1/memories", json!({ "content": "The user sails on weekends.", "user_id": "dan" }))
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+    let openai_user = json!({ "role": "user", "content": [
+        { "type": "text", "text": "What boat is in this picture?" },
+        { "type": "image_url", "image_url": { "url": format!("data:image/png;base64,{png}"), "detail": "low" } },
+    ] });
+    let anthropic_user = json!({ "role": "user", "content": [
+        { "type": "image", "source": { "type": "base64", "media_type": "image/png", "data": png } },
+        { "type": "text", "text": "Which sail does the boat have?" },
+    ] });
+    let (st, _, body) = call(
+        &format!("{}/v1/chat/completions", s.base),
+        &[("x-engram-conversation-id", "pics")],
+        &json!({ "model": "gpt-test", "user": "dan",
+            "messages": [{ "role": "system", "content": "Look closely." }, openai_user] }),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    let (st, _, body) = call(
+        &format!("{}/v1/messages", s.base),
+        &[("anthropic-version", "2023-06-01"), ("x-engram-conversation-id", "pics")],
+        &json!({ "model": "claude-test", "max_tokens": 100, "system": "Look closely.",
+            "metadata": { "user_id": "dan" }, "messages": [anthropic_user] }),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    let sent = llm.calls_matching(&Match::any().system_contains("Look closely"));
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0].body["messages"][1], openai_user, "the image part as sent");
+    assert_eq!(sent[1].body["messages"][0], anthropic_user, "the image block as sent");
+    assert!(sent.iter().all(|c| c.system.contains("The user sails on weekends.")));
+    let mut said = Vec::new();
+    for _ in 0..100 {
+        let (_, msgs) = s.get("/v1/conversations/pics/messages").await;
+        said = msgs["messages"].as_array().unwrap().iter().map(|m| m["content"].clone()).collect();
+        if said.len() == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        said,
+        [
+            json!("What boat is in this picture?"),
+            json!("A small red boat."),
+            json!("Which sail does the boat have?"),
+            json!("A small red boat."),
+        ]
+    );
+}
+
 on_both_backends!(
     the_openai_proxy_adds_memory_and_passes_everything_else,
     the_proxy_keeps_users_apart_and_passes_upstream_faults,
     the_anthropic_proxy_adds_memory_and_streams_events,
     the_official_sdks_work_through_the_proxy,
     an_unreachable_upstream_is_a_502,
+    images_pass_through_untouched,
 );

@@ -102,6 +102,10 @@ pub struct Explain {
     /// not see because they wait for their vector (background embedding); None when not
     /// counted (a caller limited to one agent's pool, or no vector list).
     pub unembedded_messages: Option<u64>,
+    /// The time the query names, as search read it (`2022-03-16`, `2022-03-07 to
+    /// 2022-03-13`, and how: the words, the anchor, the event's message); None when the
+    /// query names no time.
+    pub time: Option<String>,
 }
 
 /// RRF contribution of one 1-based rank.

@@ -84,7 +84,7 @@ fn number(w: &str) -> Option<i64> {
     })
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Unit {
     Day,
     Week,
@@ -443,6 +443,129 @@ fn bare_month(w: &[String]) -> Option<(Month, usize)> {
     })
 }
 
+/// A time named relative to an event of the conversation: "two days before the wedding",
+/// "the week after my birthday", "tre giorni prima del matrimonio", "zwei Tage vor der
+/// Hochzeit". Search finds the event among the user's messages and reads the time from its
+/// date (`engine::dates`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventTime {
+    /// Signed: negative before the event.
+    pub offset: i64,
+    unit: Unit,
+    /// The words that name the event ("the wedding").
+    pub event: String,
+}
+
+impl EventTime {
+    /// The time it names, for an event on `day`.
+    pub fn span(&self, day: Date) -> Span {
+        shift(day, self.unit, self.offset)
+    }
+
+    /// "2 days before", for `explain`.
+    pub fn describe(&self) -> String {
+        let n = self.offset.abs();
+        let unit = match self.unit {
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        };
+        format!(
+            "{n} {unit}{} {} {:?}",
+            if n == 1 { "" } else { "s" },
+            if self.offset < 0 { "before" } else { "after" },
+            self.event
+        )
+    }
+}
+
+/// "before" (-1) or "after" (1), in the languages of [`relative_spans`].
+fn before_after(w: &str) -> Option<i64> {
+    match w {
+        "before" | "prima" | "antes" | "avant" | "vor" => Some(-1),
+        "after" | "dopo" | "después" | "despues" | "depois" | "après" | "nach" => Some(1),
+        _ => None,
+    }
+}
+
+/// Words between "before"/"after" and the event that are not part of it.
+fn is_linking(w: &str) -> bool {
+    matches!(
+        w,
+        "di" | "del"
+            | "della"
+            | "dello"
+            | "dei"
+            | "delle"
+            | "de"
+            | "du"
+            | "des"
+            | "da"
+            | "do"
+            | "dos"
+            | "das"
+            | "que"
+    )
+}
+
+/// Most words an event's name has.
+const EVENT_WORDS: usize = 6;
+
+/// [`EventTime`] in `query`, and the query without the words that named it (the event's
+/// words included: the time is matched by dates). The event's name ends with its clause
+/// ("two days before the wedding, what did I do?").
+pub fn event_time(query: &str) -> Option<(EventTime, String)> {
+    let clauses: Vec<Vec<String>> =
+        query.split([',', ';', '?', '!', '.', ':']).map(words).filter(|c| !c.is_empty()).collect();
+    for (k, w) in clauses.iter().enumerate() {
+        let Some((time, from, to)) = event_in(w) else { continue };
+        let rest: Vec<&str> = clauses
+            .iter()
+            .enumerate()
+            .flat_map(|(j, c)| {
+                c.iter().enumerate().filter(move |(i, _)| j != k || *i < from || *i >= to)
+            })
+            .map(|(_, x)| x.as_str())
+            .collect();
+        return Some((time, rest.join(" ")));
+    }
+    None
+}
+
+/// The event time in one clause's words, with the range of words that name it.
+fn event_in(w: &[String]) -> Option<(EventTime, usize, usize)> {
+    let at = |j: usize| w.get(j).map(String::as_str).unwrap_or("");
+    for i in 0..w.len() {
+        // "two days before", "the day after", "a week before", "il giorno prima"
+        let (n, u, rel) = if let (Some(n), Some(u)) = (number(at(i)), unit(at(i + 1))) {
+            (n, u, i + 2)
+        } else if matches!(at(i), "the" | "il" | "el" | "le" | "la" | "der" | "am" | "o")
+            && let Some(u) = unit(at(i + 1))
+        {
+            (1, u, i + 2)
+        } else {
+            continue;
+        };
+        let Some(sign) = before_after(at(rel)) else { continue };
+        let mut from = rel + 1;
+        while is_linking(at(from)) {
+            from += 1;
+        }
+        let to = (from + EVENT_WORDS).min(w.len());
+        let event = &w[from.min(to)..to];
+        // "the day before yesterday" is a relative date, not an event.
+        let named =
+            event.iter().any(|e| !matches!(e.as_str(), "the" | "my" | "our" | "a" | "der" | "die"));
+        if !named || !relative_matches(event, OffsetDateTime::UNIX_EPOCH).is_empty() {
+            continue;
+        }
+        let time = EventTime { offset: sign * n, unit: u, event: event.join(" ") };
+        return Some((time, i, to));
+    }
+    None
+}
+
 /// Does reading the time `query` names need an anchor (a relative time, or a month without
 /// its year)?
 pub fn needs_anchor(query: &str) -> bool {
@@ -554,5 +677,43 @@ mod tests {
             Some(span(date!(2022 - 12 - 01), date!(2022 - 12 - 31)))
         );
         assert!(span(date!(2022 - 03 - 07), date!(2022 - 03 - 13)).contains(date!(2022 - 03 - 10)));
+    }
+
+    #[test]
+    fn queries_name_times_relative_to_events() {
+        let e = |s: &str| {
+            event_time(s).map(|(t, rest)| (t.offset, format!("{:?}", t.unit), t.event, rest))
+        };
+        assert_eq!(
+            e("What did I do two days before the wedding?"),
+            Some((-2, "Day".into(), "the wedding".into(), "what did i do".into()))
+        );
+        assert_eq!(
+            e("the week after my birthday, where was I"),
+            Some((1, "Week".into(), "my birthday".into(), "where was i".into()))
+        );
+        assert_eq!(
+            e("cosa ho fatto tre giorni prima del matrimonio"),
+            Some((-3, "Day".into(), "matrimonio".into(), "cosa ho fatto".into()))
+        );
+        assert_eq!(
+            e("Was habe ich zwei Tage vor der Hochzeit gemacht"),
+            Some((-2, "Day".into(), "der hochzeit gemacht".into(), "was habe ich".into()))
+        );
+        assert_eq!(e("qué hice el día después de la boda").map(|x| x.0), Some(1));
+        // Relative dates and plain text are not events.
+        assert_eq!(e("the day before yesterday"), None);
+        assert_eq!(e("What did I do two days ago?"), None);
+        assert_eq!(e("I have two cats before breakfast"), None);
+        assert_eq!(e("vor zwei Tagen"), None);
+        // The span, from the event's day.
+        let (t, _) = event_time("two days before the wedding").unwrap();
+        assert_eq!(t.span(date!(2023 - 05 - 08)), Span::day(date!(2023 - 05 - 06)));
+        assert_eq!(t.describe(), "2 days before \"the wedding\"");
+        let (t, _) = event_time("the week after the move").unwrap();
+        assert_eq!(
+            t.span(date!(2022 - 03 - 17)),
+            span(date!(2022 - 03 - 21), date!(2022 - 03 - 27))
+        );
     }
 }

@@ -1,17 +1,18 @@
-//! Time in search: the time a query names (`crate::when`: a date, a month, or a relative
-//! time read against the user's latest message — the conversation's own "now", never the
-//! server clock), and the date list it adds to a message search: the messages whose own
+//! Time in search: the time a query names (`crate::when`: a date, a month, a time relative
+//! to an event the user's messages name, or a relative time read against the user's latest
+//! message — the conversation's own "now", never the server clock), and the date list it adds to a message search: the messages whose own
 //! relative dates point into that time (said up to [`SAID_AFTER_DAYS`] later) first, then
 //! those sent within it.
 
 use crate::error::Result;
-use crate::model::MessageId;
+use crate::model::{Message, MessageId};
 use crate::retrieval;
 use crate::store::TranscriptFilter;
 use crate::when::{self, Span};
 
-use super::Engine;
 use super::scope::View;
+use super::search::Lists;
+use super::{Engine, Hit, SearchMode};
 
 /// Days after the time a query names in which a message may still point back into it
 /// ("last week", "yesterday").
@@ -20,15 +21,42 @@ pub const SAID_AFTER_DAYS: i64 = 8;
 /// Messages the date list reads at most.
 const DATE_SCAN: usize = 2_000;
 
+/// The time a query names, as search reads it.
+#[derive(Debug, Clone)]
+pub(super) struct NamedTime {
+    pub span: Span,
+    /// The query without the words that named the time (for the keyword list).
+    pub keywords: String,
+    /// How it was read, for `explain.time`.
+    pub how: String,
+}
+
+/// Least relevance of the message that names an event ("the wedding") for its date to
+/// name the time: clear lexical or semantic support, not a guess.
+const EVENT_MIN_SCORE: f64 = 0.35;
+
+fn days(span: Span) -> String {
+    if span.start == span.end {
+        span.start.to_string()
+    } else {
+        format!("{} to {}", span.start, span.end)
+    }
+}
+
 impl Engine {
-    /// The time a query names: a date or month as written, or a relative time ("last week")
-    /// or a month without its year ("in June") against the user's latest message (the
-    /// conversation's own "now", not the clock).
-    pub(super) async fn query_time(&self, v: &View, query: &str) -> Result<Option<(Span, String)>> {
-        if let Some(found) = when::query_time(query, None) {
-            return Ok(Some(found));
+    /// The time a query names: a date or month as written; a time relative to an event of
+    /// the conversation ("two days before the wedding": the event's day is read from the
+    /// user's message that names it); or a relative time ("last week") or a month without
+    /// its year ("in June") against the user's latest message (the conversation's own
+    /// "now", not the clock).
+    pub(super) async fn query_time(&self, v: &View, query: &str) -> Result<Option<NamedTime>> {
+        if let Some((span, keywords)) = when::query_time(query, None) {
+            return Ok(Some(NamedTime { span, keywords, how: days(span) }));
         }
         let Some(user) = &v.user else { return Ok(None) };
+        if let Some(found) = self.event_time(v, user, query).await? {
+            return Ok(Some(found));
+        }
         if !when::needs_anchor(query) {
             return Ok(None);
         }
@@ -37,7 +65,61 @@ impl Engine {
             .store
             .scan_messages(&v.tenant, &TranscriptFilter::user(user.clone()), None, 1)
             .await?;
-        Ok(latest.first().and_then(|m| when::query_time(query, Some(m.created_at))))
+        let Some(latest) = latest.first() else { return Ok(None) };
+        Ok(when::query_time(query, Some(latest.created_at)).map(|(span, keywords)| NamedTime {
+            span,
+            keywords,
+            how: format!(
+                "{} (relative to the user's latest message, {})",
+                days(span),
+                latest.created_at.date()
+            ),
+        }))
+    }
+
+    /// A time named relative to an event: the user's message that best names the event
+    /// (hybrid search over the messages the caller may see, with clear support), and its
+    /// day — the day the message itself names ("our wedding was yesterday") or the day it
+    /// was sent. None when no message names the event.
+    async fn event_time(
+        &self,
+        v: &View,
+        user: &crate::model::UserId,
+        query: &str,
+    ) -> Result<Option<NamedTime>> {
+        let Some((event, keywords)) = when::event_time(query) else { return Ok(None) };
+        let vector = self.embed_one(&event.event).await?;
+        let lists = Lists {
+            query: &event.event,
+            vector: Some(&vector),
+            mode: SearchMode::Hybrid,
+            k: 5,
+            when: None,
+            explain: false,
+        };
+        let window = TranscriptFilter::user(user.clone());
+        let (now, scale) = (crate::model::now(), self.svc.embedder.similarity_scale());
+        let mut best: Option<(f64, Message)> = None;
+        for (m, e) in self.message_hits(v, &window, &lists).await? {
+            let Hit::Message { message, score, .. } = Hit::of_message(m, e, now, scale) else {
+                continue;
+            };
+            if score >= EVENT_MIN_SCORE && best.as_ref().is_none_or(|(s, _)| score > *s) {
+                best = Some((score, message));
+            }
+        }
+        let Some((_, m)) = best else { return Ok(None) };
+        let said = when::relative_spans(&m.content, m.created_at);
+        let day = match said.first() {
+            Some(s) if s.days() == 1 => s.start,
+            Some(_) | None => m.created_at.date(),
+        };
+        let span = event.span(day);
+        Ok(Some(NamedTime {
+            span,
+            keywords,
+            how: format!("{} ({} on {day}: message {})", days(span), event.describe(), m.id),
+        }))
     }
 
     /// The date list of a query that names `span`: the user's messages (in the search's

@@ -18,15 +18,15 @@ pub const EXPANDED_MESSAGES: usize = 3;
 
 /// The two ranked lists of a transcript search: the query, its vector (none in text mode),
 /// which lists to ask for, and how many candidates each returns.
-struct Lists<'a> {
-    query: &'a str,
-    vector: Option<&'a [f32]>,
-    mode: SearchMode,
-    k: usize,
+pub(super) struct Lists<'a> {
+    pub query: &'a str,
+    pub vector: Option<&'a [f32]>,
+    pub mode: SearchMode,
+    pub k: usize,
     /// The time the query names, if any (`crate::when`).
-    when: Option<Span>,
+    pub when: Option<Span>,
     /// The caller asked for `explain`.
-    explain: bool,
+    pub explain: bool,
 }
 
 impl Engine {
@@ -76,7 +76,7 @@ impl Engine {
         // A time the query names is matched by dates; its words leave the keyword query.
         let timed = self.query_time(&v, query).await?;
         let (when, keywords) = match &timed {
-            Some((span, rest)) => (Some(*span), rest.as_str()),
+            Some(t) => (Some(t.span), t.keywords.as_str()),
             None => (None, query),
         };
         let qv = match input.mode {
@@ -155,6 +155,11 @@ impl Engine {
                 }
             }
         }
+        if let Some(t) = timed.filter(|_| input.explain) {
+            for h in &mut hits {
+                h.explain_mut().time = Some(t.how.clone());
+            }
+        }
         hits.retain(|h| h.score() >= min_score);
         let by_relevance = self.svc.cfg.rank_by_relevance;
         hits.sort_by(|a, b| Hit::rank_cmp(a, b, by_relevance));
@@ -197,7 +202,7 @@ impl Engine {
     /// A user's messages in the window, fused from both lists, loaded and checked against the
     /// caller's pool; best first. A message not embedded yet (they are embedded in the
     /// background, `pipeline::messages`) is found by its words only.
-    async fn message_hits(
+    pub(super) async fn message_hits(
         &self,
         v: &View,
         window: &TranscriptFilter,

@@ -208,6 +208,14 @@ impl Hit {
         }
     }
 
+    pub(super) fn explain_mut(&mut self) -> &mut Explain {
+        match self {
+            Hit::Memory { explain, .. }
+            | Hit::Message { explain, .. }
+            | Hit::Summary { explain, .. } => explain,
+        }
+    }
+
     pub(super) fn rank_cmp(a: &Hit, b: &Hit, by_relevance: bool) -> std::cmp::Ordering {
         let rank = |h: &Hit| {
             if by_relevance { h.explain().score } else { h.explain().rank_score }

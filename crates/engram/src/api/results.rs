@@ -51,6 +51,11 @@ pub struct ExplainDto {
     /// text-only search).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unembedded_messages: Option<u64>,
+    /// The time the query names, as search read it: the days (`2022-03-16`, `2022-03-07 to
+    /// 2022-03-13`) and how (the words; a relative time's anchor, the user's latest message;
+    /// an event's message and day). Absent when the query names no time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
 }
 
 impl From<&Explain> for ExplainDto {
@@ -77,6 +82,7 @@ impl From<&Explain> for ExplainDto {
             rank_score: e.rank_score,
             score: e.score,
             unembedded_messages: e.unembedded_messages,
+            time: e.time.clone(),
         }
     }
 }

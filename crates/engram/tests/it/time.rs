@@ -160,7 +160,49 @@ async fn a_query_that_names_a_time_finds_what_was_said_about_it(backend: Backend
     assert!(r["results"][0]["explain"]["date_rank"].is_null(), "{r}");
 }
 
+/// "Two days before the wedding": the event is found among the user's messages, its day is
+/// the one the message names ("our wedding was yesterday") or the day it was sent, and the
+/// time is read from it; `explain.time` says how. An event nobody mentioned names no time.
+async fn a_time_named_by_an_event_is_read_from_the_conversation(backend: Backend) {
+    let s = Server::on(backend).await;
+    let mut msgs = vec![
+        json!({ "role": "user", "content": "Maya: The florist confirmed the flowers for the big day.", "created_at": "2023-05-01T10:00:00Z" }),
+        json!({ "role": "user", "content": "Maya: Went hiking alone in the rain.", "created_at": "2023-05-02T18:00:00Z" }),
+        json!({ "role": "user", "content": "Maya: Went hiking with Sam to clear my head.", "created_at": "2023-05-05T18:00:00Z" }),
+        json!({ "role": "user", "content": "Maya: Our wedding was yesterday, what a day!", "created_at": "2023-05-08T09:00:00Z" }),
+        json!({ "role": "user", "content": "Maya: Back at work, tired but happy.", "created_at": "2023-05-15T09:00:00Z" }),
+    ];
+    for d in 1..=9 {
+        msgs.push(json!({ "role": "user", "content": format!("Maya: note {d} about the office"), "created_at": format!("2023-04-1{d}T10:00:00Z") }));
+    }
+    let (st, b) =
+        s.post("/v1/conversations/m/messages", json!({ "user_id": "u", "messages": msgs })).await;
+    assert_eq!(st, 202, "{b}");
+    let ask =
+        |q: &str| json!({ "user_id": "u", "query": q, "sources": ["messages"], "explain": true });
+    // The wedding was on the 7th (said "yesterday" on the 8th): two days before is the 5th.
+    let (st, r) = s.post("/v1/search", ask("What did Maya do two days before the wedding?")).await;
+    assert_eq!(st, 200, "{r}");
+    let first = &r["results"][0];
+    assert_eq!(first["message"]["content"], "Maya: Went hiking with Sam to clear my head.", "{r}");
+    assert_eq!(first["explain"]["date_rank"], 1, "{first}");
+    let how = first["explain"]["time"].as_str().unwrap_or_else(|| panic!("{first}"));
+    assert!(how.contains("2023-05-05") && how.contains("2 days before \"the wedding\""), "{how}");
+    assert!(how.contains("2023-05-07"), "the event's own day: {how}");
+    // The day after.
+    let (_, r) = s.post("/v1/search", ask("How did Maya feel the day after the wedding?")).await;
+    let how = r["results"][0]["explain"]["time"].as_str().unwrap_or_else(|| panic!("{r}"));
+    assert!(how.contains("2023-05-08"), "{how}");
+    // An event the user never mentioned: no time is named, nothing is made up.
+    let (_, r) =
+        s.post("/v1/search", ask("What did Maya do two days before the coronation?")).await;
+    for h in r["results"].as_array().unwrap() {
+        assert!(h["explain"]["time"].is_null() && h["explain"]["date_rank"].is_null(), "{h}");
+    }
+}
+
 on_both_backends!(
     dates_and_times_bound_every_source,
-    a_query_that_names_a_time_finds_what_was_said_about_it
+    a_query_that_names_a_time_finds_what_was_said_about_it,
+    a_time_named_by_an_event_is_read_from_the_conversation,
 );

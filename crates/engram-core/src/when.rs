@@ -372,6 +372,20 @@ pub fn query_span(query: &str, anchor: Option<OffsetDateTime>) -> Option<Span> {
 /// yesterday?" → "what did james do"), for keyword search: a time is matched by dates, not
 /// by rows that happen to say "yesterday".
 pub fn query_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, String)> {
+    // "the week before August 3, 2023": a time relative to a date.
+    if let Some((event, rest)) = event_time(query)
+        && let Some((on, after)) = plain_time(&event.event, None)
+    {
+        let day = if event.offset < 0 { on.start } else { on.end };
+        // The words the event took that were not the date go back to the query.
+        let rest = [rest, after].iter().filter(|p| !p.is_empty()).cloned().collect::<Vec<_>>();
+        return Some((event.span(day), rest.join(" ")));
+    }
+    plain_time(query, anchor)
+}
+
+/// [`query_time`] without times relative to a date.
+fn plain_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, String)> {
     let w = words(query);
     let rest = |from: usize, n: usize| -> String {
         w.iter()
@@ -517,7 +531,7 @@ const EVENT_WORDS: usize = 6;
 /// ("two days before the wedding, what did I do?").
 pub fn event_time(query: &str) -> Option<(EventTime, String)> {
     let clauses: Vec<Vec<String>> =
-        query.split([',', ';', '?', '!', '.', ':']).map(words).filter(|c| !c.is_empty()).collect();
+        clauses(query).into_iter().map(words).filter(|c| !c.is_empty()).collect();
     for (k, w) in clauses.iter().enumerate() {
         let Some((time, from, to)) = event_in(w) else { continue };
         let rest: Vec<&str> = clauses
@@ -531,6 +545,23 @@ pub fn event_time(query: &str) -> Option<(EventTime, String)> {
         return Some((time, rest.join(" ")));
     }
     None
+}
+
+/// The clauses of `text`: split at `; ? ! . :` and at commas, except a comma before a digit
+/// ("August 3, 2023").
+fn clauses(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, c) in text.char_indices() {
+        let next_is_digit =
+            || text[i + c.len_utf8()..].trim_start().starts_with(|d: char| d.is_ascii_digit());
+        if matches!(c, ';' | '?' | '!' | '.' | ':') || (c == ',' && !next_is_digit()) {
+            out.push(&text[start..i]);
+            start = i + c.len_utf8();
+        }
+    }
+    out.push(&text[start..]);
+    out
 }
 
 /// The event time in one clause's words, with the range of words that name it.
@@ -706,6 +737,22 @@ mod tests {
         assert_eq!(e("What did I do two days ago?"), None);
         assert_eq!(e("I have two cats before breakfast"), None);
         assert_eq!(e("vor zwei Tagen"), None);
+        // A time relative to a date (LoCoMo asks so).
+        assert_eq!(
+            query_time("What did John do the week before August 3, 2023 involving his kids?", None),
+            Some((
+                span(date!(2023 - 07 - 24), date!(2023 - 07 - 30)),
+                "what did john do involving his kids".to_string()
+            ))
+        );
+        assert_eq!(
+            query_span("Where was Tim in the week before 16 November 2023?", None),
+            Some(span(date!(2023 - 11 - 06), date!(2023 - 11 - 12)))
+        );
+        assert_eq!(
+            query_span("three days after 2023-05-08", None),
+            Some(Span::day(date!(2023 - 05 - 11)))
+        );
         // The span, from the event's day.
         let (t, _) = event_time("two days before the wedding").unwrap();
         assert_eq!(t.span(date!(2023 - 05 - 08)), Span::day(date!(2023 - 05 - 06)));

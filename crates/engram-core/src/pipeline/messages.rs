@@ -16,10 +16,11 @@
 //! hybrid turn Recall@10 0.684 with each turn alone, 0.715 with one previous turn, 0.741
 //! with two, 0.704 with three; the following turn does not help.
 //!
-//! Encoders truncate long inputs at the end (MiniLM: 256 tokens), which would cut the
-//! message itself, so the context gets at most [`DOCUMENT_CHARS`] minus the message's own
-//! length, nearest message first, each cut to its last characters (the part closest to the
-//! message). A long message is embedded alone.
+//! The context stays within one encoder window (MiniLM: 256 tokens; longer texts are read in
+//! several windows and averaged, which would let context outweigh the message), so it gets
+//! at most [`DOCUMENT_CHARS`] minus the message's own length, nearest message first, each
+//! cut to its last characters (the part closest to the message). A long message is embedded
+//! alone, whole.
 
 use std::sync::Arc;
 
@@ -35,7 +36,7 @@ use crate::store::Store;
 pub const CONTEXT_MESSAGES: usize = 2;
 
 /// Characters of a document (context + message) beyond which context is left out: about
-/// 200 tokens, under MiniLM's 256-token window.
+/// 200 tokens, within MiniLM's 256-token window.
 pub const DOCUMENT_CHARS: usize = 800;
 
 /// Documents embedded per round, over all the conversations of the round: each gets an equal

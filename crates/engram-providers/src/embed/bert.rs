@@ -6,10 +6,15 @@
 //! `sentence_bert_config.json` (`max_seq_length`, never above [`MAX_TOKENS`]) and
 //! `1_Pooling/config.json` (mean or CLS pooling; mean is the default).
 //!
-//! Inference mirrors sentence-transformers: tokenize with special tokens, truncate to
-//! 256 tokens, pad each batch to its longest text, run the encoder, mean-pool the last hidden
-//! state over the attention mask, L2-normalise. Texts are sorted by length before batching so
-//! padding stays small.
+//! Inference mirrors sentence-transformers: tokenize with special tokens, pad each batch to
+//! its longest text, run the encoder, mean-pool the last hidden state over the attention
+//! mask, L2-normalise. Texts are sorted by length before batching so padding stays small.
+//! Where sentence-transformers truncates a text to the model's 256 tokens, engram reads it
+//! whole: a longer text is cut into windows of 256 tokens (each with its `[CLS]`/`[SEP]`,
+//! [`WINDOW_OVERLAP`] tokens shared with the one before), and its vector is the normalised
+//! mean of its windows' vectors weighted by their tokens. A text that fits gets exactly
+//! sentence-transformers' vector; a long fact, message or summary is found by what its end
+//! says too.
 //!
 //! **Requests first.** A request's embedding ([`Embedder::embed`]: a search's, a context's, a
 //! remember's) runs at once in `tokio::task::spawn_blocking`, on candle's global thread pool
@@ -44,10 +49,49 @@ use tokenizers::{
     PaddingParams, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy,
 };
 
-/// Longest input, in tokens including `[CLS]` and `[SEP]`; longer texts are truncated.
+/// Longest window, in tokens including `[CLS]` and `[SEP]`; longer texts are read in windows.
 pub const MAX_TOKENS: usize = 256;
 /// Texts per forward pass.
 const BATCH_SIZE: usize = 32;
+
+/// Tokens a window of a long text shares with the window before it (so no sentence is only
+/// ever seen cut in two).
+pub const WINDOW_OVERLAP: usize = 32;
+
+/// The token windows of a batch of texts: `seqs[k]` belongs to text `owner[k]`.
+struct Windows {
+    seqs: Vec<Vec<u32>>,
+    owner: Vec<usize>,
+    texts: usize,
+}
+
+impl Windows {
+    /// The texts' vectors from their windows' (same order as `seqs`): one window's as it is,
+    /// several windows' mean weighted by their tokens, normalised.
+    fn combine(
+        owner: &[usize],
+        weights: &[usize],
+        texts: usize,
+        vectors: Vec<Vec<f32>>,
+    ) -> Vec<Vec<f32>> {
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts];
+        let mut windows = vec![0usize; texts];
+        for ((&i, &w), v) in owner.iter().zip(weights).zip(vectors) {
+            windows[i] += 1;
+            if out[i].is_empty() {
+                out[i] = v.iter().map(|x| x * w as f32).collect();
+            } else {
+                out[i].iter_mut().zip(&v).for_each(|(a, b)| *a += b * w as f32);
+            }
+        }
+        for (v, n) in out.iter_mut().zip(windows) {
+            if n > 0 {
+                normalize(v);
+            }
+        }
+        out
+    }
+}
 
 /// How background batches run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +155,8 @@ pub struct BertEmbedder {
 struct Inner {
     encoder: Encoder,
     tokenizer: Tokenizer,
+    /// The same tokenizer without truncation: the tokens of a long text's later windows.
+    whole: Tokenizer,
     device: Device,
     dims: usize,
     pooling: Pooling,
@@ -280,6 +326,10 @@ impl BertEmbedder {
             }))
             .map_err(|e| EmbedError::user(format!("local embedder: tokenizer: {e}")))?;
         tokenizer.with_padding(None::<PaddingParams>);
+        let mut whole = tokenizer.clone();
+        whole
+            .with_truncation(None)
+            .map_err(|e| EmbedError::user(format!("local embedder: tokenizer: {e}")))?;
 
         let weights = read_file(dir, "model.safetensors")?;
         let int8 = if options.runtime == LocalRuntime::OnnxInt8 { "-int8" } else { "" };
@@ -318,6 +368,7 @@ impl BertEmbedder {
             inner: Arc::new(Inner {
                 encoder,
                 tokenizer,
+                whole,
                 device,
                 dims: config.hidden_size,
                 pooling,
@@ -338,12 +389,13 @@ impl BertEmbedder {
         }
     }
 
-    /// Longest input in tokens (with `[CLS]`/`[SEP]`); longer texts are truncated.
+    /// Longest window in tokens (with `[CLS]`/`[SEP]`); longer texts are read in windows.
     pub fn max_tokens(&self) -> usize {
         self.inner.max_tokens
     }
 
-    /// The tokenizer (truncation set to [`Self::max_tokens`], no padding).
+    /// The tokenizer (truncation set to [`Self::max_tokens`], the rest of a long text in its
+    /// overflowing windows; no padding).
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.inner.tokenizer
     }
@@ -449,17 +501,39 @@ impl Inner {
         }
     }
 
-    fn encode(&self, texts: &[String]) -> Result<Vec<Vec<u32>>, EmbedError> {
-        texts
-            .iter()
-            .map(|text| {
-                let enc = self
-                    .tokenizer
-                    .encode_fast(text.as_str(), true)
-                    .map_err(|e| EmbedError::runtime(format!("local embedder: tokenizer: {e}")))?;
-                Ok(enc.get_ids().to_vec())
-            })
-            .collect()
+    /// The token windows of `texts`: one per text that fits (exactly sentence-transformers'
+    /// input), more for a longer one — the truncated input first, then windows of the rest,
+    /// each overlapping the one before by [`WINDOW_OVERLAP`] tokens and framed by the same
+    /// special tokens.
+    fn encode(&self, texts: &[String]) -> Result<Windows, EmbedError> {
+        let fault = |e| EmbedError::runtime(format!("local embedder: tokenizer: {e}"));
+        let mut w = Windows { seqs: Vec::new(), owner: Vec::new(), texts: texts.len() };
+        for (i, text) in texts.iter().enumerate() {
+            let enc = self.tokenizer.encode_fast(text.as_str(), true).map_err(fault)?;
+            let first = enc.get_ids().to_vec();
+            let long = !enc.get_overflowing().is_empty() && first.len() >= 3;
+            if long {
+                let (open, close) = (first[0], first[first.len() - 1]);
+                let span = first.len() - 2;
+                let step = span - WINDOW_OVERLAP.min(span / 2);
+                let all = self.whole.encode_fast(text.as_str(), false).map_err(fault)?;
+                let ids = all.get_ids();
+                let mut start = step;
+                while start + WINDOW_OVERLAP < ids.len() {
+                    let end = (start + span).min(ids.len());
+                    let mut seq = Vec::with_capacity(end - start + 2);
+                    seq.push(open);
+                    seq.extend_from_slice(&ids[start..end]);
+                    seq.push(close);
+                    w.seqs.push(seq);
+                    w.owner.push(i);
+                    start += step;
+                }
+            }
+            w.seqs.push(first);
+            w.owner.push(i);
+        }
+        Ok(w)
     }
 
     /// One forward pass over `seqs`: their unit vectors, in order (`background`: on the
@@ -475,8 +549,9 @@ impl Inner {
     }
 
     fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let mut encoded = self.encode(texts)?;
-        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+        let Windows { seqs: mut encoded, owner, texts } = self.encode(texts)?;
+        let weights: Vec<usize> = encoded.iter().map(Vec::len).collect();
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); encoded.len()];
         for chunk in by_length(&encoded).chunks(BATCH_SIZE) {
             let seqs: Vec<Vec<u32>> =
                 chunk.iter().map(|&i| std::mem::take(&mut encoded[i])).collect();
@@ -484,7 +559,7 @@ impl Inner {
                 out[i] = v;
             }
         }
-        Ok(out)
+        Ok(Windows::combine(&owner, &weights, texts, out))
     }
 }
 
@@ -562,7 +637,9 @@ impl Embedder for BertEmbedder {
             return Ok(Vec::new());
         }
         let (inner, texts) = (Arc::clone(&self.inner), texts.to_vec());
-        let mut encoded = self.in_background(move || inner.encode(&texts)).await?;
+        let Windows { seqs: mut encoded, owner, texts } =
+            self.in_background(move || inner.encode(&texts)).await?;
+        let weights: Vec<usize> = encoded.iter().map(Vec::len).collect();
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); encoded.len()];
         for batch in batches(&encoded, self.options.batch_tokens) {
             let seqs: Vec<Vec<u32>> =
@@ -574,7 +651,7 @@ impl Embedder for BertEmbedder {
                 out[i] = v;
             }
         }
-        Ok(out)
+        Ok(Windows::combine(&owner, &weights, texts, out))
     }
 }
 

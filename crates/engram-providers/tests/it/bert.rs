@@ -57,6 +57,22 @@ async fn matches_sentence_transformers_golden_vectors() {
     for (item, got) in golden.items.iter().zip(&batched) {
         assert_eq!(got.len(), 384);
         assert_unit(got);
+        if item.tokens > golden.max_seq_length {
+            // sentence-transformers embeds the first 256 tokens; engram reads the text whole,
+            // and its first window is exactly what sentence-transformers embeds.
+            let enc = model.tokenizer().encode_fast(item.text.as_str(), true).unwrap();
+            assert_eq!(enc.get_ids().len(), golden.max_seq_length);
+            assert!(!enc.get_overflowing().is_empty(), "the rest comes as windows");
+            let first = model.tokenizer().decode(enc.get_ids(), true).unwrap();
+            let alone = model.embed(&[first]).await.unwrap();
+            let cos = cosine(&alone[0], &item.vector);
+            assert!(cos > 0.999, "cosine {cos} for the first window of {:?}", item.text);
+            // This text repeats one passage: the whole reads almost like its first window
+            // (0.986: the second window starts mid-passage).
+            let whole = cosine(got, &item.vector);
+            assert!(whole > 0.97, "{whole}");
+            continue;
+        }
         let cos = cosine(got, &item.vector);
         worst = worst.min(cos);
         assert!(cos > 0.999, "cosine {cos} for {:?}", item.text);
@@ -65,6 +81,29 @@ async fn matches_sentence_transformers_golden_vectors() {
         assert!(cos > 0.999, "cosine {cos} for {:?} embedded alone", item.text);
     }
     eprintln!("lowest cosine vs sentence-transformers: {worst:.7}");
+}
+
+/// A text longer than the model reads at once is read whole: what its end says moves its
+/// vector (with truncation at 256 tokens it would not), the same through a request and in the
+/// background, and a text that fits keeps sentence-transformers' vector (above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_text_is_read_whole() {
+    let model = minilm();
+    let head =
+        "We talked about the vegetable garden, the tomatoes, the basil and the roses. ".repeat(20);
+    let tail = "My sister Ana moved to Lisbon to work as a marine biologist at the aquarium.";
+    let texts = vec![head.clone(), format!("{head}{tail}")];
+    let tokens = model.tokenizer().encode_fast(texts[1].as_str(), true).unwrap();
+    assert!(!tokens.get_overflowing().is_empty(), "the text passes 256 tokens");
+    let v = model.embed(&texts).await.unwrap();
+    assert_unit(&v[1]);
+    let q = model.embed(&["Where does Ana live and what does she do?".to_string()]).await.unwrap();
+    let (without, with) = (cosine(&q[0], &v[0]), cosine(&q[0], &v[1]));
+    assert!(with > without + 0.05, "the tail counts: {with} against {without} without it");
+    // The background path reads it the same way.
+    let bg = model.embed_background(&texts).await.unwrap();
+    assert!(cosine(&bg[1], &v[1]) > 0.9999);
+    assert!(cosine(&bg[0], &v[0]) > 0.9999);
 }
 
 #[tokio::test]

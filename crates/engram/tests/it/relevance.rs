@@ -198,7 +198,58 @@ async fn the_builtin_embedder_abstains_too(backend: Backend) {
     assert_eq!(results(&v)[0]["memory"]["content"], FACTS[0], "{v:#}");
 }
 
+/// A fact longer than MiniLM's 256-token window is read whole: a question about what its
+/// end says ranks it above the same fact without its end (truncated at 256 tokens, the two
+/// would read the same).
+async fn a_long_fact_is_found_by_its_end(backend: Backend) {
+    let s = Server::on(backend).await;
+    let head = "The user described the vegetable garden at length: tomatoes, basil, roses, \
+                the compost heap and the new watering schedule for the summer. "
+        .repeat(10);
+    let tail = "Then the user talked about their sister Ana, who moved to Lisbon last year. Ana \
+                works as a marine biologist at the Lisbon aquarium. Her job is to study octopus \
+                behaviour, and she dives in the Atlantic every week for her research. Her sister \
+                loves the work: she leads a team of five marine scientists, writes papers on \
+                coastal ecosystems and teaches a university course on marine biology. The \
+                user's sister earns her living as a scientist, and her employer is the \
+                aquarium, where she also guides school visits. ";
+    let long = format!("{head}{tail}").trim().to_string();
+    assert!(long.len() < 8192);
+    let (st, b) = s
+        .post(
+            "/v1/memories/batch",
+            json!({ "dedup": false, "memories": [
+                { "content": long, "user_id": "u" },
+                { "content": head.trim(), "user_id": "u" },
+            ] }),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let (st, r) = s
+        .post(
+            "/v1/search",
+            json!({ "query": "What does the user's sister do for a living?", "user_id": "u",
+                    "mode": "vector", "min_score": 0, "explain": true }),
+        )
+        .await;
+    assert_eq!(st, 200, "{r}");
+    let semantic = |content: &str| {
+        r["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["memory"]["content"] == content)
+            .map(|h| h["explain"]["semantic"].as_f64().unwrap())
+    };
+    assert_eq!(r["results"][0]["memory"]["content"], long, "{r}");
+    let whole = semantic(&long).unwrap();
+    // Without its end the fact has no support at all, and is left out.
+    let head_only = semantic(head.trim()).unwrap_or(0.0);
+    assert!(whole > head_only + 0.05, "the end counts: {whole} against {head_only}");
+}
+
 on_both_backends!(
+    a_long_fact_is_found_by_its_end,
     unrelated_queries_find_nothing_and_scores_mean_the_same_everywhere,
     the_builtin_embedder_abstains_too,
 );

@@ -232,6 +232,10 @@ pub struct ListArgs {
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
+    /// Only facts with this rating: `up`, `down` or `none`.
+    pub rating: Option<String>,
+    /// Only facts extracted from this conversation.
+    pub source_conversation_id: Option<String>,
 }
 
 /// Arguments of `relate`.
@@ -301,6 +305,10 @@ pub struct SearchArgs {
     /// Drop results whose score (relevance, 0 to 1) is under this. Default 0.05: results
     /// need some keyword or meaning in common with the query.
     pub min_score: Option<f64>,
+    /// Only facts with this rating: `up`, `down` or `none`.
+    pub rating: Option<String>,
+    /// Only facts extracted from this conversation.
+    pub source_conversation_id: Option<String>,
 }
 
 /// Arguments of `memory_browse`.
@@ -437,8 +445,8 @@ impl McpServer {
             until,
             cursor: a.cursor.as_deref().map(MemoryId::parse).transpose()?,
             limit: a.limit.unwrap_or(20),
-            source_conversation: None,
-            rating: None,
+            source_conversation: a.source_conversation_id.map(ConversationId::parse).transpose()?,
+            rating: dto::rating_filter(a.rating.as_deref())?,
         };
         let page = self.engine.find(p, input, a.query).await?;
         let memories: Vec<MemoryDto> = page.memories.iter().map(Into::into).collect();
@@ -500,8 +508,8 @@ impl McpServer {
             explain,
             turn_id: a.turn_id,
             mode: dto::search_mode(a.mode.as_deref())?,
-            source_conversation: None,
-            rating: None,
+            source_conversation: a.source_conversation_id.map(ConversationId::parse).transpose()?,
+            rating: dto::rating_filter(a.rating.as_deref())?,
             min_score: a.min_score,
             expand,
         };

@@ -35,6 +35,23 @@ fn parse_any_ts(field: &str, s: &str) -> Result<OffsetDateTime> {
     })
 }
 
+/// The rating filter of a search or a list: `up` (rated up), `down` (rated down), `none`
+/// (never rated, or rated back to 0).
+pub fn rating_filter(v: Option<&str>) -> Result<Option<std::cmp::Ordering>> {
+    Ok(match v {
+        None => None,
+        Some("up") => Some(std::cmp::Ordering::Greater),
+        Some("down") => Some(std::cmp::Ordering::Less),
+        Some("none") => Some(std::cmp::Ordering::Equal),
+        Some(other) => {
+            return Err(Error::invalid(
+                "rating",
+                format!("rating must be up, down or none, got '{other}'"),
+            ));
+        }
+    })
+}
+
 /// Each value parsed with `parse` (an absent list stays absent).
 pub fn list<T>(v: Option<Vec<String>>, parse: fn(&str) -> Result<T>) -> Result<Option<Vec<T>>> {
     v.map(|v| v.iter().map(|s| parse(s)).collect()).transpose()

@@ -140,6 +140,10 @@ pub struct ListQuery {
     pub cursor: Option<String>,
     /// 1–200 (default 50).
     pub limit: Option<usize>,
+    /// Only facts with this rating: `up`, `down` or `none`.
+    pub rating: Option<String>,
+    /// Only facts extracted from this conversation.
+    pub source_conversation_id: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -179,8 +183,11 @@ pub async fn list(
             .transpose()
             .map_err(|_| Error::invalid("cursor", "cursor is not a valid cursor"))?,
         limit: q.limit.unwrap_or(50),
-        source_conversation: None,
-        rating: None,
+        source_conversation: q
+            .source_conversation_id
+            .map(engram_core::model::ConversationId::parse)
+            .transpose()?,
+        rating: dto::rating_filter(q.rating.as_deref())?,
     };
     let page = st.engine.list(&p, input).await?;
     Ok(Json(MemoryList {

@@ -27,6 +27,9 @@ const CONTENT_PATTERN: &str = r"^[^\x00]*[^\x00\s][^\x00]*$";
 /// RFC 3339 timestamps within the years both stores keep (1678–2261, rounded inwards).
 const TIMESTAMP_PATTERN: &str = r"^(1[7-9]\d\d|2[01]\d\d|22[0-5]\d)-";
 
+/// The rating filter's values (`api::dto::rating_filter`).
+const RATINGS: &[&str] = &["up", "down", "none"];
+
 /// The request schemas (their properties get [`field_rule`], and no unknown fields).
 const REQUEST_SCHEMAS: &[&str] = &[
     "CreateMemory",
@@ -91,6 +94,7 @@ fn field_rule(schema: &str, prop: &str, max_content_bytes: usize) -> Option<Valu
             json!({ "type": "array", "minItems": 1, "items": names(&["memories", "messages"]) })
         }
         (_, "mode") => names(&["hybrid", "vector", "text"]),
+        (_, "rating") => names(RATINGS),
         (_, "importance") => json!({ "type": "integer", "minimum": 1, "maximum": 10 }),
         // Working memory keeps any JSON value (top-level strings NUL-free, as every text).
         ("PutStateRequest", "value") => json!({
@@ -270,7 +274,8 @@ fn complete_operation(path: &str, op: &mut Value) {
         if p["in"] == "query" {
             let name = p["name"].as_str().unwrap_or("").to_string();
             let rule = match name.as_str() {
-                "user_id" | "agent_id" => Some(ident()),
+                "user_id" | "agent_id" | "source_conversation_id" => Some(ident()),
+                "rating" => Some(names(RATINGS)),
                 "cursor" => Some(json!({ "type": "string", "format": "uuid" })),
                 "limit" if path == "/v1/memories" => {
                     Some(json!({ "type": "integer", "minimum": 1, "maximum": 200 }))

@@ -54,6 +54,10 @@ pub struct SearchRequest {
     /// lexical or semantic support, so a query about something never mentioned returns
     /// nothing. 0 returns every candidate.
     pub min_score: Option<f64>,
+    /// Only facts with this rating: `up`, `down` or `none` (memories only).
+    pub rating: Option<String>,
+    /// Only facts extracted from this conversation (memories only).
+    pub source_conversation_id: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -93,8 +97,8 @@ pub async fn search(
         explain,
         turn_id: b.turn_id,
         mode,
-        source_conversation: None,
-        rating: None,
+        source_conversation: b.source_conversation_id.map(ConversationId::parse).transpose()?,
+        rating: dto::rating_filter(b.rating.as_deref())?,
         min_score: b.min_score,
         expand,
     };

@@ -79,18 +79,7 @@ impl Filters {
         Ok(opt(&self.category).map(|c| Category::parse(c).map(|c| vec![c])).transpose()?)
     }
     fn rating(&self) -> Result<Option<std::cmp::Ordering>, UiError> {
-        Ok(match opt(&self.rating) {
-            None => None,
-            Some("up") => Some(std::cmp::Ordering::Greater),
-            Some("down") => Some(std::cmp::Ordering::Less),
-            Some("none") => Some(std::cmp::Ordering::Equal),
-            Some(other) => {
-                return Err(ApiError::invalid(format!(
-                    "rating must be up, down or none, got '{other}'"
-                ))
-                .into());
-            }
-        })
+        Ok(crate::api::dto::rating_filter(opt(&self.rating))?)
     }
     fn conversation(&self) -> Result<Option<ConversationId>, UiError> {
         Ok(opt(&self.conversation).map(ConversationId::parse).transpose()?)

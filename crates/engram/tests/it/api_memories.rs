@@ -329,6 +329,101 @@ async fn timestamps_have_microseconds_on_both_backends(backend: Backend) {
     assert_eq!(observed, ["1901-03-04T05:06:07.000001Z", "2026-01-02T03:04:05.123456Z"]);
 }
 
+/// The rating and source-conversation filters the web UI has, over REST (search and list)
+/// and MCP (`memory_search`, `list_memories`); a bad value is a 400 naming the field.
+async fn rating_and_source_conversation_filter_search_list_and_mcp(backend: Backend) {
+    let s = Server::on(backend).await;
+    let mut ids = Vec::new();
+    for (content, conv) in [
+        ("The user likes green tea in the morning.", "c1"),
+        ("The user likes black coffee after lunch.", "c2"),
+        ("The user likes herbal tea before bed.", "c2"),
+    ] {
+        let (st, b) = s
+            .post(
+                "/v1/memories",
+                json!({ "content": content, "user_id": "u", "source_conversation_id": conv }),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{b}");
+        ids.push(b["memory"]["id"].as_str().unwrap().to_string());
+    }
+    for (id, value) in [(&ids[0], 1), (&ids[1], -1)] {
+        let (st, b) = s.post(&format!("/v1/memories/{id}/rating"), json!({ "value": value })).await;
+        assert_eq!(st, StatusCode::OK, "{b}");
+    }
+    let search = |extra: serde_json::Value| {
+        let s = &s;
+        async move {
+            let mut q = json!({ "query": "what does the user like to drink?", "user_id": "u",
+                                "min_score": 0 });
+            q.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            let (st, r) = s.post("/v1/search", q).await;
+            assert_eq!(st, StatusCode::OK, "{r}");
+            let mut c = contents(&r);
+            c.sort();
+            c
+        }
+    };
+    let (green, coffee, herbal) = (
+        "The user likes green tea in the morning.",
+        "The user likes black coffee after lunch.",
+        "The user likes herbal tea before bed.",
+    );
+    assert_eq!(search(json!({ "rating": "up" })).await, [green]);
+    assert_eq!(search(json!({ "rating": "down" })).await, [coffee]);
+    assert_eq!(search(json!({ "rating": "none" })).await, [herbal]);
+    assert_eq!(search(json!({ "source_conversation_id": "c2" })).await, [coffee, herbal]);
+    assert_eq!(search(json!({ "source_conversation_id": "c2", "rating": "none" })).await, [herbal]);
+    let list = |q: &'static str| {
+        let s = &s;
+        async move {
+            let (st, b) = s.get(&format!("/v1/memories?user_id=u&{q}")).await;
+            assert_eq!(st, StatusCode::OK, "{b}");
+            let mut c: Vec<String> = b["memories"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["content"].as_str().unwrap().to_string())
+                .collect();
+            c.sort();
+            c
+        }
+    };
+    assert_eq!(list("rating=down").await, [coffee]);
+    assert_eq!(list("source_conversation_id=c1").await, [green]);
+    // Bad values name the field.
+    let bad =
+        s.post("/v1/search", json!({ "query": "tea", "user_id": "u", "rating": "sideways" })).await;
+    assert_error(&bad, 400, "invalid_input");
+    assert!(bad.1["error"]["message"].as_str().unwrap().contains("rating"), "{}", bad.1);
+    assert_error(&s.get("/v1/memories?user_id=u&rating=5").await, 400, "invalid_input");
+    // MCP.
+    let mut m = crate::mcp::Mcp::new(&s.base, None);
+    m.connect().await;
+    let r = m
+        .ok(
+            "memory_search",
+            json!({ "query": "what does the user like to drink?", "user_id": "u",
+            "sources": ["memories"], "rating": "up", "min_score": 0 }),
+        )
+        .await;
+    assert_eq!(r["results"].as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(r["results"][0]["memory"]["content"], green, "{r}");
+    let r = m
+        .ok(
+            "list_memories",
+            json!({ "user_id": "u", "source_conversation_id": "c2", "rating": "down" }),
+        )
+        .await;
+    assert_eq!(r["memories"].as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(r["memories"][0]["content"], coffee, "{r}");
+    crate::mcp::assert_tool_error(
+        &m.call("list_memories", json!({ "user_id": "u", "rating": "sideways" })).await,
+        "invalid_input",
+    );
+}
+
 on_both_backends!(
     remember_find_edit_forget_erase_as_a_new_user_would,
     a_restated_fact_is_confirmed_not_duplicated,
@@ -337,4 +432,5 @@ on_both_backends!(
     search_explains_bumps_access_and_filters,
     purge_removes_the_row_and_restart_keeps_everything_else,
     timestamps_have_microseconds_on_both_backends,
+    rating_and_source_conversation_filter_search_list_and_mcp,
 );

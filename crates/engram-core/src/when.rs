@@ -476,6 +476,20 @@ impl EventTime {
         shift(day, self.unit, self.offset)
     }
 
+    /// The names to look the event up by: the words as written, then shorter by their last
+    /// words ("der Hochzeit gemacht" → "der Hochzeit": a verb can close the clause), at
+    /// most three, never articles alone.
+    pub fn names(&self) -> Vec<String> {
+        let words: Vec<&str> = self.event.split(' ').collect();
+        (1..=words.len())
+            .rev()
+            .map(|n| &words[..n])
+            .filter(|w| w.iter().any(|x| !is_article(x)))
+            .take(3)
+            .map(|w| w.join(" "))
+            .collect()
+    }
+
     /// "2 days before", for `explain`.
     pub fn describe(&self) -> String {
         let n = self.offset.abs();
@@ -520,6 +534,41 @@ fn is_linking(w: &str) -> bool {
             | "dos"
             | "das"
             | "que"
+    )
+}
+
+/// Words before an event's name that do not name it.
+fn is_article(w: &str) -> bool {
+    matches!(
+        w,
+        "the"
+            | "my"
+            | "our"
+            | "a"
+            | "an"
+            | "der"
+            | "die"
+            | "das"
+            | "dem"
+            | "den"
+            | "il"
+            | "lo"
+            | "la"
+            | "le"
+            | "les"
+            | "el"
+            | "los"
+            | "las"
+            | "o"
+            | "os"
+            | "mio"
+            | "mia"
+            | "mon"
+            | "ma"
+            | "mi"
+            | "meiner"
+            | "meinem"
+            | "meine"
     )
 }
 
@@ -586,8 +635,7 @@ fn event_in(w: &[String]) -> Option<(EventTime, usize, usize)> {
         let to = (from + EVENT_WORDS).min(w.len());
         let event = &w[from.min(to)..to];
         // "the day before yesterday" is a relative date, not an event.
-        let named =
-            event.iter().any(|e| !matches!(e.as_str(), "the" | "my" | "our" | "a" | "der" | "die"));
+        let named = event.iter().any(|e| !is_article(e));
         if !named || !relative_matches(event, OffsetDateTime::UNIX_EPOCH).is_empty() {
             continue;
         }
@@ -752,6 +800,14 @@ mod tests {
         assert_eq!(
             query_span("three days after 2023-05-08", None),
             Some(Span::day(date!(2023 - 05 - 11)))
+        );
+        // The names an event is looked up by.
+        let (t, _) = event_time("Was habe ich zwei Tage vor der Hochzeit gemacht").unwrap();
+        assert_eq!(t.names(), ["der hochzeit gemacht", "der hochzeit"]);
+        let (t, _) = event_time("the week after my sister's big wedding party").unwrap();
+        assert_eq!(
+            t.names(),
+            ["my sister s big wedding party", "my sister s big wedding", "my sister s big"]
         );
         // The span, from the event's day.
         let (t, _) = event_time("two days before the wedding").unwrap();

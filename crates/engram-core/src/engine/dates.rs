@@ -88,24 +88,30 @@ impl Engine {
         query: &str,
     ) -> Result<Option<NamedTime>> {
         let Some((event, keywords)) = when::event_time(query) else { return Ok(None) };
-        let vector = self.embed_one(&event.event).await?;
-        let lists = Lists {
-            query: &event.event,
-            vector: Some(&vector),
-            mode: SearchMode::Hybrid,
-            k: 5,
-            when: None,
-            explain: false,
-        };
         let window = TranscriptFilter::user(user.clone());
         let (now, scale) = (crate::model::now(), self.svc.embedder.similarity_scale());
         let mut best: Option<(f64, Message)> = None;
-        for (m, e) in self.message_hits(v, &window, &lists).await? {
-            let Hit::Message { message, score, .. } = Hit::of_message(m, e, now, scale) else {
-                continue;
+        // The whole name first; a shorter one when no message names the event so.
+        for name in event.names() {
+            let vector = self.embed_one(&name).await?;
+            let lists = Lists {
+                query: &name,
+                vector: Some(&vector),
+                mode: SearchMode::Hybrid,
+                k: 5,
+                when: None,
+                explain: false,
             };
-            if score >= EVENT_MIN_SCORE && best.as_ref().is_none_or(|(s, _)| score > *s) {
-                best = Some((score, message));
+            for (m, e) in self.message_hits(v, &window, &lists).await? {
+                let Hit::Message { message, score, .. } = Hit::of_message(m, e, now, scale) else {
+                    continue;
+                };
+                if score >= EVENT_MIN_SCORE && best.as_ref().is_none_or(|(s, _)| score > *s) {
+                    best = Some((score, message));
+                }
+            }
+            if best.is_some() {
+                break;
             }
         }
         let Some((_, m)) = best else { return Ok(None) };

@@ -189,6 +189,11 @@ async fn a_time_named_by_an_event_is_read_from_the_conversation(backend: Backend
     let how = first["explain"]["time"].as_str().unwrap_or_else(|| panic!("{first}"));
     assert!(how.contains("2023-05-05") && how.contains("2 days before \"the wedding\""), "{how}");
     assert!(how.contains("2023-05-07"), "the event's own day: {how}");
+    // A clause that closes with a verb: the event is looked up by a shorter name too.
+    let (_, r) = s
+        .post("/v1/search", ask("What did Maya do two days before the wedding was celebrated?"))
+        .await;
+    assert_eq!(contents(&r)[0], "Maya: Went hiking with Sam to clear my head.", "{r}");
     // The day after.
     let (_, r) = s.post("/v1/search", ask("How did Maya feel the day after the wedding?")).await;
     let how = r["results"][0]["explain"]["time"].as_str().unwrap_or_else(|| panic!("{r}"));

@@ -66,26 +66,30 @@ struct Windows {
 }
 
 impl Windows {
-    /// The texts' vectors from their windows' (same order as `seqs`): one window's as it is,
-    /// several windows' mean weighted by their tokens, normalised.
+    /// The texts' vectors from their windows' (same order as `seqs`): one window's as it is
+    /// (bit for bit), several windows' mean weighted by their tokens, normalised.
     fn combine(
         owner: &[usize],
         weights: &[usize],
         texts: usize,
         vectors: Vec<Vec<f32>>,
     ) -> Vec<Vec<f32>> {
-        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts];
         let mut windows = vec![0usize; texts];
-        for ((&i, &w), v) in owner.iter().zip(weights).zip(vectors) {
+        for &i in owner {
             windows[i] += 1;
-            if out[i].is_empty() {
+        }
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts];
+        for ((&i, &w), v) in owner.iter().zip(weights).zip(vectors) {
+            if windows[i] == 1 {
+                out[i] = v;
+            } else if out[i].is_empty() {
                 out[i] = v.iter().map(|x| x * w as f32).collect();
             } else {
                 out[i].iter_mut().zip(&v).for_each(|(a, b)| *a += b * w as f32);
             }
         }
         for (v, n) in out.iter_mut().zip(windows) {
-            if n > 0 {
+            if n > 1 {
                 normalize(v);
             }
         }

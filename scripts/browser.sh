@@ -11,19 +11,7 @@ set -euo pipefail
 
 have() { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; }
 
-if ! have; then
-    SUDO=()
-    if [ "$(id -u)" != 0 ]; then
-        if command -v sudo >/dev/null 2>&1; then SUDO=(sudo -n); else
-            echo "browser: chromium and chromium-driver are missing and this user cannot install them (run as root, or: apt-get install chromium chromium-driver)" >&2
-            exit 1
-        fi
-    fi
-    echo "browser: installing chromium and chromium-driver from Debian" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    "${SUDO[@]}" apt-get update -qq >&2 || true
-    "${SUDO[@]}" apt-get install -y -qq --no-install-recommends chromium chromium-driver >&2
-fi
+have || bash "$(dirname "$0")/apt-install.sh" browser chromium chromium-driver
 have || { echo "browser: chromium or chromedriver still missing after install" >&2; exit 1; }
 chromium --version >&2 || true
 command -v chromedriver

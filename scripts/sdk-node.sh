@@ -11,20 +11,8 @@ CACHE_DIR="${ENGRAM_CACHE_DIR:-$HOME/.cache/engram}"
 DIR="$CACHE_DIR/sdk-node"
 SRC="scripts/sdk/node"
 have() { command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; }
-if ! have; then
-    # Debian's nodejs and npm (as scripts/browser.sh installs Chromium); needs root or sudo.
-    SUDO=()
-    if [ "$(id -u)" != 0 ]; then
-        if command -v sudo >/dev/null 2>&1; then SUDO=(sudo -n); else
-            echo "sdk-node: node and npm are missing and this user cannot install them (apt-get install nodejs npm)" >&2
-            exit 1
-        fi
-    fi
-    echo "sdk-node: installing nodejs and npm from Debian" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    "${SUDO[@]}" apt-get update -qq >&2 || true
-    "${SUDO[@]}" apt-get install -y -qq --no-install-recommends nodejs npm >&2
-fi
+# Debian's nodejs and npm when the machine has none (as scripts/browser.sh does for Chromium).
+have || bash "$(dirname "$0")/apt-install.sh" sdk-node nodejs npm
 have || { echo "sdk-node: node or npm still missing after install" >&2; exit 1; }
 want="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["dependencies"]["openai"])' "$SRC/package.json")"
 have="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$DIR/node_modules/openai/package.json" 2>/dev/null || true)"

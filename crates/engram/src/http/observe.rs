@@ -38,13 +38,13 @@ pub const REQUEST_SPAN_TARGET: &str = "engram::http::request";
 pub async fn tag_route(req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_string());
     let Some(route) = route else { return next.run(req).await };
-    let method = req.method().as_str().to_string();
+    let method = req.method().clone();
     let span = tracing::info_span!(
         target: REQUEST_SPAN_TARGET,
         "http request",
         otel.name = format!("{method} {route}"),
         otel.kind = "server",
-        http.request.method = method,
+        http.request.method = method.as_str(),
         http.route = route.as_str(),
         http.response.status_code = tracing::field::Empty,
     );

@@ -16,8 +16,15 @@ const CONSOLIDATE: &str = "memory consolidation system";
 
 /// A server whose LLM is the scripted one; short leases and backoff so faults resolve fast.
 pub(crate) fn start(db: &Db, llm: &ScriptedLlm, extra: &[&str]) -> Server {
+    let mut args = llm_flags(llm);
+    args.extend(extra.iter().map(|a| a.to_string()));
+    db.serve(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// The `serve` flags that make `llm` engram's LLM, with short leases and backoff.
+pub(crate) fn llm_flags(llm: &ScriptedLlm) -> Vec<String> {
     let base = llm.base_url();
-    let mut args = vec![
+    [
         "--llm-provider",
         "openai",
         "--llm-base-url",
@@ -32,9 +39,9 @@ pub(crate) fn start(db: &Db, llm: &ScriptedLlm, extra: &[&str]) -> Server {
         "200",
         "--job-lease-secs",
         "3",
-    ];
-    args.extend_from_slice(extra);
-    db.serve(&args)
+    ]
+    .map(str::to_string)
+    .to_vec()
 }
 
 async fn append(s: &Server, conv: &str, user: &str, msgs: Value) -> StatusCode {

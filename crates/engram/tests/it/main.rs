@@ -17,7 +17,7 @@ mod crash;
 mod dedup;
 mod docs;
 mod erase;
-mod extraction;
+pub(crate) mod extraction;
 pub(crate) mod mcp;
 mod message_search;
 mod migrate;

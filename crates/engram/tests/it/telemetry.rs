@@ -111,20 +111,9 @@ async fn spans_of_requests_and_jobs_reach_the_collector(backend: Backend) {
     let db = Db::new(backend).await;
     let mut cmd = engram(db.dir());
     cmd.args(db.store_args()).env("OTEL_BSP_SCHEDULE_DELAY", "100");
-    let base = llm.base_url();
-    let s = Server::spawn(
-        cmd,
-        &[
-            "--otlp-endpoint",
-            &otlp,
-            "--llm-provider",
-            "openai",
-            "--llm-base-url",
-            &base,
-            "--llm-model",
-            "main-model",
-        ],
-    );
+    let mut flags = crate::extraction::llm_flags(&llm);
+    flags.extend(["--otlp-endpoint".to_string(), otlp.clone()]);
+    let s = Server::spawn(cmd, &flags.iter().map(String::as_str).collect::<Vec<_>>());
     let (st, _) = s.post("/v1/search", json!({ "query": "bees", "user_id": "alice" })).await;
     assert_eq!(st, 200);
     let (st, _) = s.get("/v1/memories/0190a0a0-0000-7000-8000-000000000000").await;

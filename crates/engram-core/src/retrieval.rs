@@ -94,7 +94,13 @@ pub struct Explain {
     pub importance_weight: f64,
     pub rating: i64,
     pub rating_weight: f64,
-    /// What orders the results: `rrf × temporal_weight × importance_weight × rating_weight`.
+    /// A message whose speaker (its content's `Name: ` label) the query names
+    /// ([`crate::speaker`]).
+    pub speaker_named: bool,
+    /// [`crate::speaker::WEIGHT`] when `speaker_named`, else 1.
+    pub speaker_weight: f64,
+    /// What orders the results:
+    /// `rrf × temporal_weight × importance_weight × rating_weight × speaker_weight`.
     pub rank_score: f64,
     /// The score a caller reads: the relevance (0 to 1).
     pub score: f64,
@@ -156,7 +162,9 @@ pub fn finish(e: &mut Explain, scale: SimilarityScale) -> f64 {
     e.temporal_weight = temporal_weight(e.temporal);
     e.importance_weight = importance_weight(e.importance);
     e.rating_weight = rating_weight(e.rating);
-    e.rank_score = e.rrf * e.temporal_weight * e.importance_weight * e.rating_weight;
+    e.speaker_weight = if e.speaker_named { crate::speaker::WEIGHT } else { 1.0 };
+    e.rank_score =
+        e.rrf * e.temporal_weight * e.importance_weight * e.rating_weight * e.speaker_weight;
     e.semantic = e.vector_similarity.map_or(0.0, |c| scale.support(c));
     e.lexical = e.text_coverage.unwrap_or(0.0).clamp(0.0, 1.0).powi(2);
     e.relevance =

@@ -31,6 +31,7 @@
 //! full-text set-ups ([`fts`]).
 
 mod abstain;
+mod corpus_dump;
 mod diagnose;
 mod fts;
 
@@ -161,6 +162,11 @@ pub struct Args {
     /// file (JSON lines), for offline re-ranking (`benches/locomo_rerank.py`).
     #[arg(long)]
     dump_hits: Option<PathBuf>,
+    /// With `--corpus messages`: write every turn (text and vectors) and every question
+    /// (query vector, keyword list 200 deep) to this file (JSON lines), for offline
+    /// experiments on candidate generation.
+    #[arg(long)]
+    dump_corpus: Option<PathBuf>,
     #[command(flatten)]
     scratch: ScratchArgs,
 }
@@ -708,6 +714,10 @@ pub async fn run(a: Args, json: bool) -> anyhow::Result<()> {
         dump_hits: a.dump_hits.as_deref(),
     };
 
+    if let Some(path) = &a.dump_corpus {
+        anyhow::ensure!(a.corpus == Corpus::Messages, "--dump-corpus needs --corpus messages");
+        corpus_dump::run(&ctx, path).await?;
+    }
     let mut results = Vec::new();
     for mode in modes {
         eprintln!("locomo: {} mode…", mode.name());

@@ -1,12 +1,13 @@
 //! Hybrid search over memories, messages and the summaries of the DAG: vector and keyword
-//! lists fused by RRF, then weighted by recency, importance and rating; summary hits
-//! expanded on request to their best source messages.
+//! lists fused by RRF, then weighted by recency, importance, rating and (messages) a speaker
+//! the query names (`crate::speaker`); summary hits expanded to their best source messages.
 
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 use crate::model::{AgentId, MemoryId, Message, MessageId, Principal, Summary, SummaryId};
 use crate::retrieval::{self, Explain};
+use crate::speaker;
 use crate::store::TranscriptFilter;
 use crate::when::Span;
 
@@ -252,6 +253,7 @@ impl Engine {
             }
             None => HashMap::new(),
         };
+        let words = speaker::query_words(l.query);
         let mut out = Vec::with_capacity(fused.len());
         for (id, e) in fused {
             let Some(msg) = rows.remove(&id) else { continue };
@@ -260,7 +262,8 @@ impl Engine {
             {
                 continue;
             }
-            out.push((msg, Explain { unembedded_messages: waiting, ..e }));
+            let speaker_named = speaker::speaks(&words, &msg.content);
+            out.push((msg, Explain { unembedded_messages: waiting, speaker_named, ..e }));
         }
         Ok(out)
     }

@@ -41,7 +41,12 @@ pub struct ExplainDto {
     pub importance_weight: f64,
     pub rating: i64,
     pub rating_weight: f64,
-    /// What orders the results: `rrf × temporal_weight × importance_weight × rating_weight`.
+    /// Message results: 2 when the query names the message's speaker (its content opens with
+    /// a `Name: ` label, as transcripts of several people do, and the query uses the name),
+    /// else 1.
+    pub speaker_weight: f64,
+    /// What orders the results:
+    /// `rrf × temporal_weight × importance_weight × rating_weight × speaker_weight`.
     pub rank_score: f64,
     /// The relevance.
     pub score: f64,
@@ -79,6 +84,7 @@ impl From<&Explain> for ExplainDto {
             importance_weight: e.importance_weight,
             rating: e.rating,
             rating_weight: e.rating_weight,
+            speaker_weight: e.speaker_weight,
             rank_score: e.rank_score,
             score: e.score,
             unembedded_messages: e.unembedded_messages,

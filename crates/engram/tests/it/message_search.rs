@@ -242,8 +242,60 @@ async fn substring_and_regex_modes_find_literal_text_newest_first(backend: Backe
     assert_eq!(contents(&r)[0], "Deploy of PROJ-1201 failed on staging.");
 }
 
+/// A transcript of several people names its speakers (`Name: text`); a question about one of
+/// them ranks what that person said ahead of what others said about the same thing.
+async fn a_query_naming_a_speaker_ranks_what_they_said_first(backend: Backend) {
+    let s = Server::on(backend).await;
+    let turns = [
+        "John: Maria, hiking is my favourite thing: I went hiking on a mountain trail, what a hike.",
+        "Maria: After the bake sale and the school meeting, we also went hiking for an hour.",
+        "John: The bake sale raised a lot for the school.",
+        "Maria: The meeting ran late, as always.",
+        "John: Next week I start my new job at the bank.",
+        "Maria: Good luck with the new job, John!",
+    ];
+    let messages: Vec<Value> = turns
+        .iter()
+        .enumerate()
+        .map(
+            |(i, t)| json!({ "role": if i % 2 == 0 { "user" } else { "assistant" }, "content": t }),
+        )
+        .collect();
+    let (st, b) = s
+        .post("/v1/conversations/chat/messages", json!({ "user_id": "u", "messages": messages }))
+        .await;
+    assert_eq!(st, 202, "{b}");
+    wait_for_message_vectors(&s, 6).await;
+    let search = |query: &str| {
+        let body =
+            json!({ "query": query, "user_id": "u", "sources": ["messages"], "explain": true });
+        let s = &s;
+        async move { s.post("/v1/search", body).await.1 }
+    };
+    // Nobody named: John's message says more about hiking (and even names Maria) and comes
+    // first.
+    let r = search("Who went hiking?").await;
+    assert_eq!(r["results"][0]["message"]["content"], turns[0], "{r:#}");
+    assert_eq!(r["results"][0]["explain"]["speaker_weight"], 1.0, "{r:#}");
+    // Maria named: her message leads, and explain says why.
+    let r = search("Did Maria go hiking?").await;
+    assert_eq!(r["results"][0]["message"]["content"], turns[1], "{r:#}");
+    assert_eq!(r["results"][0]["explain"]["speaker_weight"], 2.0, "{r:#}");
+    let john = message_hit(&r, turns[0]).unwrap_or_else(|| panic!("{r:#}"));
+    assert_eq!(john["explain"]["speaker_weight"], 1.0, "{r:#}");
+    // The order is the fused rank times the speaker's weight; the relevance (`score`, what
+    // `min_score` reads) does not depend on it.
+    let e = &r["results"][0]["explain"];
+    let f = |k: &str| e[k].as_f64().unwrap();
+    let expected =
+        f("rrf") * f("temporal_weight") * f("importance_weight") * f("rating_weight") * 2.0;
+    assert!((f("rank_score") - expected).abs() < 1e-12, "{r:#}");
+    assert_eq!(r["results"][0]["score"], e["relevance"], "{r:#}");
+}
+
 on_both_backends!(
     substring_and_regex_modes_find_literal_text_newest_first,
     messages_are_found_by_meaning_with_their_context,
     reembed_embeds_messages_that_have_no_vector,
+    a_query_naming_a_speaker_ranks_what_they_said_first,
 );

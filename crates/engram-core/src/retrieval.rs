@@ -112,6 +112,9 @@ pub struct Explain {
     /// 2022-03-13`, and how: the words, the anchor, the event's message); None when the
     /// query names no time.
     pub time: Option<String>,
+    /// Message results of a query that names speakers of the user's transcripts: how the
+    /// vector list was searched (`crate::speaker::explain`); None otherwise.
+    pub speakers: Option<String>,
 }
 
 /// RRF contribution of one 1-based rank.

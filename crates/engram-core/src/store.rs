@@ -477,6 +477,9 @@ pub trait MessageStore: Send + Sync {
         messages: Vec<Message>,
         jobs: &[Job],
     ) -> Result<Vec<Message>>;
+    /// The speakers of the user's transcripts: every `Name: ` label ([`crate::speaker::label`])
+    /// that opens one of the user's messages, recorded as messages are appended; sorted.
+    async fn speakers(&self, tenant: &TenantId, user: &UserId) -> Result<Vec<String>>;
     /// Messages in order of `seq`, after `after_seq`.
     async fn list_messages(
         &self,

@@ -71,6 +71,7 @@ fn order_by(table: &str) -> &'static str {
         "recalls" => "tenant_id, turn_id, memory_id",
         "context_sessions" => "tenant_id, session_id, user_id, pool",
         "session_state" => "tenant_id, user_id, agent_id, session_id, key",
+        "speakers" => "tenant_id, user_id, name",
         _ => "tenant_id, id",
     }
 }

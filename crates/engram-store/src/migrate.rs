@@ -21,6 +21,7 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
     (6, "summary_dag", include_str!("../migrations/sqlite/0006_summary_dag.sql")),
     (7, "transcript_access", include_str!("../migrations/sqlite/0007_transcript_access.sql")),
     (8, "session_state", include_str!("../migrations/sqlite/0008_session_state.sql")),
+    (9, "speakers", include_str!("../migrations/sqlite/0009_speakers.sql")),
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.
@@ -33,6 +34,7 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
     (6, "summary_dag", include_str!("../migrations/postgres/0006_summary_dag.sql")),
     (7, "transcript_access", include_str!("../migrations/postgres/0007_transcript_access.sql")),
     (8, "session_state", include_str!("../migrations/postgres/0008_session_state.sql")),
+    (9, "speakers", include_str!("../migrations/postgres/0009_speakers.sql")),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

@@ -180,6 +180,12 @@ pub(crate) const TABLES: &[Table] = &[
         overriding: false,
     },
     Table {
+        name: "speakers",
+        cols: &[("tenant_id", Text), ("user_id", Text), ("name", Text)],
+        fts: &[],
+        overriding: false,
+    },
+    Table {
         name: "summaries",
         cols: &[
             ("tenant_id", Text),

@@ -37,7 +37,14 @@ pub async fn run(ctx: &Ctx<'_>, path: &Path) -> anyhow::Result<()> {
         };
         let texts: Vec<String> = c.queries.iter().map(|q| q.text.clone()).collect();
         let qvs = ctx.embedder.embed(&texts).await?;
-        for (q, qv) in c.queries.iter().zip(qvs) {
+        let names: Vec<String> = c
+            .messages
+            .iter()
+            .filter_map(|m| engram_core::speaker::label(&m.plain).map(str::to_string))
+            .collect();
+        let unnamed: Vec<String> = texts.iter().map(|t| without(t, &names)).collect();
+        let uvs = ctx.embedder.embed(&unnamed).await?;
+        for ((q, qv), uv) in c.queries.iter().zip(qvs).zip(uvs) {
             let list = store.text_search_messages(&tenant, &filter, &q.text, DEEP).await?;
             let ids: Vec<_> = list.iter().map(|(id, _)| *id).collect();
             let rows = store.get_messages(&tenant, &ids).await?;
@@ -50,7 +57,7 @@ pub async fn run(ctx: &Ctx<'_>, path: &Path) -> anyhow::Result<()> {
                 })
                 .collect();
             let line = serde_json::json!({"kind": "q", "sample": c.sample_id, "q": q.text,
-                "cat": q.category, "ev": q.evidence, "qv": rounded(&qv), "text": text});
+                "cat": q.category, "ev": q.evidence, "qv": rounded(&qv), "uv": rounded(&uv), "text": text});
             writeln!(f, "{line}")?;
         }
     }
@@ -61,6 +68,11 @@ pub async fn run(ctx: &Ctx<'_>, path: &Path) -> anyhow::Result<()> {
 async fn turns(ctx: &Ctx<'_>, c: &Conversation, f: &mut impl Write) -> anyhow::Result<()> {
     let mut docs = Vec::new();
     let mut alone = Vec::new();
+    let mut bare = Vec::new();
+    let strip = |t: &str| match engram_core::speaker::label(t) {
+        Some(l) => t[l.len() + 2..].to_string(),
+        None => t.to_string(),
+    };
     for (i, m) in c.messages.iter().enumerate() {
         let before: Vec<&str> = (i.saturating_sub(2)..i)
             .filter(|&j| c.messages[j].session == m.session)
@@ -68,14 +80,31 @@ async fn turns(ctx: &Ctx<'_>, c: &Conversation, f: &mut impl Write) -> anyhow::R
             .collect();
         docs.push(document_of(&before, &m.plain));
         alone.push(m.plain.clone());
+        let stripped: Vec<String> = before.iter().map(|t| strip(t)).collect();
+        let refs: Vec<&str> = stripped.iter().map(String::as_str).collect();
+        bare.push(document_of(&refs, &strip(&m.plain)));
     }
     let dv = ctx.embedder.embed(&docs).await?;
     let av = ctx.embedder.embed(&alone).await?;
+    let bv = ctx.embedder.embed(&bare).await?;
     for (i, m) in c.messages.iter().enumerate() {
         let line = serde_json::json!({"kind": "turn", "sample": c.sample_id, "d": c.turns[i].0,
             "session": m.session, "date": m.date, "content": m.plain,
-            "doc": rounded(&dv[i]), "alone": rounded(&av[i])});
+            "doc": rounded(&dv[i]), "alone": rounded(&av[i]), "bare": rounded(&bv[i])});
         writeln!(f, "{line}")?;
     }
     Ok(())
+}
+
+/// `query` without the speakers' names (and their possessive `'s`).
+fn without(query: &str, names: &[String]) -> String {
+    query
+        .split(' ')
+        .filter(|w| {
+            let w = w.trim_end_matches(|c: char| !c.is_alphanumeric());
+            let w = w.strip_suffix("'s").unwrap_or(w);
+            !names.iter().any(|n| n == w)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

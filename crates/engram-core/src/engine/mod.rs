@@ -32,6 +32,7 @@ mod backup;
 mod context;
 mod conversations;
 mod dates;
+mod expand;
 mod literal;
 mod memories;
 mod reembed;

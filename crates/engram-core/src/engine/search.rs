@@ -19,6 +19,7 @@ pub const EXPANDED_MESSAGES: usize = 3;
 
 /// The two ranked lists of a transcript search: the query, its vector (none in text mode),
 /// which lists to ask for, and how many candidates each returns.
+#[derive(Clone, Copy)]
 pub(super) struct Lists<'a> {
     pub query: &'a str,
     pub vector: Option<&'a [f32]>,
@@ -80,10 +81,7 @@ impl Engine {
             Some(t) => (Some(t.span), t.keywords.as_str()),
             None => (None, query),
         };
-        let qv = match input.mode {
-            SearchMode::TextOnly | SearchMode::Substring | SearchMode::Regex => None,
-            SearchMode::Hybrid | SearchMode::VectorOnly => Some(self.embed_one(query).await?),
-        };
+        let (qv, message_qv) = self.query_vectors(&v, &input, query).await?;
 
         if input.sources.contains(&SearchSource::Memories) {
             // The two lists are independent: ask the store for both at once (two pooled
@@ -136,7 +134,12 @@ impl Engine {
                 explain: input.explain,
             };
             if input.sources.contains(&SearchSource::Messages) {
-                for (message, e) in self.message_hits(&v, &window, &lists).await? {
+                let vector = message_qv.as_ref().map(|(v, _)| v.as_slice()).or(lists.vector);
+                let how = message_qv.as_ref().filter(|_| input.explain).map(|(_, t)| t);
+                for (message, mut e) in
+                    self.message_hits(&v, &window, &Lists { vector, ..lists }).await?
+                {
+                    e.speakers = how.map(|t| speaker::explain(query, t));
                     hits.push(Hit::of_message(message, e, now, scale));
                 }
             }
@@ -166,7 +169,8 @@ impl Engine {
         hits.sort_by(|a, b| Hit::rank_cmp(a, b, by_relevance));
         hits.truncate(limit);
         if input.expand {
-            self.expand(&v, query, qv.as_deref(), input.mode, &mut hits).await?;
+            let vector = message_qv.as_ref().map(|(v, _)| v.as_slice()).or(qv.as_deref());
+            self.expand(&v, query, vector, input.mode, &mut hits).await?;
         }
         let ids: Vec<MemoryId> = hits
             .iter()
@@ -200,6 +204,36 @@ impl Engine {
 }
 
 impl Engine {
+    /// The query's vector (none in a keyword or literal mode) and, for the messages' list of
+    /// a user whose transcripts name their speakers (`crate::speaker`) when the query names
+    /// some, a vector with the names mostly left out ([`speaker::blend`]): who is asked about
+    /// is the speaker factor's business, and a name in the vector pulls in every message by
+    /// or about that person whatever it says. With the latter comes the query's text
+    /// without the names.
+    async fn query_vectors(
+        &self,
+        v: &View,
+        input: &SearchInput,
+        query: &str,
+    ) -> Result<(Option<Vec<f32>>, Option<(Vec<f32>, String)>)> {
+        if !matches!(input.mode, SearchMode::Hybrid | SearchMode::VectorOnly) {
+            return Ok((None, None));
+        }
+        let unnamed = match &v.user {
+            Some(user) if input.sources.contains(&SearchSource::Messages) => {
+                let speakers = self.svc.store.speakers(&v.tenant, user).await?;
+                speaker::without_names(query, &speakers)
+            }
+            _ => None,
+        };
+        let mut texts = vec![query.to_string()];
+        texts.extend(unnamed.clone());
+        let mut vectors = self.svc.embedder.embed(&texts).await?.into_iter();
+        let qv = vectors.next().ok_or_else(|| Error::internal("embedder returned no vector"))?;
+        let blended = vectors.next().zip(unnamed).map(|(u, text)| (speaker::blend(&qv, &u), text));
+        Ok((Some(qv), blended))
+    }
+
     /// A user's messages in the window, fused from both lists, loaded and checked against the
     /// caller's pool; best first. A message not embedded yet (they are embedded in the
     /// background, `pipeline::messages`) is found by its words only.
@@ -331,69 +365,5 @@ impl Engine {
             }
         }
         Ok(out)
-    }
-
-    /// Every message a summary covers, through the levels below it, in order.
-    pub(super) async fn covered_messages(
-        &self,
-        tenant: &crate::model::TenantId,
-        summary: &Summary,
-    ) -> Result<Vec<MessageId>> {
-        let mut level = vec![summary.clone()];
-        loop {
-            let mut sources = Vec::new();
-            for s in &level {
-                sources.extend(self.svc.store.summary_sources(tenant, s.id).await?);
-            }
-            if level.iter().all(|s| s.depth == 0) {
-                return Ok(sources.into_iter().map(MessageId).collect());
-            }
-            let ids: Vec<SummaryId> = sources.into_iter().map(SummaryId).collect();
-            let mut children = self.svc.store.get_summaries(tenant, &ids).await?;
-            children.sort_by_key(|c| (c.earliest_at, c.id));
-            if children.is_empty() {
-                return Ok(vec![]);
-            }
-            level = children;
-        }
-    }
-
-    /// Expand each summary hit to its best source messages: the query's message search
-    /// within the summary's span, kept to the messages the summary covers.
-    async fn expand(
-        &self,
-        v: &View,
-        query: &str,
-        vector: Option<&[f32]>,
-        mode: SearchMode,
-        hits: &mut [Hit],
-    ) -> Result<()> {
-        let scale = self.svc.embedder.similarity_scale();
-        let now = crate::model::now();
-        for h in hits.iter_mut() {
-            let Hit::Summary { summary, expanded, .. } = h else { continue };
-            let covered: std::collections::HashSet<MessageId> =
-                self.covered_messages(&v.tenant, summary).await?.into_iter().collect();
-            let window = TranscriptFilter {
-                user: summary.user_id.clone(),
-                since: Some(summary.earliest_at),
-                until: Some(summary.latest_at + time::Duration::microseconds(1)),
-            };
-            let k = covered.len().max(EXPANDED_MESSAGES);
-            let lists = Lists { query, vector, mode, k, when: None, explain: false };
-            for (message, e) in self.message_hits(v, &window, &lists).await? {
-                if covered.contains(&message.id)
-                    && let Hit::Message { message, score, .. } =
-                        Hit::of_message(message, e, now, scale)
-                {
-                    expanded.push((message, score));
-                }
-            }
-            // The messages that hold what the query asks, first: by relevance (a message
-            // embedded with the one before it as context can outrank it in the fused order).
-            expanded.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.seq.cmp(&b.0.seq)));
-            expanded.truncate(EXPANDED_MESSAGES);
-        }
-        Ok(())
     }
 }

@@ -402,6 +402,10 @@ impl MessageStore for Counting {
         self.hit("append_messages_with_jobs");
         self.inner.append_messages_with_jobs(tenant, messages, jobs).await
     }
+    async fn speakers(&self, tenant: &TenantId, user: &UserId) -> Result<Vec<String>> {
+        self.hit("speakers");
+        self.inner.speakers(tenant, user).await
+    }
     async fn list_messages(
         &self,
         tenant: &TenantId,

@@ -92,6 +92,20 @@ async fn insert_after<B: Backend>(
         })?;
         out.push(m);
     }
+    // The speakers the batch names, once each (`engram_core::speaker`).
+    let mut speakers: Vec<&str> =
+        out.iter().filter_map(|m| engram_core::speaker::label(&m.content)).collect();
+    speakers.sort_unstable();
+    speakers.dedup();
+    for name in speakers {
+        B::tx_run(
+            tx,
+            "INSERT INTO speakers (tenant_id, user_id, name) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            &[Text(tenant.as_str()), Text(user.as_str()), Text(name)],
+        )
+        .await
+        .map_err(B::fault)?;
+    }
     B::tx_run(
         tx,
         "UPDATE conversations SET last_seq = ?, updated_at = ? WHERE tenant_id = ? AND id = ?",
@@ -391,6 +405,25 @@ pub(crate) async fn unembedded<B: Backend>(
     in_window(&mut sql, &mut args, f);
     let row = b.read_opt(&sql, &args).await?;
     Ok(row.map(|r| r.int("n")).transpose()?.unwrap_or(0).max(0) as u64)
+}
+
+/// The speakers of the user's messages (see `MessageStore::speakers`).
+pub(crate) async fn speakers<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    user: &UserId,
+) -> Result<Vec<String>> {
+    let sql = "SELECT name FROM speakers WHERE tenant_id = ? AND user_id = ? ORDER BY name";
+    let rows = b.read_all(sql, &[Text(tenant.as_str()), Text(user.as_str())]).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let name = r.text("name")?;
+        // Rows of the migration's backfill are candidates; the label rule decides.
+        if engram_core::speaker::label(&format!("{name}: ")) == Some(name.as_str()) {
+            out.push(name);
+        }
+    }
+    Ok(out)
 }
 
 /// Count a search's return of these messages and summaries (one statement per table).

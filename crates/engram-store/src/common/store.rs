@@ -362,6 +362,10 @@ impl<D: Native> MessageStore for SqlStore<D> {
         messages::list_conversations(&self.0, tenant, user, before, limit).await
     }
 
+    async fn speakers(&self, tenant: &TenantId, user: &UserId) -> Result<Vec<String>> {
+        messages::speakers(&self.0, tenant, user).await
+    }
+
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>> {
         messages::get(&self.0, tenant, id).await
     }

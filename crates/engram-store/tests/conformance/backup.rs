@@ -68,6 +68,7 @@ async fn fill(s: &Arc<dyn Store>, t: &TenantId) {
     let msgs = vec![
         message(t, &u, "c1", MessageRole::User, "We moved to Mysuru last week."),
         message(t, &u, "c1", MessageRole::Assistant, "Congratulations on the move!"),
+        message(t, &u, "c1", MessageRole::User, "Alice: the movers come on Monday."),
     ];
     s.append_messages(t, msgs).await.unwrap();
     let at = now();
@@ -111,6 +112,7 @@ pub async fn backup_restore_into_another_tenant(s: Arc<dyn Store>) {
         "messages",
         "jobs",
         "session_state",
+        "speakers",
     ] {
         if t != "jobs" {
             assert!(tables.contains(t), "no {t} in the backup: {tables:?}");
@@ -135,7 +137,7 @@ pub async fn backup_restore_into_another_tenant(s: Arc<dyn Store>) {
         .collect();
     assert_eq!(s.get_memories(&t2, &ids).await.unwrap().len(), ids.len());
     let msgs = s.list_messages(&t2, &ConversationId::parse("c1").unwrap(), 0, 100).await.unwrap();
-    assert_eq!(msgs.len(), 2);
+    assert_eq!(msgs.len(), 3);
     assert_eq!(backup(&s, &t1).await, rows);
     // Again, and into the tenant it came from: everything is skipped.
     for target in [Some(t2.clone()), None] {

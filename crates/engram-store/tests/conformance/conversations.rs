@@ -338,3 +338,40 @@ pub async fn listing_agents_and_conversations(s: Arc<dyn Store>) {
     let mine = s.list_conversations(&t, Some(&u), None, 10).await.unwrap();
     assert_eq!(mine.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["c3", "c1"]);
 }
+
+/// The speakers of a user's transcripts: recorded as labelled messages are appended, once
+/// each, per tenant and user; a refused append records nothing; erased with the user.
+pub async fn speakers_are_recorded_per_user(s: Arc<dyn Store>) {
+    let (t, t2) = (tenant("t"), tenant("t2"));
+    let (u, u2) = (user("u"), user("u2"));
+    let say = |t: &engram_core::model::TenantId,
+               u: &engram_core::model::UserId,
+               c: &str,
+               text: &str| { message(t, u, c, MessageRole::User, text) };
+    s.append_messages(
+        &t,
+        vec![
+            say(&t, &u, "group", "Maria: I got a puppy!"),
+            say(&t, &u, "group", "John: What's her name?"),
+            say(&t, &u, "group", "Maria: Coco."),
+            say(&t, &u, "group", "no label here: just text"),
+            say(&t, &u, "group", "Note the time 10:30"),
+        ],
+    )
+    .await
+    .unwrap();
+    s.append_messages(&t, vec![say(&t, &u, "other", "Dr. Ana Ruiz: two a day")]).await.unwrap();
+    s.append_messages(&t, vec![say(&t, &u2, "theirs", "Zoë: ciao")]).await.unwrap();
+    s.append_messages(&t2, vec![say(&t2, &u, "group", "Pierre: salut")]).await.unwrap();
+    assert_eq!(s.speakers(&t, &u).await.unwrap(), ["Dr. Ana Ruiz", "John", "Maria"]);
+    assert_eq!(s.speakers(&t, &u2).await.unwrap(), ["Zoë"]);
+    assert_eq!(s.speakers(&t2, &u).await.unwrap(), ["Pierre"]);
+    // Appending to another user's conversation is refused, and names no speaker.
+    let r = s.append_messages(&t, vec![say(&t, &u2, "group", "Mallory: hi")]).await;
+    assert!(matches!(r, Err(Error::Conflict(_))), "{r:?}");
+    assert!(!s.speakers(&t, &u2).await.unwrap().contains(&"Mallory".to_string()));
+    s.erase_user(&t, &u).await.unwrap();
+    assert!(s.speakers(&t, &u).await.unwrap().is_empty());
+    assert_eq!(s.speakers(&t, &u2).await.unwrap(), ["Zoë"]);
+    assert_eq!(s.speakers(&t2, &u).await.unwrap(), ["Pierre"]);
+}

@@ -32,7 +32,7 @@ pub struct Fixture {
     pub backend: Backend,
     pub store: Arc<dyn Store>,
     /// SQLite: the data dir.
-    dir: Option<tempfile::TempDir>,
+    pub dir: Option<tempfile::TempDir>,
     /// PostgreSQL: the admin URL and the test database's name and URL.
     pg: Option<PgDb>,
     pg_stores: Vec<Arc<engram_store::postgres::PgStore>>,

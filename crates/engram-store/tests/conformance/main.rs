@@ -6,6 +6,7 @@
 //! it is unset the PostgreSQL tests FAIL with instructions: nothing is skipped. Where the two
 //! backends behave differently, the contract (`engram_core::store`) is wrong or incomplete.
 
+mod backfill;
 mod backup;
 mod concurrency;
 mod conversations;
@@ -83,6 +84,7 @@ conformance! {
         conversations::agents,
         conversations::batched_reads,
         conversations::api_keys,
+        conversations::speakers_are_recorded_per_user,
         message_vectors::message_vectors_needed_by_seq_and_model,
         message_vectors::message_vectors_set_per_tenant,
         message_vectors::message_vectors_search_exact_top_k,

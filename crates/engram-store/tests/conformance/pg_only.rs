@@ -349,7 +349,7 @@ async fn keyword_search_same_without_fts_len_or_btree_gin() {
     assert_eq!(other_key.len(), 1, "one key per user: {other_key:?}");
 
     // Migration 4 applied to a store that already holds rows (the index is built over them);
-    // what migrations 6 to 8 add is undone too, since every later migration runs again.
+    // what migrations 6 to 9 add is undone too, since every later migration runs again.
     sqlx::raw_sql(
         "DROP INDEX memories_fts_scoped, messages_fts_scoped; \
          DROP INDEX summaries_fts_scoped, summaries_conversation, summaries_parent; \
@@ -360,7 +360,7 @@ async fn keyword_search_same_without_fts_len_or_btree_gin() {
          DROP FUNCTION engram_scoped_fts, engram_scoped_fts_long, engram_fts_key; \
          DROP TABLE memory_fts_stats; \
          DROP FUNCTION engram_fts_stats_insert, engram_fts_stats_delete CASCADE; \
-         DROP TABLE session_state; \
+         DROP TABLE session_state, speakers; \
          CREATE INDEX messages_fts_user ON messages USING gin (tenant_id, user_id, fts); \
          DELETE FROM schema_migrations WHERE version >= 4",
     )

@@ -61,6 +61,11 @@ pub struct ExplainDto {
     /// an event's message and day). Absent when the query names no time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time: Option<String>,
+    /// Message results of a query that names speakers of the user's transcripts (messages
+    /// that open with `Name: `): the text that searched the messages by meaning, the query
+    /// with the names mostly left out. Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speakers: Option<String>,
 }
 
 impl From<&Explain> for ExplainDto {
@@ -89,6 +94,7 @@ impl From<&Explain> for ExplainDto {
             score: e.score,
             unembedded_messages: e.unembedded_messages,
             time: e.time.clone(),
+            speakers: e.speakers.clone(),
         }
     }
 }

@@ -242,6 +242,20 @@ async fn substring_and_regex_modes_find_literal_text_newest_first(backend: Backe
     assert_eq!(contents(&r)[0], "Deploy of PROJ-1201 failed on staging.");
 }
 
+/// Append `turns` as one conversation of `user`, speakers taking turns as user and assistant.
+async fn append_turns(s: &Server, user: &str, turns: &[&str]) {
+    let messages: Vec<Value> = turns
+        .iter()
+        .enumerate()
+        .map(
+            |(i, t)| json!({ "role": if i % 2 == 0 { "user" } else { "assistant" }, "content": t }),
+        )
+        .collect();
+    let body = json!({ "user_id": user, "messages": messages });
+    let (st, b) = s.post("/v1/conversations/chat/messages", body).await;
+    assert_eq!(st, 202, "{b}");
+}
+
 /// A transcript of several people names its speakers (`Name: text`); a question about one of
 /// them ranks what that person said ahead of what others said about the same thing.
 async fn a_query_naming_a_speaker_ranks_what_they_said_first(backend: Backend) {
@@ -254,17 +268,7 @@ async fn a_query_naming_a_speaker_ranks_what_they_said_first(backend: Backend) {
         "John: Next week I start my new job at the bank.",
         "Maria: Good luck with the new job, John!",
     ];
-    let messages: Vec<Value> = turns
-        .iter()
-        .enumerate()
-        .map(
-            |(i, t)| json!({ "role": if i % 2 == 0 { "user" } else { "assistant" }, "content": t }),
-        )
-        .collect();
-    let (st, b) = s
-        .post("/v1/conversations/chat/messages", json!({ "user_id": "u", "messages": messages }))
-        .await;
-    assert_eq!(st, 202, "{b}");
+    append_turns(&s, "u", &turns).await;
     wait_for_message_vectors(&s, 6).await;
     let search = |query: &str| {
         let body =
@@ -293,9 +297,59 @@ async fn a_query_naming_a_speaker_ranks_what_they_said_first(backend: Backend) {
     assert_eq!(r["results"][0]["score"], e["relevance"], "{r:#}");
 }
 
+/// A name in a query says whom it asks about, not what: the transcript's vectors are searched
+/// mostly without the names of the user's speakers, and `explain.speakers` says so. Names
+/// that are nobody's speaker stay in the query.
+async fn a_query_naming_speakers_searches_by_meaning_without_the_names(backend: Backend) {
+    let s = Server::on(backend).await;
+    let turns = [
+        "Maria: Where was I? Maria went out, Maria is back now.",
+        "John: Welcome back!",
+        "Maria: I finally climbed the big mountain trail last weekend.",
+        "John: Wow, how long did it take you?",
+    ];
+    append_turns(&s, "u", &turns).await;
+    // Another user's transcript has no speakers.
+    let plain = json!({ "user_id": "v", "messages": [
+        { "role": "user", "content": "I finally climbed the big mountain trail last weekend." } ]});
+    s.post("/v1/conversations/solo/messages", plain).await;
+    wait_for_message_vectors(&s, 5).await;
+    let search = |query: &str, user: &str| {
+        let body =
+            json!({ "query": query, "user_id": user, "sources": ["messages"], "explain": true });
+        let s = &s;
+        async move { s.post("/v1/search", body).await.1 }
+    };
+    let r = search("Where did Maria go hiking?", "u").await;
+    assert_eq!(r["results"][0]["message"]["content"], turns[2], "{r:#}");
+    for hit in r["results"].as_array().unwrap() {
+        let how = hit["explain"]["speakers"].as_str().unwrap_or_else(|| panic!("{r:#}"));
+        assert!(how.contains("\"Where did go hiking?\""), "{how}");
+    }
+    // Not a speaker of this user: the name stays, and nothing is said.
+    let r = search("Where did Lisa go hiking?", "u").await;
+    assert!(!r["results"].as_array().unwrap().is_empty(), "{r:#}");
+    assert!(r["results"][0]["explain"].get("speakers").is_none(), "{r:#}");
+    // Maria is u's speaker, not v's.
+    let r = search("Where did Maria go hiking?", "v").await;
+    assert_eq!(r["results"][0]["message"]["content"], turns[2].trim_start_matches("Maria: "));
+    assert!(r["results"][0]["explain"].get("speakers").is_none(), "{r:#}");
+    // Memories are searched with the query as written.
+    let (_, r) = s
+        .post(
+            "/v1/search",
+            json!({ "query": "Where did Maria go hiking?", "user_id": "u", "explain": true }),
+        )
+        .await;
+    assert!(
+        r["results"].as_array().unwrap().iter().all(|h| h["explain"].get("speakers").is_none())
+    );
+}
+
 on_both_backends!(
     substring_and_regex_modes_find_literal_text_newest_first,
     messages_are_found_by_meaning_with_their_context,
     reembed_embeds_messages_that_have_no_vector,
     a_query_naming_a_speaker_ranks_what_they_said_first,
+    a_query_naming_speakers_searches_by_meaning_without_the_names,
 );

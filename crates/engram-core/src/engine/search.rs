@@ -219,8 +219,11 @@ impl Engine {
         if !matches!(input.mode, SearchMode::Hybrid | SearchMode::VectorOnly) {
             return Ok((None, None));
         }
+        // The speakers are recorded per user, across every conversation: a caller limited to
+        // one agent's pool searches with the query as written, so that nothing of another
+        // pool's transcript (a name, through `explain.speakers` or the order) shows through.
         let unnamed = match &v.user {
-            Some(user) if input.sources.contains(&SearchSource::Messages) => {
+            Some(user) if input.sources.contains(&SearchSource::Messages) && v.pool.is_none() => {
                 let speakers = self.svc.store.speakers(&v.tenant, user).await?;
                 speaker::without_names(query, &speakers)
             }

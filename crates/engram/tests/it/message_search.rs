@@ -346,10 +346,55 @@ async fn a_query_naming_speakers_searches_by_meaning_without_the_names(backend: 
     );
 }
 
+/// The speakers search reads come from every conversation of the user; an agent key that
+/// may read only its pool's conversations searches with the query as written, so nothing of
+/// another pool's transcript (whose names are speakers there) shows through.
+async fn speaker_names_of_other_pools_stay_out_of_an_agents_search(backend: Backend) {
+    let db = Db::new(backend).await;
+    let key = |args: &[&str]| crate::helpers::create_key(&db, args);
+    let admin = key(&["--tenant", "acme", "--role", "admin"]);
+    let a1 = key(&["--tenant", "acme", "--role", "agent", "--agent", "a1"]);
+    let s = db.serve(&[]);
+    let adm = s.with_key(&admin);
+    for a in ["a1", "a2"] {
+        let (st, r) = adm.req("PUT", &format!("/v1/agents/{a}"), Some(json!({}))).await;
+        assert_eq!(st.as_u16(), 200, "{r}");
+    }
+    for (conv, agent, text) in [
+        ("mine", "a1", "I finally climbed the big mountain trail last weekend."),
+        ("theirs", "a2", "Lisa: the hiking club meets on Sundays."),
+    ] {
+        let b = json!({ "user_id": "u", "agent_id": agent,
+            "messages": [{ "role": "user", "content": text }] });
+        let (st, r) = adm.post(&format!("/v1/conversations/{conv}/messages"), b).await;
+        assert_eq!(st.as_u16(), 202, "{r}");
+    }
+    let start = Instant::now();
+    while adm.get("/v1/stats").await.1["messages_with_vector"] != 2 {
+        assert!(start.elapsed() < Duration::from_secs(60), "messages not embedded in 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let q = json!({ "user_id": "u", "query": "Where did Lisa go hiking?", "sources": ["messages"], "explain": true });
+    // The admin sees both conversations: Lisa is a speaker, and explain says so.
+    let (_, r) = adm.post("/v1/search", q.clone()).await;
+    assert!(r["results"][0]["explain"]["speakers"].is_string(), "{r:#}");
+    // a1 sees only its own conversation: the query is searched as written.
+    let (st, r) = s.with_key(&a1).post("/v1/search", q).await;
+    assert_eq!(st.as_u16(), 200, "{r}");
+    let results = r["results"].as_array().unwrap();
+    assert!(!results.is_empty(), "{r:#}");
+    for h in results {
+        assert_eq!(h["message"]["conversation_id"], "mine", "{r:#}");
+        assert!(h["explain"].get("speakers").is_none(), "{r:#}");
+    }
+    assert!(!r.to_string().contains("Lisa:"), "{r}");
+}
+
 on_both_backends!(
     substring_and_regex_modes_find_literal_text_newest_first,
     messages_are_found_by_meaning_with_their_context,
     reembed_embeds_messages_that_have_no_vector,
     a_query_naming_a_speaker_ranks_what_they_said_first,
     a_query_naming_speakers_searches_by_meaning_without_the_names,
+    speaker_names_of_other_pools_stay_out_of_an_agents_search,
 );

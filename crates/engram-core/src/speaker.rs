@@ -43,17 +43,24 @@ pub fn label(content: &str) -> Option<&str> {
     (end > 0 && words.len() <= 3 && words.iter().all(|w| word_ok(w))).then_some(label)
 }
 
-/// The query's words, lowercased: what [`named`] looks labels up in.
+/// The query's capitalised words, lowercased: what [`named`] looks labels up in. A name is
+/// written with a capital; a lower-case "note" or "order" is a word, even for a user whose
+/// transcripts have `Note: ` or `Order A12: ` lines.
 pub fn query_words(query: &str) -> Vec<String> {
     query
         .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
+        .filter(|w| capitalised(w))
         .map(str::to_lowercase)
         .collect()
 }
 
+fn capitalised(word: &str) -> bool {
+    word.chars().next().is_some_and(char::is_uppercase)
+}
+
 /// Whether the query names the speaker of `label`: one of the label's words of two letters or
-/// more ("Maria", "Ruiz"; not the "Dr." of a title) is a word of the query ("Maria's" counts).
+/// more ("Maria", "Ruiz"; not the "Dr." of a title) is a capitalised word of the query
+/// ("Maria's" counts).
 pub fn named(words: &[String], label: &str) -> bool {
     label
         .split(|c: char| !c.is_alphanumeric())
@@ -66,8 +73,8 @@ pub fn speaks(words: &[String], content: &str) -> bool {
     label(content).is_some_and(|l| named(words, l))
 }
 
-/// `query` without the words that name one of `speakers` (a possessive `'s` goes with the
-/// name): what a query asks about, apart from whom. None when it names none of them, or
+/// `query` without the capitalised words that name one of `speakers` (a possessive `'s`
+/// goes with the name): what a query asks about, apart from whom. None when it names none of them, or
 /// is nothing but names.
 pub fn without_names(query: &str, speakers: &[String]) -> Option<String> {
     let names: Vec<String> = speakers
@@ -79,7 +86,7 @@ pub fn without_names(query: &str, speakers: &[String]) -> Option<String> {
     let names_someone = |token: &str| {
         let core = token.trim_matches(|c: char| !c.is_alphanumeric());
         let core = ["'s", "’s"].iter().find_map(|s| core.strip_suffix(s)).unwrap_or(core);
-        names.contains(&core.to_lowercase())
+        capitalised(core) && names.contains(&core.to_lowercase())
     };
     let kept: Vec<&str> = query.split_whitespace().filter(|t| !names_someone(t)).collect();
     let dropped = kept.len() < query.split_whitespace().count();
@@ -148,9 +155,13 @@ mod tests {
         let q = query_words("What are Maria's dogs' names?");
         assert!(named(&q, "Maria"));
         assert!(!named(&q, "John"));
-        let q = query_words("what did ruiz prescribe");
+        let q = query_words("what did Ruiz prescribe");
         assert!(named(&q, "Dr. Ana Ruiz"));
-        assert!(!named(&query_words("ask the dr about it"), "Dr. Ana Ruiz"));
+        assert!(!named(&query_words("ask the Dr about it"), "Dr. Ana Ruiz"));
+        // A name is written with a capital: "note" and "order" are words.
+        assert!(!named(&query_words("what did ruiz prescribe"), "Dr. Ana Ruiz"));
+        assert!(!named(&query_words("my note about the order"), "Note"));
+        assert!(named(&query_words("Note about the order"), "Note"));
         // Whole words only.
         assert!(!named(&query_words("Marianne's dog"), "Maria"));
     }
@@ -165,9 +176,10 @@ mod tests {
         );
         assert_eq!(w("What are Maria's dogs' names?").as_deref(), Some("What are dogs' names?"));
         assert_eq!(
-            w("what did ruiz prescribe, and when?").as_deref(),
+            w("what did Ruiz prescribe, and when?").as_deref(),
             Some("what did prescribe, and when?")
         );
+        assert_eq!(w("what did ruiz prescribe?"), None);
         // "Dr." names nobody; "Marianne" is not "Maria".
         assert_eq!(w("Ask the Dr. about Marianne"), None);
         // Only names: nothing would be left to ask.

@@ -96,6 +96,7 @@ impl Engine {
             let vector = self.embed_one(&name).await?;
             let lists = Lists {
                 query: &name,
+                asked: &name,
                 vector: Some(&vector),
                 mode: SearchMode::Hybrid,
                 k: 5,

@@ -58,7 +58,7 @@ impl Engine {
                 until: Some(summary.latest_at + time::Duration::microseconds(1)),
             };
             let k = covered.len().max(EXPANDED_MESSAGES);
-            let lists = Lists { query, vector, mode, k, when: None, explain: false };
+            let lists = Lists { query, asked: query, vector, mode, k, when: None, explain: false };
             for (message, e) in self.message_hits(v, &window, &lists).await? {
                 if covered.contains(&message.id)
                     && let Hit::Message { message, score, .. } =

@@ -21,7 +21,11 @@ pub const EXPANDED_MESSAGES: usize = 3;
 /// which lists to ask for, and how many candidates each returns.
 #[derive(Clone, Copy)]
 pub(super) struct Lists<'a> {
+    /// The keyword query (without the words of a time it names).
     pub query: &'a str,
+    /// The query as the caller wrote it: the speakers it names are read from it (names are
+    /// capitalised, and the keyword query may not be).
+    pub asked: &'a str,
     pub vector: Option<&'a [f32]>,
     pub mode: SearchMode,
     pub k: usize,
@@ -127,6 +131,7 @@ impl Engine {
             let window = TranscriptFilter { user, since: input.since, until: input.until };
             let lists = Lists {
                 query: keywords,
+                asked: query,
                 vector: qv.as_deref(),
                 mode: input.mode,
                 k: n,
@@ -290,7 +295,7 @@ impl Engine {
             }
             None => HashMap::new(),
         };
-        let words = speaker::query_words(l.query);
+        let words = speaker::query_words(l.asked);
         let mut out = Vec::with_capacity(fused.len());
         for (id, e) in fused {
             let Some(msg) = rows.remove(&id) else { continue };

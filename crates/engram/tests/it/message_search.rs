@@ -281,10 +281,14 @@ async fn a_query_naming_a_speaker_ranks_what_they_said_first(backend: Backend) {
     let r = search("Who went hiking?").await;
     assert_eq!(r["results"][0]["message"]["content"], turns[0], "{r:#}");
     assert_eq!(r["results"][0]["explain"]["speaker_weight"], 1.0, "{r:#}");
-    // Maria named: her message leads, and explain says why.
+    // Maria named: her message leads, and explain says why; also when the query names a
+    // time, whose words leave the keyword query.
+    for q in ["Did Maria go hiking?", "Did Maria go hiking last week?"] {
+        let r = search(q).await;
+        assert_eq!(r["results"][0]["message"]["content"], turns[1], "{q}: {r:#}");
+        assert_eq!(r["results"][0]["explain"]["speaker_weight"], 2.0, "{q}: {r:#}");
+    }
     let r = search("Did Maria go hiking?").await;
-    assert_eq!(r["results"][0]["message"]["content"], turns[1], "{r:#}");
-    assert_eq!(r["results"][0]["explain"]["speaker_weight"], 2.0, "{r:#}");
     let john = message_hit(&r, turns[0]).unwrap_or_else(|| panic!("{r:#}"));
     assert_eq!(john["explain"]["speaker_weight"], 1.0, "{r:#}");
     // The order is the fused rank times the speaker's weight; the relevance (`score`, what
@@ -326,6 +330,10 @@ async fn a_query_naming_speakers_searches_by_meaning_without_the_names(backend: 
         let how = hit["explain"]["speakers"].as_str().unwrap_or_else(|| panic!("{r:#}"));
         assert!(how.contains("\"Where did go hiking?\""), "{how}");
     }
+    // A name is written with a capital: in lower case, "maria" is a word like any other.
+    let r = search("where did maria go hiking?", "u").await;
+    assert!(r["results"][0]["explain"].get("speakers").is_none(), "{r:#}");
+    assert_eq!(r["results"][0]["explain"]["speaker_weight"], 1.0, "{r:#}");
     // Not a speaker of this user: the name stays, and nothing is said.
     let r = search("Where did Lisa go hiking?", "u").await;
     assert!(!r["results"].as_array().unwrap().is_empty(), "{r:#}");

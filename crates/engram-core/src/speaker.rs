@@ -14,9 +14,10 @@
 //! so a search knows the names before it has any candidate.
 //!
 //! A label is recognised only in the shape transcripts use: at most three capitalised words
-//! (letters, digits, `'`, `.`, `-`) at the very start of the content, then `": "`. A label
-//! that is a common word ("Note: …") is matched only when the query uses that word, and
-//! then only re-orders candidates both lists already found.
+//! (letters, digits, `'`, `.`, `-`) at the very start of the content, then `": "`. A query
+//! names a speaker only with a capitalised word, as names are written: a label that is a
+//! common word ("Note: …") is matched only when the query writes "Note", and then it
+//! re-orders candidates and leaves that word out of most of the messages' query vector.
 
 /// Factor on the fused rank of a message whose speaker the query names: a candidate found
 /// by one list ranks with one found by both, so the named speaker's turns lead among

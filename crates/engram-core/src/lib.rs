@@ -6,8 +6,8 @@
 //!
 //! Layers, each importing only those below it: `error`, `model` → `store`, `embed`, `llm` →
 //! `metrics`, `priority` → `services` (what operations and jobs work with) → `pipeline` (the job
-//! handlers), `retrieval`, `dedup`, `when` (time in words), `speaker` (who said a message) → `jobs` (the worker loop) and
-//! `engine` (the request path).
+//! handlers), `retrieval`, `dedup`, `when` (time in words), `speaker` (who said a message) →
+//! `jobs` (the worker loop) and `engine` (the request path).
 
 pub mod dedup;
 pub mod embed;

@@ -227,8 +227,14 @@ impl Engine {
         // The speakers are recorded per user, across every conversation: a caller limited to
         // one agent's pool searches with the query as written, so that nothing of another
         // pool's transcript (a name, through `explain.speakers` or the order) shows through.
+        // A query with no capitalised word names nobody: no store read.
+        let may_name = !speaker::query_words(query).is_empty();
         let unnamed = match &v.user {
-            Some(user) if input.sources.contains(&SearchSource::Messages) && v.pool.is_none() => {
+            Some(user)
+                if may_name
+                    && input.sources.contains(&SearchSource::Messages)
+                    && v.pool.is_none() =>
+            {
                 let speakers = self.svc.store.speakers(&v.tenant, user).await?;
                 speaker::without_names(query, &speakers)
             }

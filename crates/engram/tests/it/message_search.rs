@@ -256,6 +256,12 @@ async fn append_turns(s: &Server, user: &str, turns: &[&str]) {
     assert_eq!(st, 202, "{b}");
 }
 
+/// `POST /v1/search` of `user`'s messages with `explain`: the response body.
+async fn explained_messages(s: &Server, user: &str, query: &str) -> Value {
+    let body = json!({ "query": query, "user_id": user, "sources": ["messages"], "explain": true });
+    s.post("/v1/search", body).await.1
+}
+
 /// A transcript of several people names its speakers (`Name: text`); a question about one of
 /// them ranks what that person said ahead of what others said about the same thing.
 async fn a_query_naming_a_speaker_ranks_what_they_said_first(backend: Backend) {
@@ -270,12 +276,7 @@ async fn a_query_naming_a_speaker_ranks_what_they_said_first(backend: Backend) {
     ];
     append_turns(&s, "u", &turns).await;
     wait_for_message_vectors(&s, 6).await;
-    let search = |query: &str| {
-        let body =
-            json!({ "query": query, "user_id": "u", "sources": ["messages"], "explain": true });
-        let s = &s;
-        async move { s.post("/v1/search", body).await.1 }
-    };
+    let search = |query: &'static str| explained_messages(&s, "u", query);
     // Nobody named: John's message says more about hiking (and even names Maria) and comes
     // first.
     let r = search("Who went hiking?").await;
@@ -318,28 +319,22 @@ async fn a_query_naming_speakers_searches_by_meaning_without_the_names(backend: 
         { "role": "user", "content": "I finally climbed the big mountain trail last weekend." } ]});
     s.post("/v1/conversations/solo/messages", plain).await;
     wait_for_message_vectors(&s, 5).await;
-    let search = |query: &str, user: &str| {
-        let body =
-            json!({ "query": query, "user_id": user, "sources": ["messages"], "explain": true });
-        let s = &s;
-        async move { s.post("/v1/search", body).await.1 }
-    };
-    let r = search("Where did Maria go hiking?", "u").await;
+    let r = explained_messages(&s, "u", "Where did Maria go hiking?").await;
     assert_eq!(r["results"][0]["message"]["content"], turns[2], "{r:#}");
     for hit in r["results"].as_array().unwrap() {
         let how = hit["explain"]["speakers"].as_str().unwrap_or_else(|| panic!("{r:#}"));
         assert!(how.contains("\"Where did go hiking?\""), "{how}");
     }
     // A name is written with a capital: in lower case, "maria" is a word like any other.
-    let r = search("where did maria go hiking?", "u").await;
+    let r = explained_messages(&s, "u", "where did maria go hiking?").await;
     assert!(r["results"][0]["explain"].get("speakers").is_none(), "{r:#}");
     assert_eq!(r["results"][0]["explain"]["speaker_weight"], 1.0, "{r:#}");
     // Not a speaker of this user: the name stays, and nothing is said.
-    let r = search("Where did Lisa go hiking?", "u").await;
+    let r = explained_messages(&s, "u", "Where did Lisa go hiking?").await;
     assert!(!r["results"].as_array().unwrap().is_empty(), "{r:#}");
     assert!(r["results"][0]["explain"].get("speakers").is_none(), "{r:#}");
     // Maria is u's speaker, not v's.
-    let r = search("Where did Maria go hiking?", "v").await;
+    let r = explained_messages(&s, "v", "Where did Maria go hiking?").await;
     assert_eq!(r["results"][0]["message"]["content"], turns[2].trim_start_matches("Maria: "));
     assert!(r["results"][0]["explain"].get("speakers").is_none(), "{r:#}");
     // Memories are searched with the query as written.

@@ -39,6 +39,15 @@ pub trait Embedder: Send + Sync {
     fn similarity_scale(&self) -> SimilarityScale {
         SimilarityScale::DEFAULT
     }
+    /// Whether a transcript message's vector also reads the message alone
+    /// (`pipeline::messages`): the sum of the vectors of the message after its context and
+    /// of the message alone, normalised. A contextual encoder (the default) reads a document
+    /// as a whole, so the vector of a short message after two longer ones leans towards
+    /// their topic; a static model sums its tokens' vectors, the message's own at full
+    /// weight, and keeps the document alone (`false`).
+    fn adds_message_alone(&self) -> bool {
+        true
+    }
 }
 
 /// Where a model's cosine similarity stops being noise and where it is certain: a cosine at

@@ -24,7 +24,7 @@
 
 use std::sync::Arc;
 
-use crate::embed::Embedder;
+use crate::embed::{Embedder, normalize};
 use crate::error::JobError;
 use crate::error::{Error, Result};
 use crate::model::{ConversationId, Job, Message, MessageId, TenantId, UserId};
@@ -90,12 +90,47 @@ async fn embedded(embedder: &Arc<dyn Embedder>, documents: &[String]) -> Result<
     Ok(vectors)
 }
 
+/// The vectors of a round's messages, in one background call: each document's, and when the
+/// embedder adds the message alone ([`Embedder::adds_message_alone`]) and the document has
+/// context, the sum of the document's vector and the message's own, normalised.
+async fn message_vectors(
+    embedder: &Arc<dyn Embedder>,
+    documents: Vec<String>,
+    alone: Vec<Option<String>>,
+) -> Result<Vec<Vec<f32>>> {
+    if !embedder.adds_message_alone() {
+        return embedded(embedder, &documents).await;
+    }
+    let n = documents.len();
+    let mut texts = documents;
+    let mut slots = Vec::with_capacity(n);
+    for a in alone {
+        slots.push(a.map(|t| {
+            texts.push(t);
+            texts.len() - 1
+        }));
+    }
+    let mut vectors = embedded(embedder, &texts).await?;
+    let own = vectors.split_off(n);
+    for (v, slot) in vectors.iter_mut().zip(slots) {
+        if let Some(j) = slot {
+            for (x, y) in v.iter_mut().zip(&own[j - n]) {
+                *x += y;
+            }
+            normalize(v);
+        }
+    }
+    Ok(vectors)
+}
+
 /// One conversation's next round: the messages without a vector (at most `limit`, in
 /// conversation order) and their documents, read in two queries (the ids, then the span
 /// from the context of the first to the last). `more` is true when the limit was reached.
 struct Round {
     ids: Vec<MessageId>,
     documents: Vec<String>,
+    /// Per document, the message alone when its document has context.
+    alone: Vec<Option<String>>,
     more: bool,
 }
 
@@ -112,7 +147,12 @@ async fn next_round(
 ) -> Result<Round> {
     let needed = store.messages_needing_vectors(tenant, conversation, model, limit).await?;
     let (Some(first), Some(last)) = (needed.first(), needed.last()) else {
-        return Ok(Round { ids: Vec::new(), documents: Vec::new(), more: false });
+        return Ok(Round {
+            ids: Vec::new(),
+            documents: Vec::new(),
+            alone: Vec::new(),
+            more: false,
+        });
     };
     // The needed messages and the context before the first of them (capped: messages past
     // the cap are embedded by a later round; the first one always is, so every round makes
@@ -132,15 +172,18 @@ async fn next_round(
     loaded.extend(read);
     let mut ids = Vec::with_capacity(needed.len());
     let mut documents = Vec::with_capacity(needed.len());
+    let mut alone = Vec::with_capacity(needed.len());
     for (id, _) in &needed {
         let Some(i) = loaded.iter().position(|m| m.id == *id) else { continue };
         ids.push(*id);
-        documents.push(document(&loaded[..i], &loaded[i]));
+        let doc = document(&loaded[..i], &loaded[i]);
+        alone.push((doc != loaded[i].content).then(|| loaded[i].content.clone()));
+        documents.push(doc);
     }
     *tail = loaded.split_off(loaded.len().saturating_sub(CONTEXT_MESSAGES));
     // Erased meanwhile: nothing more to do.
     let more = needed.len() == limit && !ids.is_empty();
-    Ok(Round { ids, documents, more })
+    Ok(Round { ids, documents, alone, more })
 }
 
 /// Store `rows` in transactions of at most [`WRITE_ROWS`], each after a moment with no
@@ -194,6 +237,7 @@ pub async fn embed_conversations(
         // documents of all of them, in the same order.
         let mut owners: Vec<(usize, Vec<MessageId>)> = Vec::new();
         let mut documents = Vec::new();
+        let mut alone = Vec::new();
         let share = (ROUND_DOCUMENTS / pending.len()).clamp(MIN_SHARE, MAX_SHARE);
         for &i in &pending {
             let (tenant, conversation) = &conversations[i];
@@ -205,6 +249,7 @@ pub async fn embed_conversations(
                         next.push(i);
                     }
                     documents.extend(round.documents);
+                    alone.extend(round.alone);
                     owners.push((i, round.ids));
                 }
                 Err(e) => results[i] = Err(e),
@@ -213,7 +258,7 @@ pub async fn embed_conversations(
         if documents.is_empty() {
             break;
         }
-        let vectors = match embedded(embedder, &documents).await {
+        let vectors = match message_vectors(embedder, documents, alone).await {
             Ok(v) => v,
             Err(e) => {
                 for (i, _) in &owners {

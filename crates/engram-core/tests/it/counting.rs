@@ -888,10 +888,12 @@ impl MaintenanceStore for Counting {
     }
 }
 
-/// [`Words`], recording the documents of every background call.
+/// [`Words`], recording the texts of every background call; it adds a message alone to its
+/// document's vector only when `alone` is set.
 #[derive(Default)]
 struct Recording {
     background: Mutex<Vec<Vec<String>>>,
+    alone: bool,
 }
 
 impl Recording {
@@ -907,6 +909,9 @@ impl Embedder for Recording {
     }
     fn dims(&self) -> usize {
         Words.dims()
+    }
+    fn adds_message_alone(&self) -> bool {
+        self.alone
     }
     async fn embed(&self, texts: &[String]) -> std::result::Result<Vec<Vec<f32>>, EmbedError> {
         Words.embed(texts).await
@@ -1091,4 +1096,69 @@ async fn the_workers_sweep_expired_working_memory() {
     let left = rows_at_start().await.unwrap();
     assert_eq!(left.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), ["plan"]);
     assert!(short.expires_at <= engram_core::model::now(), "swept before it expired");
+}
+
+/// A message's vector is its document's (the message after its two previous messages) plus
+/// the message read alone, normalised, embedded in the same background call; the first
+/// message of a conversation has no context and is embedded once.
+#[tokio::test]
+async fn a_message_vector_adds_the_message_read_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = engram_store::open_sqlite(dir.path()).await.unwrap();
+    let embedder = Arc::new(Recording { alone: true, ..Default::default() });
+    let engine =
+        Engine::new(store.clone(), embedder.clone(), EngineConfig::default()).await.unwrap();
+    let admin = Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin };
+    let conv = ConversationId::parse("c").unwrap();
+    let user = UserId::parse("u").unwrap();
+    let contents = ["we talked about boats", "and about trains", "Yes! Last Friday"];
+    let msgs: Vec<MessageInput> = contents
+        .iter()
+        .map(|c| MessageInput {
+            role: MessageRole::User,
+            content: (*c).into(),
+            ..Default::default()
+        })
+        .collect();
+    let appended = engine.append_messages(&admin, conv.clone(), Some(user.clone()), None, msgs);
+    let ids: Vec<MessageId> = appended.await.unwrap().iter().map(|m| m.id).collect();
+    let n = engine.services().embed_conversation(&TenantId::default_tenant(), &conv).await;
+    assert_eq!(n.unwrap(), 3);
+
+    let docs = [
+        "we talked about boats",
+        "we talked about boats\nand about trains",
+        "we talked about boats\nand about trains\nYes! Last Friday",
+    ];
+    let mut want: Vec<String> = docs.iter().map(|d| (*d).to_string()).collect();
+    want.extend(["and about trains".to_string(), "Yes! Last Friday".to_string()]);
+    assert_eq!(*embedder.background.lock().unwrap(), vec![want], "one call, documents first");
+
+    let filter = TranscriptFilter::user(user);
+    for (k, id) in ids.iter().enumerate() {
+        let mut texts = vec![docs[k].to_string()];
+        if k > 0 {
+            texts.push(contents[k].to_string());
+        }
+        let vs = Words.embed(&texts).await.unwrap();
+        let mut expected = vec![0f32; 8];
+        for v in &vs {
+            for (x, y) in expected.iter_mut().zip(v) {
+                *x += y;
+            }
+        }
+        engram_core::embed::normalize(&mut expected);
+        let hits = store
+            .vector_search_messages(
+                &TenantId::default_tenant(),
+                &filter,
+                "test:words",
+                &expected,
+                3,
+            )
+            .await
+            .unwrap();
+        let own = hits.iter().find(|h| h.0 == *id).expect("the message is a neighbour");
+        assert!(own.1 > 0.9999, "message {k}: cosine {} of {hits:?}", own.1);
+    }
 }

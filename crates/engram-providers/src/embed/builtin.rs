@@ -400,6 +400,13 @@ impl Embedder for BuiltinEmbedder {
         SimilarityScale { floor: 0.86, full: 0.97 }
     }
 
+    /// The sum of the message's token vectors is already in its document's vector: adding
+    /// the message alone lowered LoCoMo turn Recall@10 (0.761 → 0.722, `benches/README.md`,
+    /// "LoCoMo: a message's vector reads it alone too").
+    fn adds_message_alone(&self) -> bool {
+        false
+    }
+
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let bytes: usize = texts.iter().map(String::len).sum();
         if bytes <= INLINE_BYTES {

@@ -585,6 +585,17 @@ pub trait MessageStore: Send + Sync {
         query: &[f32],
         k: usize,
     ) -> Result<Vec<(MessageId, f32)>>;
+    /// The cosine similarity with `query` of these messages' vectors of `model_id`, in no
+    /// particular order; messages of other tenants, and messages without a vector of that
+    /// model and dimension, are left out. Search ranks by one vector and scores by another
+    /// (`engine::search`: a query that names speakers).
+    async fn message_similarities(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        query: &[f32],
+        ids: &[MessageId],
+    ) -> Result<Vec<(MessageId, f32)>>;
     // ---- conversation state used by extraction ----
     /// Every message of a conversation, in order.
     async fn conversation_messages(

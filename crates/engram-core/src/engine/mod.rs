@@ -13,7 +13,7 @@
 //! A row the caller may not see is reported exactly like a row that does not exist.
 //!
 //! One file per group of operations (`remember`, `memories`, `search`, `dates`, `literal`,
-//! `summaries`, `synthesis`, `context`, `short_term`, `conversations`, `admin`, `backup`, `reembed`);
+//! `speakers`, `summaries`, `synthesis`, `context`, `short_term`, `conversations`, `admin`, `backup`, `reembed`);
 //! `scope` resolves who sees what.
 
 use std::sync::Arc;
@@ -41,6 +41,7 @@ mod remember;
 mod scope;
 mod search;
 mod short_term;
+mod speakers;
 mod state;
 mod summaries;
 mod synthesis;

@@ -141,9 +141,11 @@ impl Engine {
             if input.sources.contains(&SearchSource::Messages) {
                 let vector = message_qv.as_ref().map(|(v, _)| v.as_slice()).or(lists.vector);
                 let how = message_qv.as_ref().filter(|_| input.explain).map(|(_, t)| t);
-                for (message, mut e) in
-                    self.message_hits(&v, &window, &Lists { vector, ..lists }).await?
-                {
+                let mut found = self.message_hits(&v, &window, &Lists { vector, ..lists }).await?;
+                if let (Some(_), Some(asked)) = (&message_qv, &qv) {
+                    self.similarity_as_asked(&v, asked, &mut found).await?;
+                }
+                for (message, mut e) in found {
                     e.speakers = how.map(|t| speaker::explain(query, t));
                     hits.push(Hit::of_message(message, e, now, scale));
                 }
@@ -209,45 +211,6 @@ impl Engine {
 }
 
 impl Engine {
-    /// The query's vector (none in a keyword or literal mode) and, for the messages' list of
-    /// a user whose transcripts name their speakers (`crate::speaker`) when the query names
-    /// some, a vector with the names mostly left out ([`speaker::blend`]): who is asked about
-    /// is the speaker factor's business, and a name in the vector pulls in every message by
-    /// or about that person whatever it says. With the latter comes the query's text
-    /// without the names.
-    async fn query_vectors(
-        &self,
-        v: &View,
-        input: &SearchInput,
-        query: &str,
-    ) -> Result<(Option<Vec<f32>>, Option<(Vec<f32>, String)>)> {
-        if !matches!(input.mode, SearchMode::Hybrid | SearchMode::VectorOnly) {
-            return Ok((None, None));
-        }
-        // The speakers are recorded per user, across every conversation: a caller limited to
-        // one agent's pool searches with the query as written, so that nothing of another
-        // pool's transcript (a name, through `explain.speakers` or the order) shows through.
-        // A query with no capitalised word names nobody: no store read.
-        let may_name = !speaker::query_words(query).is_empty();
-        let unnamed = match &v.user {
-            Some(user)
-                if may_name
-                    && input.sources.contains(&SearchSource::Messages)
-                    && v.pool.is_none() =>
-            {
-                let speakers = self.svc.store.speakers(&v.tenant, user).await?;
-                speaker::without_names(query, &speakers)
-            }
-            _ => None,
-        };
-        let mut texts = vec![query.to_string()];
-        texts.extend(unnamed.clone());
-        let mut vectors = self.svc.embedder.embed(&texts).await?.into_iter();
-        let qv = vectors.next().ok_or_else(|| Error::internal("embedder returned no vector"))?;
-        let blended = vectors.next().zip(unnamed).map(|(u, text)| (speaker::blend(&qv, &u), text));
-        Ok((Some(qv), blended))
-    }
-
     /// A user's messages in the window, fused from both lists, loaded and checked against the
     /// caller's pool; best first. A message not embedded yet (they are embedded in the
     /// background, `pipeline::messages`) is found by its words only.

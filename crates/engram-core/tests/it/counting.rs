@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use engram_core::embed::{EmbedError, Embedder};
 use engram_core::engine::{
-    AgentInput, Engine, EngineConfig, MessageInput, RememberInput, SearchInput, SearchSource,
+    AgentInput, Engine, EngineConfig, Hit, MessageInput, RememberInput, SearchInput, SearchSource,
 };
 use engram_core::error::Result;
 use engram_core::model::*;
@@ -533,6 +533,16 @@ impl MessageStore for Counting {
     ) -> Result<Vec<(MessageId, f32)>> {
         self.hit("vector_search_messages");
         self.inner.vector_search_messages(tenant, filter, model_id, query, k).await
+    }
+    async fn message_similarities(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        query: &[f32],
+        ids: &[MessageId],
+    ) -> Result<Vec<(MessageId, f32)>> {
+        self.hit("message_similarities");
+        self.inner.message_similarities(tenant, model_id, query, ids).await
     }
     async fn conversation_messages(
         &self,
@@ -1112,14 +1122,7 @@ async fn a_message_vector_adds_the_message_read_alone() {
     let conv = ConversationId::parse("c").unwrap();
     let user = UserId::parse("u").unwrap();
     let contents = ["we talked about boats", "and about trains", "Yes! Last Friday"];
-    let msgs: Vec<MessageInput> = contents
-        .iter()
-        .map(|c| MessageInput {
-            role: MessageRole::User,
-            content: (*c).into(),
-            ..Default::default()
-        })
-        .collect();
+    let msgs = user_messages(&contents);
     let appended = engine.append_messages(&admin, conv.clone(), Some(user.clone()), None, msgs);
     let ids: Vec<MessageId> = appended.await.unwrap().iter().map(|m| m.id).collect();
     let n = engine.services().embed_conversation(&TenantId::default_tenant(), &conv).await;
@@ -1161,4 +1164,70 @@ async fn a_message_vector_adds_the_message_read_alone() {
         let own = hits.iter().find(|h| h.0 == *id).expect("the message is a neighbour");
         assert!(own.1 > 0.9999, "message {k}: cosine {} of {hits:?}", own.1);
     }
+}
+
+/// A query that names a speaker ranks the messages by a vector with the name mostly left
+/// out, but their semantic support (`explain.vector_similarity`, and so the score) is the
+/// cosine with the query as asked, one more store call for all the candidates.
+#[tokio::test]
+async fn a_message_is_scored_against_the_query_as_asked() {
+    let (_dir, counting, engine) = setup().await;
+    let admin = Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin };
+    let user = UserId::parse("u").unwrap();
+    let lines = [
+        "Maria: we went sailing on the boats",
+        "John: the trains were late again",
+        "Maria: boats and more boats this summer",
+        "John: Maria loves her boats",
+    ];
+    let msgs = user_messages(&lines);
+    let conv = ConversationId::parse("c").unwrap();
+    engine.append_messages(&admin, conv.clone(), Some(user.clone()), None, msgs).await.unwrap();
+    engine.services().embed_conversation(&TenantId::default_tenant(), &conv).await.unwrap();
+    counting.take();
+
+    let query = "What did Maria say about boats?";
+    let input = SearchInput {
+        query: query.into(),
+        user_id: Some(user.clone()),
+        sources: vec![SearchSource::Messages],
+        limit: 10,
+        explain: true,
+        min_score: Some(0.0),
+        ..Default::default()
+    };
+    let hits = engine.search(&admin, input).await.unwrap();
+    let calls = counting.take();
+    assert_eq!(calls.get("message_similarities"), Some(&1), "{calls:?}");
+    let asked = Words.embed(&[query.to_string()]).await.unwrap().remove(0);
+    let filter = TranscriptFilter::user(user);
+    let store = counting.clone() as Arc<dyn Store>;
+    let cosines: BTreeMap<MessageId, f32> = store
+        .vector_search_messages(&TenantId::default_tenant(), &filter, "test:words", &asked, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    let mut checked = 0;
+    for h in &hits {
+        let (Hit::Message { message, .. }, e) = (h, h.explain()) else { continue };
+        assert!(e.speakers.is_some(), "the name left the ranking vector: {e:?}");
+        let Some(got) = e.vector_similarity else { continue };
+        let want = cosines[&message.id];
+        assert!((got - want).abs() < 1e-5, "{}: {got} against {want} as asked", message.content);
+        checked += 1;
+    }
+    assert_eq!(checked, lines.len(), "every message is a vector neighbour");
+}
+
+/// User messages with these contents.
+fn user_messages(contents: &[&str]) -> Vec<MessageInput> {
+    contents
+        .iter()
+        .map(|c| MessageInput {
+            role: MessageRole::User,
+            content: (*c).into(),
+            ..Default::default()
+        })
+        .collect()
 }

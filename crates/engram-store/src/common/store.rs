@@ -113,6 +113,16 @@ pub(crate) trait Native: Backend + Sized + 'static {
         &self,
         q: Ranked<'_, VectorScope<'_>, [f32]>,
     ) -> Hits<Uuid, f32>;
+    /// The cosine similarity with the query of these rows' vectors of the model
+    /// ([`MessageStore::message_similarities`]).
+    async fn score_transcript_vectors(
+        &self,
+        tenant: &TenantId,
+        table: Transcript,
+        model: &str,
+        query: &[f32],
+        ids: &[Uuid],
+    ) -> Hits<Uuid, f32>;
     /// Store vectors of the model (the `&str`) for messages or summaries.
     async fn store_transcript_vectors(
         &self,
@@ -458,6 +468,22 @@ impl<D: Native> MessageStore for SqlStore<D> {
     ) -> Result<Vec<(MessageId, f32)>> {
         let scope = (filter, Transcript::Messages, model_id);
         let hits = self.0.search_transcript_vectors(Ranked { tenant, scope, query, k }).await?;
+        Ok(typed(hits, MessageId))
+    }
+
+    async fn message_similarities(
+        &self,
+        tenant: &TenantId,
+        model_id: &str,
+        query: &[f32],
+        ids: &[MessageId],
+    ) -> Result<Vec<(MessageId, f32)>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<Uuid> = ids.iter().map(|id| id.0).collect();
+        let table = Transcript::Messages;
+        let hits = self.0.score_transcript_vectors(tenant, table, model_id, query, &ids).await?;
         Ok(typed(hits, MessageId))
     }
 

@@ -73,6 +73,31 @@ impl Native for PgDb {
         rows.iter().map(|r| Ok((col(r, "id")?, col::<f64>(r, "sim")? as f32))).collect()
     }
 
+    async fn score_transcript_vectors(
+        &self,
+        tenant: &TenantId,
+        table: Transcript,
+        model: &str,
+        query: &[f32],
+        ids: &[Uuid],
+    ) -> Hits<Uuid, f32> {
+        let sql = format!(
+            "SELECT id, -(embedding <#> $1) AS sim FROM {} WHERE tenant_id = $2 \
+             AND id = ANY($3) AND embedding_model = $4 AND vector_dims(embedding) = $5",
+            table.table()
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(pgvector::Vector::from(query.to_vec()))
+            .bind(tenant.as_str())
+            .bind(ids)
+            .bind(model)
+            .bind(query.len() as i32)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db)?;
+        rows.iter().map(|r| Ok((col(r, "id")?, col::<f64>(r, "sim")? as f32))).collect()
+    }
+
     async fn store_transcript_vectors(
         &self,
         tenant: &TenantId,

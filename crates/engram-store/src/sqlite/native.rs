@@ -98,6 +98,41 @@ impl Native for SqliteDb {
             .collect()
     }
 
+    async fn score_transcript_vectors(
+        &self,
+        tenant: &TenantId,
+        table: Transcript,
+        model: &str,
+        query: &[f32],
+        ids: &[Uuid],
+    ) -> Hits<Uuid, f32> {
+        let mut b = QueryBuilder::<Sqlite>::new(format!(
+            "SELECT id, embedding FROM {} WHERE tenant_id = ",
+            table.table()
+        ));
+        b.push_bind(tenant.as_str().to_string());
+        b.push(" AND embedding IS NOT NULL AND embedding_model = ").push_bind(model.to_string());
+        b.push(" AND id IN (");
+        let mut list = b.separated(", ");
+        for id in ids {
+            list.push_bind(id.to_string());
+        }
+        b.push(")");
+        let rows = b.build().fetch_all(&self.read).await.map_err(db)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let blob: &[u8] = r.get("embedding");
+            if blob.len() != query.len() * 4 {
+                continue; // another space: never comparable with this query
+            }
+            let id: String = r.get("id");
+            let id = Uuid::parse_str(&id)
+                .map_err(|_| Error::internal(format!("row id '{id}' is not a UUID")))?;
+            out.push((id, vectors::dot(&blob_to_vec(blob), query)));
+        }
+        Ok(out)
+    }
+
     async fn store_transcript_vectors(
         &self,
         tenant: &TenantId,

@@ -203,7 +203,9 @@ pub async fn message_vectors_set_per_tenant(s: Arc<dyn Store>) {
 }
 
 /// Exact top k by cosine over one user's messages embedded by one model: best first, never
-/// another user's or tenant's messages, never vectors of another model or dimension.
+/// another user's or tenant's messages, never vectors of another model or dimension. The
+/// similarities of given messages (`message_similarities`) are the same cosines, under the
+/// same rules of tenant, model and dimension.
 pub async fn message_vectors_search_exact_top_k(s: Arc<dyn Store>) {
     let (t, t2) = (tenant("t"), tenant("t2"));
     let (u, u2) = (user("u"), user("u2"));
@@ -294,6 +296,37 @@ pub async fn message_vectors_search_exact_top_k(s: Arc<dyn Store>) {
     assert!(search_ids(&s, &t, &u, MODEL, &q6, 10).await.is_empty(), "4-dim vectors, 6-dim query");
     assert!(search_ids(&s, &t, &u, MODEL_6, &q, 10).await.is_empty(), "6-dim vectors, 4-dim query");
     assert!(search_ids(&s, &t, &u, "unknown-model", &q, 10).await.is_empty());
+
+    // Similarities of given messages: the search's cosines, for the tenant's messages with a
+    // vector of the model and the query's dimension only.
+    let sims = |model: &'static str, q: Vec<f32>, ids: Vec<MessageId>| {
+        let (s, t) = (s.clone(), t.clone());
+        async move {
+            let mut got = s.message_similarities(&t, model, &q, &ids).await.unwrap();
+            got.sort_by_key(|g| g.0);
+            got
+        }
+    };
+    let all =
+        vec![a[0].id, a[1].id, a[2].id, a[3].id, b[0].id, b[2].id, u2m[0].id, t2m[0].id, mb[0].id];
+    let got = sims(MODEL, q.clone(), all.clone()).await;
+    let mut want: Vec<(MessageId, f32)> = want.iter().filter(|w| w.0 != b[1].id).copied().collect();
+    want.push((u2m[0].id, 1.0));
+    want.sort_by_key(|w| w.0);
+    assert_eq!(
+        got.iter().map(|g| g.0).collect::<Vec<_>>(),
+        want.iter().map(|w| w.0).collect::<Vec<_>>()
+    );
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g.1 - w.1).abs() < 1e-4, "cosine of {:?}: got {}, want {}", g.0, g.1, w.1);
+    }
+    assert_eq!(sims("test-model-b", q.clone(), all.clone()).await, vec![(mb[0].id, 1.0)]);
+    let six = sims(MODEL_6, q6.clone(), all.clone()).await;
+    assert_eq!(six.iter().map(|g| g.0).collect::<Vec<_>>(), vec![b[2].id], "{six:?}");
+    assert!(sims(MODEL_6, q.clone(), all.clone()).await.is_empty(), "6-dim vectors, 4-dim query");
+    assert!(sims(MODEL, q.clone(), vec![]).await.is_empty());
+    let theirs = s.message_similarities(&t2, MODEL, &q, &all).await.unwrap();
+    assert_eq!(theirs.iter().map(|g| g.0).collect::<Vec<_>>(), vec![t2m[0].id], "per tenant");
 }
 
 /// Many random vectors: every k equals a brute-force scan (scores, and ids up to ties).

@@ -65,6 +65,8 @@ pub const RRF_K: f64 = 60.0;
 pub struct Explain {
     /// 1-based rank in the vector list, if present there.
     pub vector_rank: Option<usize>,
+    /// Cosine similarity with the query as asked (a message list ranked by a vector without
+    /// the speakers the query names still reads it against the query as asked).
     pub vector_similarity: Option<f32>,
     /// 1-based rank in the full-text list, if present there.
     pub text_rank: Option<usize>,

@@ -13,7 +13,8 @@ use super::dto::{MemoryDto, MessageDto, SummaryDto};
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ExplainDto {
     pub vector_rank: Option<usize>,
-    /// Cosine similarity to the query.
+    /// Cosine similarity to the query as asked (also for messages ranked by a vector
+    /// without the speakers' names, see `speakers`).
     pub vector_similarity: Option<f32>,
     pub text_rank: Option<usize>,
     /// Share of the query's keyword weight (IDF) held by the query words in the row, 0–1.

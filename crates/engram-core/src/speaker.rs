@@ -63,10 +63,12 @@ fn capitalised(word: &str) -> bool {
 /// more ("Maria", "Ruiz"; not the "Dr." of a title) is a capitalised word of the query
 /// ("Maria's" counts).
 pub fn named(words: &[String], label: &str) -> bool {
-    label
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.chars().count() >= 2 && !is_title(w))
-        .any(|w| words.contains(&w.to_lowercase()))
+    names_of(label).any(|w| words.contains(&w.to_lowercase()))
+}
+
+/// The words of a label that name its speaker: two letters or more, not a title.
+fn names_of(label: &str) -> impl Iterator<Item = &str> {
+    label.split(|c: char| !c.is_alphanumeric()).filter(|w| w.chars().count() >= 2 && !is_title(w))
 }
 
 /// Whether `content` opens with a speaker label that the query (its [`query_words`]) names.
@@ -78,12 +80,8 @@ pub fn speaks(words: &[String], content: &str) -> bool {
 /// goes with the name): what a query asks about, apart from whom. None when it names none of them, or
 /// is nothing but names.
 pub fn without_names(query: &str, speakers: &[String]) -> Option<String> {
-    let names: Vec<String> = speakers
-        .iter()
-        .flat_map(|l| l.split(|c: char| !c.is_alphanumeric()))
-        .filter(|w| w.chars().count() >= 2 && !is_title(w))
-        .map(str::to_lowercase)
-        .collect();
+    let names: Vec<String> =
+        speakers.iter().flat_map(|l| names_of(l)).map(str::to_lowercase).collect();
     let names_someone = |token: &str| {
         let core = token.trim_matches(|c: char| !c.is_alphanumeric());
         let core = ["'s", "’s"].iter().find_map(|s| core.strip_suffix(s)).unwrap_or(core);

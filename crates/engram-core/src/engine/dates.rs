@@ -98,6 +98,7 @@ impl Engine {
                 query: &name,
                 asked: &name,
                 vector: Some(&vector),
+                scored_by: None,
                 mode: SearchMode::Hybrid,
                 k: 5,
                 when: None,

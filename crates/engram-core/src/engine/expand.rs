@@ -37,12 +37,14 @@ impl Engine {
     }
 
     /// Expand each summary hit to its best source messages: the query's message search
-    /// within the summary's span, kept to the messages the summary covers.
+    /// within the summary's span, kept to the messages the summary covers. `vectors`: the
+    /// messages' ranking vector and, when it is not the query as asked, the query's
+    /// (`Lists::scored_by`).
     pub(super) async fn expand(
         &self,
         v: &View,
         query: &str,
-        vector: Option<&[f32]>,
+        (vector, scored_by): (Option<&[f32]>, Option<&[f32]>),
         mode: SearchMode,
         hits: &mut [Hit],
     ) -> Result<()> {
@@ -58,7 +60,16 @@ impl Engine {
                 until: Some(summary.latest_at + time::Duration::microseconds(1)),
             };
             let k = covered.len().max(EXPANDED_MESSAGES);
-            let lists = Lists { query, asked: query, vector, mode, k, when: None, explain: false };
+            let lists = Lists {
+                query,
+                asked: query,
+                vector,
+                scored_by,
+                mode,
+                k,
+                when: None,
+                explain: false,
+            };
             for (message, e) in self.message_hits(v, &window, &lists).await? {
                 if covered.contains(&message.id)
                     && let Hit::Message { message, score, .. } =

@@ -26,7 +26,11 @@ pub(super) struct Lists<'a> {
     /// The query as the caller wrote it: the speakers it names are read from it (names are
     /// capitalised, and the keyword query may not be).
     pub asked: &'a str,
+    /// The vector the list is ranked by.
     pub vector: Option<&'a [f32]>,
+    /// The vector messages' semantic support is read against when the list is ranked by
+    /// another (a query that names speakers: the query as asked; `engine/speakers.rs`).
+    pub scored_by: Option<&'a [f32]>,
     pub mode: SearchMode,
     pub k: usize,
     /// The time the query names, if any (`crate::when`).
@@ -86,6 +90,10 @@ impl Engine {
             None => (None, query),
         };
         let (qv, message_qv) = self.query_vectors(&v, &input, query).await?;
+        // Messages are ranked by the vector without the speakers' names when there is one,
+        // and scored as asked.
+        let ranking = message_qv.as_ref().map(|(v, _)| v.as_slice());
+        let (message_vector, scored_by) = (ranking.or(qv.as_deref()), ranking.and(qv.as_deref()));
 
         if input.sources.contains(&SearchSource::Memories) {
             // The two lists are independent: ask the store for both at once (two pooled
@@ -133,19 +141,16 @@ impl Engine {
                 query: keywords,
                 asked: query,
                 vector: qv.as_deref(),
+                scored_by: None,
                 mode: input.mode,
                 k: n,
                 when,
                 explain: input.explain,
             };
             if input.sources.contains(&SearchSource::Messages) {
-                let vector = message_qv.as_ref().map(|(v, _)| v.as_slice()).or(lists.vector);
                 let how = message_qv.as_ref().filter(|_| input.explain).map(|(_, t)| t);
-                let mut found = self.message_hits(&v, &window, &Lists { vector, ..lists }).await?;
-                if let (Some(_), Some(asked)) = (&message_qv, &qv) {
-                    self.similarity_as_asked(&v, asked, &mut found).await?;
-                }
-                for (message, mut e) in found {
+                let lists = Lists { vector: message_vector, scored_by, ..lists };
+                for (message, mut e) in self.message_hits(&v, &window, &lists).await? {
                     e.speakers = how.map(|t| speaker::explain(query, t));
                     hits.push(Hit::of_message(message, e, now, scale));
                 }
@@ -176,8 +181,8 @@ impl Engine {
         hits.sort_by(|a, b| Hit::rank_cmp(a, b, by_relevance));
         hits.truncate(limit);
         if input.expand {
-            let vector = message_qv.as_ref().map(|(v, _)| v.as_slice()).or(qv.as_deref());
-            self.expand(&v, query, vector, input.mode, &mut hits).await?;
+            let vectors = (message_vector, scored_by);
+            self.expand(&v, query, vectors, input.mode, &mut hits).await?;
         }
         let ids: Vec<MemoryId> = hits
             .iter()
@@ -275,6 +280,9 @@ impl Engine {
             }
             let speaker_named = speaker::speaks(&words, &msg.content);
             out.push((msg, Explain { unembedded_messages: waiting, speaker_named, ..e }));
+        }
+        if let Some(asked) = l.scored_by {
+            self.similarity_as_asked(v, asked, &mut out).await?;
         }
         Ok(out)
     }

@@ -77,7 +77,7 @@ impl Engine {
             .into_iter()
             .collect();
         for (m, e) in found.iter_mut() {
-            if let (Some(s), Some(_)) = (sims.get(&m.id), e.vector_similarity) {
+            if let Some(s) = sims.get(&m.id) {
                 e.vector_similarity = Some(*s);
             }
         }

@@ -60,7 +60,7 @@ pub fn document(before: &[Message], message: &Message) -> String {
     document_of(&before, &message.content)
 }
 
-/// [`document`] on the contents alone.
+/// [`document`] on the contents alone. The message ends the document, whole.
 pub fn document_of(before: &[&str], message: &str) -> String {
     let own = message.chars().count();
     let mut budget = DOCUMENT_CHARS.saturating_sub(own);
@@ -93,10 +93,12 @@ async fn embedded(embedder: &Arc<dyn Embedder>, documents: &[String]) -> Result<
 /// The vectors of a round's messages, in one background call: each document's, and when the
 /// embedder adds the message alone ([`Embedder::adds_message_alone`]) and the document has
 /// context, the sum of the document's vector and the message's own, normalised.
+/// A document ends with its message, whose length in bytes is `own`: a document longer than
+/// that has context.
 async fn message_vectors(
     embedder: &Arc<dyn Embedder>,
     documents: Vec<String>,
-    alone: Vec<Option<String>>,
+    own: &[usize],
 ) -> Result<Vec<Vec<f32>>> {
     if !embedder.adds_message_alone() {
         return embedded(embedder, &documents).await;
@@ -104,9 +106,11 @@ async fn message_vectors(
     let n = documents.len();
     let mut texts = documents;
     let mut slots = Vec::with_capacity(n);
-    for a in alone {
-        slots.push(a.map(|t| {
-            texts.push(t);
+    for (i, len) in own.iter().enumerate() {
+        let doc = &texts[i];
+        let message = (*len < doc.len()).then(|| doc[doc.len() - len..].to_string());
+        slots.push(message.map(|m| {
+            texts.push(m);
             texts.len() - 1
         }));
     }
@@ -129,8 +133,8 @@ async fn message_vectors(
 struct Round {
     ids: Vec<MessageId>,
     documents: Vec<String>,
-    /// Per document, the message alone when its document has context.
-    alone: Vec<Option<String>>,
+    /// Per document, the length in bytes of its message, which ends it.
+    own: Vec<usize>,
     more: bool,
 }
 
@@ -147,12 +151,7 @@ async fn next_round(
 ) -> Result<Round> {
     let needed = store.messages_needing_vectors(tenant, conversation, model, limit).await?;
     let (Some(first), Some(last)) = (needed.first(), needed.last()) else {
-        return Ok(Round {
-            ids: Vec::new(),
-            documents: Vec::new(),
-            alone: Vec::new(),
-            more: false,
-        });
+        return Ok(Round { ids: Vec::new(), documents: Vec::new(), own: Vec::new(), more: false });
     };
     // The needed messages and the context before the first of them (capped: messages past
     // the cap are embedded by a later round; the first one always is, so every round makes
@@ -172,18 +171,17 @@ async fn next_round(
     loaded.extend(read);
     let mut ids = Vec::with_capacity(needed.len());
     let mut documents = Vec::with_capacity(needed.len());
-    let mut alone = Vec::with_capacity(needed.len());
+    let mut own = Vec::with_capacity(needed.len());
     for (id, _) in &needed {
         let Some(i) = loaded.iter().position(|m| m.id == *id) else { continue };
         ids.push(*id);
-        let doc = document(&loaded[..i], &loaded[i]);
-        alone.push((doc != loaded[i].content).then(|| loaded[i].content.clone()));
-        documents.push(doc);
+        documents.push(document(&loaded[..i], &loaded[i]));
+        own.push(loaded[i].content.len());
     }
     *tail = loaded.split_off(loaded.len().saturating_sub(CONTEXT_MESSAGES));
     // Erased meanwhile: nothing more to do.
     let more = needed.len() == limit && !ids.is_empty();
-    Ok(Round { ids, documents, alone, more })
+    Ok(Round { ids, documents, own, more })
 }
 
 /// Store `rows` in transactions of at most [`WRITE_ROWS`], each after a moment with no
@@ -237,7 +235,7 @@ pub async fn embed_conversations(
         // documents of all of them, in the same order.
         let mut owners: Vec<(usize, Vec<MessageId>)> = Vec::new();
         let mut documents = Vec::new();
-        let mut alone = Vec::new();
+        let mut own = Vec::new();
         let share = (ROUND_DOCUMENTS / pending.len()).clamp(MIN_SHARE, MAX_SHARE);
         for &i in &pending {
             let (tenant, conversation) = &conversations[i];
@@ -249,7 +247,7 @@ pub async fn embed_conversations(
                         next.push(i);
                     }
                     documents.extend(round.documents);
-                    alone.extend(round.alone);
+                    own.extend(round.own);
                     owners.push((i, round.ids));
                 }
                 Err(e) => results[i] = Err(e),
@@ -258,7 +256,7 @@ pub async fn embed_conversations(
         if documents.is_empty() {
             break;
         }
-        let vectors = match message_vectors(embedder, documents, alone).await {
+        let vectors = match message_vectors(embedder, documents, &own).await {
             Ok(v) => v,
             Err(e) => {
                 for (i, _) in &owners {

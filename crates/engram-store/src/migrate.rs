@@ -22,6 +22,11 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
     (7, "transcript_access", include_str!("../migrations/sqlite/0007_transcript_access.sql")),
     (8, "session_state", include_str!("../migrations/sqlite/0008_session_state.sql")),
     (9, "speakers", include_str!("../migrations/sqlite/0009_speakers.sql")),
+    (
+        10,
+        "transcript_vector_seq",
+        include_str!("../migrations/sqlite/0010_transcript_vector_seq.sql"),
+    ),
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.

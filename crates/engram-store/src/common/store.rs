@@ -51,7 +51,7 @@ pub(crate) struct Ranked<'a, S, Q: ?Sized> {
 }
 
 /// The two transcript tables, searched the same way: messages and the summaries of the DAG.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Transcript {
     Messages,
     Summaries,

@@ -7,6 +7,7 @@
 //! committed transaction intact.
 
 mod native;
+mod transcript_vectors;
 pub mod vectors;
 
 use std::path::Path;
@@ -240,6 +241,8 @@ pub struct SqliteDb {
     write: SqlitePool,
     /// Exact per-user vector index, caught up by version before each vector search.
     vectors: VectorCache,
+    /// Per-user message and summary vectors, caught up by `vector_seq` before each search.
+    transcripts: transcript_vectors::TranscriptCache,
 }
 
 impl SqliteDb {
@@ -294,7 +297,7 @@ impl SqliteDb {
             .connect_with(opts.read_only(true))
             .await
             .map_err(db)?;
-        Ok(Self { read, write, vectors: VectorCache::default() })
+        Ok(Self { read, write, vectors: VectorCache::default(), transcripts: Default::default() })
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {

@@ -1,7 +1,8 @@
 //! SQLite: what this backend does its own way ([`Native`]); the rest of the store contract
-//! is written once in [`crate::common`]. Vector search goes through the in-process index
-//! ([`super::vectors`]), keyword search through FTS5, a batch insert is a statement per row
-//! on the one writer connection, and a claim is one `UPDATE … RETURNING`.
+//! is written once in [`crate::common`]. Vector search goes through the in-process indexes
+//! ([`super::vectors`] for memories, [`super::transcript_vectors`] for messages and
+//! summaries), keyword search through FTS5, a batch insert is a statement per row on the one
+//! writer connection, and a claim is one `UPDATE … RETURNING`.
 
 use super::*;
 use crate::common::store::{
@@ -68,6 +69,16 @@ impl Native for SqliteDb {
         q: Ranked<'_, VectorScope<'_>, [f32]>,
     ) -> Hits<Uuid, f32> {
         let ((filter, table, model), query) = (q.scope, q.query);
+        let key = transcript_vectors::Key {
+            tenant: q.tenant.as_str().to_string(),
+            user: filter.user.as_str().to_string(),
+            table,
+            model: model.to_string(),
+        };
+        if let Some(top) = self.cached_transcript_top(&key, filter, query, q.k).await? {
+            return Ok(top);
+        }
+        // The cache could not vouch for an answer: scan the table.
         let mut b = QueryBuilder::<Sqlite>::new(format!(
             "SELECT m.id AS id, m.embedding AS embedding FROM {} m WHERE m.tenant_id = ",
             table.table()
@@ -180,6 +191,7 @@ impl Native for SqliteDb {
 
     fn erased(&self, tenant: &str, user: &str) {
         self.vectors.drop_user(tenant, user);
+        self.transcripts.drop_user(tenant, user);
     }
 
     async fn backup_rows(&self, scope: &BackupScope, sink: &mut Sink<'_>) -> Result<u64> {

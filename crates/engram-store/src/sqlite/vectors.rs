@@ -175,8 +175,9 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// An `f32` ordered by `total_cmp`, for heaps.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct OrdF32(f32);
+pub(crate) struct OrdF32(pub(crate) f32);
 impl Eq for OrdF32 {}
 impl PartialOrd for OrdF32 {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {

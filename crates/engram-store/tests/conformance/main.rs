@@ -112,5 +112,6 @@ conformance! {
         concurrency::concurrent_supersedes_have_one_winner,
         concurrency::writes_of_one_process_are_seen_by_the_other,
         concurrency::purge_is_one_step_for_every_process,
+        message_vectors::message_vectors_of_one_process_are_seen_by_the_other,
     ];
 }

@@ -491,3 +491,56 @@ pub async fn message_search_time_window(s: Arc<dyn Store>) {
     let other = TranscriptFilter::user(user("w"));
     assert!(s.text_search_messages(&t, &other, "bowling", 10).await.unwrap().is_empty());
 }
+
+/// Two processes on one database: what one writes to the transcript's vectors (new vectors,
+/// a re-embed of the same model, a user erased then written again) is what the other's next
+/// search finds, even after it has searched (and, on SQLite, cached) the user's vectors.
+pub async fn message_vectors_of_one_process_are_seen_by_the_other(
+    a: Arc<dyn Store>,
+    b: Arc<dyn Store>,
+) {
+    let (t, u, w) = (tenant("t"), user("u"), user("w"));
+    a.ensure_embedding_space(MODEL, 4).await.unwrap();
+    let q = unit(4, 1);
+    let all = TranscriptFilter::user(u.clone());
+    let search = |s: Arc<dyn Store>| {
+        let (t, all, q) = (t.clone(), all.clone(), q.clone());
+        async move { s.vector_search_messages(&t, &all, MODEL, &q, 10).await.unwrap() }
+    };
+    // b looks first, so that whatever it keeps has to catch up.
+    assert!(search(b.clone()).await.is_empty());
+    let ms =
+        append(&a, &t, &u, "c", &[(MessageRole::User, "one"), (MessageRole::User, "two")]).await;
+    a.set_message_vectors(&t, MODEL, vec![(ms[0].id, unit(4, 2)), (ms[1].id, unit(4, 3))])
+        .await
+        .unwrap();
+    let got = search(b.clone()).await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    // The same model again (a message filled in, say): b reads the new vector.
+    a.set_message_vectors(&t, MODEL, vec![(ms[1].id, q.clone())]).await.unwrap();
+    let got = search(b.clone()).await;
+    assert_eq!(got[0].0, ms[1].id);
+    assert!((got[0].1 - 1.0).abs() < 1e-5, "b sees the new vector: {got:?}");
+    assert!((got[1].1 - dot(&unit(4, 2), &q)).abs() < 1e-5);
+    // Another user's vectors never show, before or after b caches u's.
+    let theirs = append(&a, &t, &w, "cw", &[(MessageRole::User, "theirs")]).await;
+    a.set_message_vectors(&t, MODEL, vec![(theirs[0].id, q.clone())]).await.unwrap();
+    assert_eq!(search(b.clone()).await.len(), 2);
+    // The user is erased by a, then writes again: b finds only the new message, though the
+    // row numbers the erased ones had may be given out again.
+    a.erase_user(&t, &u).await.unwrap();
+    assert!(search(b.clone()).await.is_empty(), "b still finds erased messages");
+    let again = append(&a, &t, &u, "c2", &[(MessageRole::User, "again")]).await;
+    a.set_message_vectors(&t, MODEL, vec![(again[0].id, unit(4, 2))]).await.unwrap();
+    let got = search(b.clone()).await;
+    assert_eq!(got.iter().map(|h| h.0).collect::<Vec<_>>(), vec![again[0].id]);
+    // And the same when the erasure is b's own.
+    b.erase_user(&t, &u).await.unwrap();
+    assert!(search(b.clone()).await.is_empty());
+    assert!(search(a.clone()).await.is_empty());
+    let w_hits = b
+        .vector_search_messages(&t, &TranscriptFilter::user(w.clone()), MODEL, &q, 10)
+        .await
+        .unwrap();
+    assert_eq!(w_hits.iter().map(|h| h.0).collect::<Vec<_>>(), vec![theirs[0].id]);
+}

@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex};
 
 use engram_core::error::{Error, Result};
 use engram_core::store::TranscriptFilter;
+use futures_util::TryStreamExt;
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 use uuid::Uuid;
@@ -233,16 +234,14 @@ impl TranscriptCache {
 
 /// A row as the cache reads it: `rowid, id, <start>, <end>, embedding[, embedding_model]`.
 fn cached_row(r: &SqliteRow) -> Result<(i64, Uuid, Span, Option<Vec<f32>>)> {
-    let id: String = r.get("id");
-    let id = Uuid::parse_str(&id)
-        .map_err(|_| Error::internal(format!("row id '{id}' is not a UUID")))?;
-    let blob: Option<Vec<u8>> = r.get("embedding");
-    Ok((
-        r.get("rowid"),
-        id,
-        (r.get("span_start"), r.get("span_end")),
-        blob.map(|b| blob_to_vec(&b)),
-    ))
+    let id = parse_id(r.get("id"))?;
+    let blob: Option<&[u8]> = r.get("embedding");
+    Ok((r.get("rowid"), id, (r.get("span_start"), r.get("span_end")), blob.map(blob_to_vec)))
+}
+
+/// A row's id as stored (text).
+fn parse_id(id: &str) -> Result<Uuid> {
+    Uuid::parse_str(id).map_err(|_| Error::internal(format!("row id '{id}' is not a UUID")))
 }
 
 impl SqliteDb {
@@ -291,11 +290,21 @@ impl SqliteDb {
                 "SELECT rowid, id, {start} AS span_start, {end} AS span_end, embedding FROM {table} \
                  WHERE tenant_id = ? AND user_id = ? AND embedding IS NOT NULL AND embedding_model = ?"
             );
-            let args = [who[0].clone(), who[1].clone(), Arg::Text(&key.model)];
-            for r in self.read_all(&sql, &args).await? {
-                if let (rowid, id, span, Some(v)) = cached_row(&r)? {
-                    rows.upsert(rowid, id, span, &v);
-                }
+            // Streamed: the rows are decoded one by one into the cache, never held all at once.
+            let mut stream = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(&key.tenant)
+                .bind(&key.user)
+                .bind(&key.model)
+                .fetch(&self.read);
+            let mut buf = Vec::new();
+            while let Some(r) = stream.try_next().await.map_err(super::db)? {
+                let id = parse_id(r.get("id"))?;
+                let blob: &[u8] = r.get("embedding");
+                buf.clear();
+                buf.extend(
+                    blob.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                );
+                rows.upsert(r.get("rowid"), id, (r.get("span_start"), r.get("span_end")), &buf);
             }
             rows.seq = seq;
             rows.loaded = true;

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Offline LoCoMo experiment (issue 13): a message's keyword index with its context.
+
+    engram-bench locomo --embedder minilm --mode hybrid --corpus messages \
+        --dump-corpus corpus.jsonl --dump-hits hits.jsonl
+    python3 -m venv /tmp/venv && /tmp/venv/bin/pip install numpy
+    /tmp/venv/bin/python benches/locomo_context_keywords.py corpus.jsonl hits.jsonl
+
+The vector side embeds each message after the two messages before it in its conversation
+(`pipeline::messages::document_of`); the keyword side indexes the bare message. This
+replica (the engine's fusion as in `benches/locomo_candidates.py`: RRF k = 60 over 20
+candidates per list, the date list of `--dump-hits`, ties by keyword rank, x2 for a
+speaker the question names, the query vector with the names at a share of 0.3) compares
+keyword lists built in SQLite FTS5 the way the store builds them (query words as prefixes
+of longer words, terms in half the messages or more dropped, BM25):
+
+- over the bare messages (the store today);
+- over two columns, the message and the two messages before it in its session, with the
+  context column weighted w in FTS5's bm25() (w = 1: one document of three messages);
+- the same context as a fourth list (weight 1), as measured before (benches/README.md).
+
+Each variant is compared with the first by a paired bootstrap over the questions (2,000
+resamples): mean R@10 difference, 95 % interval, questions better and worse.
+"""
+import collections
+import json
+import re
+import sqlite3
+import sys
+
+import numpy as np
+
+KS = [1, 5, 10, 20]
+STOP = set("""a about am an and are as at be been but by can could did do does for from had has
+have he her him his how i if in into is it its me my of on or our she so than that the their them
+then there these they this those to us was we were what when where which who whom whose why will
+with would you your""".split())
+
+
+def load(corpus, hits):
+    turns, qs = collections.defaultdict(list), []
+    for line in open(corpus):
+        r = json.loads(line)
+        (turns[r["sample"]].append(r) if r["kind"] == "turn" else qs.append(r))
+    dates = {}
+    for line in open(hits):
+        r = json.loads(line)
+        dates[(r["sample"], r["q"])] = {h["d"]: h["dr"] for h in r["hits"] if h.get("dr")}
+    S = {}
+    for s, ts in turns.items():
+        S[s] = dict(ids=[t["d"] for t in ts], sess=[t["session"] for t in ts],
+                    content=[t["content"] for t in ts],
+                    doc=np.array([t["doc"] for t in ts], dtype=np.float32))
+        S[s]["names"] = sorted({c.split(":")[0] for c in S[s]["content"]})
+        S[s]["speaker"] = {d: c.split(":")[0] for d, c in zip(S[s]["ids"], S[s]["content"])}
+    for q in qs:
+        qv, uv = (np.array(q[k], dtype=np.float32) for k in ("qv", "uv"))
+        q["named"] = [n for n in S[q["sample"]]["names"] if re.search(rf"\b{n}\b", q["q"])]
+        v = 0.3 * qv + 0.7 * uv if q["named"] else qv
+        q["v"] = v / np.linalg.norm(v)
+        q["dates"] = [d for d, _ in sorted(dates.get((q["sample"], q["q"]), {}).items(),
+                                           key=lambda x: x[1])]
+    return S, qs
+
+
+def words(q):
+    out = []
+    for w in re.split(r"[\W_]+", q.lower()):
+        if w and w not in out:
+            out.append(w)
+    content = [w for w in out if w not in STOP]
+    return content or out
+
+
+def index(s, context):
+    """An FTS5 table of the session's messages: `content`, and `ctx` the two messages before."""
+    c = sqlite3.connect(":memory:")
+    c.execute("CREATE VIRTUAL TABLE t USING fts5(content, ctx, "
+              "tokenize='unicode61 remove_diacritics 2')")
+    rows = []
+    for i, text in enumerate(s["content"]):
+        before = [s["content"][j] for j in range(max(0, i - 2), i) if s["sess"][j] == s["sess"][i]]
+        rows.append((i + 1, text, "\n".join(before) if context else ""))
+    c.executemany("INSERT INTO t(rowid, content, ctx) VALUES (?, ?, ?)", rows)
+    return c
+
+
+def keyword_list(s, c, query, w, column="t", k=20):
+    """The store's keyword list: prefixes, terms of half the messages or more (counted in the
+    message column) dropped, BM25 with the context column weighted `w`."""
+    n, ex = len(s["ids"]), []
+    for t in words(query):
+        e = (f'"{t[:max(4, len(t) - 3)]}"*' if len(t) > 4 and not any(ch.isdigit() for ch in t)
+             else f'"{t}"')
+        df = c.execute("SELECT count(*) FROM t WHERE content MATCH ?", (e,)).fetchone()[0]
+        if e not in ex and df * 2 < n:
+            ex.append(e)
+    if not ex:
+        return []
+    match = " OR ".join(ex)
+    if column != "t":
+        match = f"{column} : ({match})"
+    rows = c.execute(f"SELECT rowid FROM t WHERE t MATCH ? ORDER BY bm25(t, 1.0, {w}) LIMIT {k}",
+                     (match,)).fetchall()
+    return [s["ids"][r - 1] for (r,) in rows]
+
+
+def fuse(s, lists, named):
+    sc, tr = collections.defaultdict(float), {}
+    for kind, lst in lists:
+        for i, d in enumerate(lst[:20]):
+            sc[d] += 1.0 / (61 + i)
+            if kind == "text":
+                tr.setdefault(d, i)
+    for d in sc:
+        if s["speaker"][d] in named:
+            sc[d] *= 2.0
+    return [d for d, _ in sorted(sc.items(), key=lambda x: (-x[1], tr.get(x[0], 1e9)))]
+
+
+def report(name, qs, ranked, base=None):
+    by = collections.defaultdict(lambda: [0, [0.0] * 4])
+    per = []
+    for q, r in zip(qs, ranked):
+        e = by[q["cat"]]
+        e[0] += 1
+        for i, k in enumerate(KS):
+            got = sum(1 for d in q["ev"] if d in set(r[:k])) / len(q["ev"])
+            e[1][i] += got
+            if k == 10:
+                per.append(got)
+    n = sum(v[0] for v in by.values())
+    o = [sum(v[1][i] for v in by.values()) / n for i in range(4)]
+    c = [by[k][1][2] / by[k][0] for k in sorted(by)]
+    per = np.array(per)
+    diff = ""
+    if base is not None:
+        d = per - base
+        rng = np.random.default_rng(1)
+        m = d[rng.integers(0, len(d), size=(2000, len(d)))].mean(axis=1)
+        diff = (f"{d.mean():+.3f} [{np.percentile(m, 2.5):+.3f}, {np.percentile(m, 97.5):+.3f}]"
+                f" {(d > 0).sum()}/{(d < 0).sum()}")
+    print(f"| {name} | " + " | ".join(f"{x:.3f}" for x in o + c) + f" | {diff} |", flush=True)
+    return per
+
+
+def main():
+    S, qs = load(sys.argv[1], sys.argv[2])
+    bare = {k: index(s, False) for k, s in S.items()}
+    ctx = {k: index(s, True) for k, s in S.items()}
+    print("| keyword list | R@1 | R@5 | R@10 | R@20 | R@10 1 | R@10 2 | R@10 3 | R@10 4 "
+          "| R@10 vs bare, 95 % interval, better/worse |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+
+    def run(kw, extra=None):
+        out = []
+        for q in qs:
+            s = S[q["sample"]]
+            vec = [s["ids"][i] for i in np.argsort(-(s["doc"] @ q["v"]))]
+            lists = [("vec", vec), ("text", kw(q)), ("date", q["dates"])]
+            if extra:
+                lists.append(("extra", extra(q)))
+            out.append(fuse(s, lists, q["named"]))
+        return out
+
+    base = report("bare messages (the store)", qs,
+                  run(lambda q: keyword_list(S[q["sample"]], bare[q["sample"]], q["q"], 0.0)))
+    for w in (0.1, 0.2, 0.25, 0.3, 0.5, 1.0):
+        report(f"message + context column, w {w}", qs,
+               run(lambda q: keyword_list(S[q["sample"]], ctx[q["sample"]], q["q"], w)), base)
+    report("bare + context documents as a fourth list", qs,
+           run(lambda q: keyword_list(S[q["sample"]], bare[q["sample"]], q["q"], 0.0),
+               lambda q: keyword_list(S[q["sample"]], ctx[q["sample"]], q["q"], 1.0)), base)
+
+
+if __name__ == "__main__":
+    main()

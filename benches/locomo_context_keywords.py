@@ -23,53 +23,24 @@ Each variant is compared with the first by a paired bootstrap over the questions
 resamples): mean R@10 difference, 95 % interval, questions better and worse.
 """
 import collections
-import json
-import re
 import sqlite3
 import sys
 
 import numpy as np
 
-KS = [1, 5, 10, 20]
-STOP = set("""a about am an and are as at be been but by can could did do does for from had has
-have he her him his how i if in into is it its me my of on or our she so than that the their them
-then there these they this those to us was we were what when where which who whom whose why will
-with would you your""".split())
+from locomo_candidates import KS, load as load_dumps, words
 
 
 def load(corpus, hits):
-    turns, qs = collections.defaultdict(list), []
-    for line in open(corpus):
-        r = json.loads(line)
-        (turns[r["sample"]].append(r) if r["kind"] == "turn" else qs.append(r))
-    dates = {}
-    for line in open(hits):
-        r = json.loads(line)
-        dates[(r["sample"], r["q"])] = {h["d"]: h["dr"] for h in r["hits"] if h.get("dr")}
-    S = {}
-    for s, ts in turns.items():
-        S[s] = dict(ids=[t["d"] for t in ts], sess=[t["session"] for t in ts],
-                    content=[t["content"] for t in ts],
-                    doc=np.array([t["doc"] for t in ts], dtype=np.float32))
-        S[s]["names"] = sorted({c.split(":")[0] for c in S[s]["content"]})
-        S[s]["speaker"] = {d: c.split(":")[0] for d, c in zip(S[s]["ids"], S[s]["content"])}
+    """The dumps as `locomo_candidates.load` reads them, plus each turn's speaker and each
+    question's messages vector (the names at a share of 0.3, as the engine searches)."""
+    S, qs = load_dumps(corpus, hits)
+    for s in S.values():
+        s["speaker"] = {d: c.split(":")[0] for d, c in zip(s["ids"], s["content"])}
     for q in qs:
-        qv, uv = (np.array(q[k], dtype=np.float32) for k in ("qv", "uv"))
-        q["named"] = [n for n in S[q["sample"]]["names"] if re.search(rf"\b{n}\b", q["q"])]
-        v = 0.3 * qv + 0.7 * uv if q["named"] else qv
+        v = 0.3 * q["qv"] + 0.7 * q["uv"] if q["named"] else q["qv"]
         q["v"] = v / np.linalg.norm(v)
-        q["dates"] = [d for d, _ in sorted(dates.get((q["sample"], q["q"]), {}).items(),
-                                           key=lambda x: x[1])]
     return S, qs
-
-
-def words(q):
-    out = []
-    for w in re.split(r"[\W_]+", q.lower()):
-        if w and w not in out:
-            out.append(w)
-    content = [w for w in out if w not in STOP]
-    return content or out
 
 
 def index(s, context):

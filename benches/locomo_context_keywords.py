@@ -28,15 +28,13 @@ import sys
 
 import numpy as np
 
-from locomo_candidates import KS, load as load_dumps, words
+from locomo_candidates import KS, fuse, load as load_dumps, words
 
 
 def load(corpus, hits):
-    """The dumps as `locomo_candidates.load` reads them, plus each turn's speaker and each
-    question's messages vector (the names at a share of 0.3, as the engine searches)."""
+    """The dumps as `locomo_candidates.load` reads them, plus each question's messages vector
+    (the names at a share of 0.3, as the engine searches)."""
     S, qs = load_dumps(corpus, hits)
-    for s in S.values():
-        s["speaker"] = {d: c.split(":")[0] for d, c in zip(s["ids"], s["content"])}
     for q in qs:
         v = 0.3 * q["qv"] + 0.7 * q["uv"] if q["named"] else q["qv"]
         q["v"] = v / np.linalg.norm(v)
@@ -56,7 +54,7 @@ def index(s, context):
     return c
 
 
-def keyword_list(s, c, query, w, column="t", k=20):
+def keyword_list(s, c, query, w, k=20):
     """The store's keyword list: prefixes, terms of half the messages or more (counted in the
     message column) dropped, BM25 with the context column weighted `w`."""
     n, ex = len(s["ids"]), []
@@ -68,25 +66,9 @@ def keyword_list(s, c, query, w, column="t", k=20):
             ex.append(e)
     if not ex:
         return []
-    match = " OR ".join(ex)
-    if column != "t":
-        match = f"{column} : ({match})"
     rows = c.execute(f"SELECT rowid FROM t WHERE t MATCH ? ORDER BY bm25(t, 1.0, {w}) LIMIT {k}",
-                     (match,)).fetchall()
+                     (" OR ".join(ex),)).fetchall()
     return [s["ids"][r - 1] for (r,) in rows]
-
-
-def fuse(s, lists, named):
-    sc, tr = collections.defaultdict(float), {}
-    for kind, lst in lists:
-        for i, d in enumerate(lst[:20]):
-            sc[d] += 1.0 / (61 + i)
-            if kind == "text":
-                tr.setdefault(d, i)
-    for d in sc:
-        if s["speaker"][d] in named:
-            sc[d] *= 2.0
-    return [d for d, _ in sorted(sc.items(), key=lambda x: (-x[1], tr.get(x[0], 1e9)))]
 
 
 def report(name, qs, ranked, base=None):
@@ -131,7 +113,7 @@ def main():
             lists = [("vec", vec), ("text", kw(q)), ("date", q["dates"])]
             if extra:
                 lists.append(("extra", extra(q)))
-            out.append(fuse(s, lists, q["named"]))
+            out.append(fuse(s, lists, q["named"], boost=2.0))
         return out
 
     base = report("bare messages (the store)", qs,

@@ -328,7 +328,7 @@ async fn a_query_naming_speakers_searches_by_meaning_without_the_names(backend: 
     assert_eq!(hike["explain"]["vector_rank"], 1, "{r:#}");
     let best = results[0]["explain"]["rank_score"].as_f64().unwrap();
     assert_eq!(hike["explain"]["rank_score"].as_f64(), Some(best), "{r:#}");
-    for hit in r["results"].as_array().unwrap() {
+    for hit in results {
         let how = hit["explain"]["speakers"].as_str().unwrap_or_else(|| panic!("{r:#}"));
         assert!(how.contains("\"Where did go hiking?\""), "{how}");
     }

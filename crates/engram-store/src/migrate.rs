@@ -27,6 +27,7 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
         "transcript_vector_seq",
         include_str!("../migrations/sqlite/0010_transcript_vector_seq.sql"),
     ),
+    (11, "message_context", include_str!("../migrations/sqlite/0011_message_context.sql")),
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.
@@ -40,6 +41,7 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
     (7, "transcript_access", include_str!("../migrations/postgres/0007_transcript_access.sql")),
     (8, "session_state", include_str!("../migrations/postgres/0008_session_state.sql")),
     (9, "speakers", include_str!("../migrations/postgres/0009_speakers.sql")),
+    (10, "message_context", include_str!("../migrations/postgres/0010_message_context.sql")),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

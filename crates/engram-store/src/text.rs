@@ -12,6 +12,9 @@
 //! itself (`remove_diacritics 2`) and PostgreSQL's `simple` configuration does not, and it
 //! indexes [`index_text`] (the content split exactly like a query) so that what matches does
 //! not depend on the database's locale.
+//!
+//! A message is indexed with its context ([`CONTEXT_WEIGHT`]): the words of the two messages
+//! before it in its conversation, in a field of their own.
 
 use unicode_normalization::UnicodeNormalization;
 
@@ -155,6 +158,16 @@ pub fn index_text(parts: &[&str]) -> String {
     }
     out
 }
+
+/// The weight of a message's context (the words of the two messages before it in its
+/// conversation, each cut to its last 800 characters, those nearest to it: the migrations
+/// that build the index and its triggers spell it out) in its keyword score,
+/// against 1 for its own words: BM25F's field weight, so a short answer ("Yes, last
+/// Saturday") is found by the words of the question it answers, below a message that says
+/// them itself. Coverage ([`QueryWeights::coverage`]) and the drop of common terms read the
+/// message's own words only. 0.2–0.3 is a plateau on LoCoMo; 1 (one three-message document)
+/// loses (`benches/README.md`, "the keyword index with each message's context").
+pub const CONTEXT_WEIGHT: f64 = 0.25;
 
 /// BM25's inverse document frequency of a term found in `df` of `n` rows, as FTS5 and the
 /// PostgreSQL store compute it: `ln((n − df + 0.5) / (df + 0.5))`, at least 1e-6.

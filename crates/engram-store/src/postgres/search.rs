@@ -126,6 +126,13 @@
 //! count their statistics from the rows (migration 3: an index-only scan of `(tenant_id,
 //! user_id, fts_len)` and a count per term that stops at half the corpus, where the term is
 //! dropped anyway). Measured in `benches/README.md` ("PostgreSQL beside SQLite").
+//!
+//! A message also matches through its context (`ctx_fts`, migration 10: the words of the
+//! two messages before it), each occurrence weighing [`CONTEXT_WEIGHT`] and its lexemes
+//! adding to the row's length, as FTS5's `bm25()` weighs the SQLite store's context column;
+//! document frequencies (hence IDF and the drop of common terms) and coverage read the
+//! message's own `fts` only. (FTS5's IDF counts a row matching in any column: the two stores
+//! weigh a term found mostly in contexts a little differently.)
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -142,7 +149,7 @@ use super::rows::col;
 use super::{PgDb, db, push_filter};
 use crate::common::memories::{embedding_space as space, same_space};
 use crate::common::store::{Ranked, Transcript};
-use crate::text::{fold_diacritics, match_term, query_terms};
+use crate::text::{CONTEXT_WEIGHT, fold_diacritics, match_term, query_terms};
 
 /// Scopes with at most this many active vectors are searched exactly (see the module docs).
 pub const EXACT_SCAN_LIMIT: usize = 50_000;
@@ -674,6 +681,18 @@ impl PgDb {
             Some(_) => format!("engram_scoped_fts({p}tenant_id, {p}user_id, {p}fts)"),
             None => format!("{p}fts"),
         };
+        // Messages are indexed with their context too (`ctx_fts`, `text::CONTEXT_WEIGHT`).
+        let context = matches!(scope, TextScope::Transcript(_, _, Transcript::Messages));
+        let ctx_fts = |p: &str| match scoped {
+            Some(_) => format!("engram_scoped_fts({p}tenant_id, {p}user_id, {p}ctx_fts)"),
+            None => format!("{p}ctx_fts"),
+        };
+        // A row's length for BM25: its lexemes, its context's included (FTS5 counts every
+        // column's tokens).
+        let doc_len = |p: &str| match context {
+            true => format!("length({p}fts) + length({p}ctx_fts)"),
+            false => format!("length({p}fts)"),
+        };
         // The statistics come from the user's corpus (every row of the tenant and user, as
         // the SQLite store counts every indexed row), the hits from the filter. Document
         // frequencies come from the user's statistics table or are counted per term through
@@ -762,7 +781,8 @@ impl PgDb {
                 }
                 TextScope::Transcript(..) => {
                     q.push(format!(
-                        "coalesce(avg(length(fts)), 0)::float8 AS avgdl FROM {table} WHERE "
+                        "coalesce(avg({}), 0)::float8 AS avgdl FROM {table} WHERE ",
+                        doc_len("")
                     ));
                 }
             }
@@ -795,21 +815,37 @@ impl PgDb {
              (SELECT count(*) FROM df WHERE df.df = 0) * ln((s.n + 0.5) / 0.5) AS total \
              FROM stats s), ",
         );
+        // A message's context (migration 10) counts CONTEXT_WEIGHT an occurrence and adds to
+        // its length, as FTS5's bm25() weighs a column; `matched` (coverage) counts only the
+        // terms of its own words.
+        let own = "SELECT lexeme, positions, 1::float8 AS w FROM unnest(d.fts)";
+        let lexemes = if context {
+            format!(
+                "({own} UNION ALL SELECT lexeme, positions, {CONTEXT_WEIGHT:?}::float8 \
+                 FROM unnest(d.ctx_fts))"
+            )
+        } else {
+            format!("({own})")
+        };
         q.push(format!(
             "hits AS (SELECT d.id, sc.score, sc.matched FROM {table} d CROSS JOIN stats s \
              CROSS JOIN LATERAL (SELECT sum(x.idf * (x.tf * 2.2) / (x.tf + 1.2 * \
-             (0.25 + 0.75 * length(d.fts)::float8 / greatest(s.avgdl, 1)))) AS score, \
-             sum(x.idf) AS matched \
-             FROM (SELECT k.idf, sum(coalesce(array_length(u.positions, 1), 1))::float8 AS tf \
-             FROM unnest(d.fts) u JOIN kept k ON (CASE WHEN k.prefix \
+             (0.25 + 0.75 * ({len})::float8 / greatest(s.avgdl, 1)))) AS score, \
+             sum(CASE WHEN x.own THEN x.idf ELSE 0 END) AS matched \
+             FROM (SELECT k.idf, sum(u.w * coalesce(array_length(u.positions, 1), 1))::float8 AS tf, \
+             bool_or(u.w = 1) AS own \
+             FROM {lexemes} u JOIN kept k ON (CASE WHEN k.prefix \
              THEN starts_with(u.lexeme, k.lexeme) ELSE u.lexeme = k.lexeme END) \
-             GROUP BY k.quoted, k.idf) x) sc WHERE "
+             GROUP BY k.quoted, k.idf) x) sc WHERE ",
+            len = doc_len("d.")
         ));
         scope.push_where(&mut q, now, "d.");
-        q.push(format!(
-            " AND {} @@ (SELECT string_agg(quoted, ' | ')::tsquery FROM kept)",
-            fts("d.")
-        ));
+        let kept = "(SELECT string_agg(quoted, ' | ')::tsquery FROM kept)";
+        q.push(format!(" AND ({} @@ {kept}", fts("d.")));
+        if context {
+            q.push(format!(" OR {} @@ {kept}", ctx_fts("d.")));
+        }
+        q.push(")");
         q.push(
             ") SELECT h.id, least(1, greatest(0, h.matched / nullif(w.total, 0)))::float8 AS coverage \
              FROM hits h CROSS JOIN weight w ORDER BY h.score DESC, h.id LIMIT ",

@@ -38,8 +38,8 @@ use crate::common::store::Transcript;
 use crate::common::{self, Arg, Backend, SqlStore};
 pub use crate::fault::sqlite as db;
 use crate::tables::{blob_to_vec, vec_to_blob};
+use crate::text::{CONTEXT_WEIGHT, QueryWeights, idf};
 pub use crate::text::{MatchTerm, fts_query, match_terms, query_terms};
-use crate::text::{QueryWeights, idf};
 use vectors::{Entry, VectorCache};
 
 /// The data dir can be read but not written (wrong owner, read-only mount, full disk).
@@ -326,9 +326,18 @@ impl SqliteDb {
         let Some((fq, weights)) = self.informative_query(query, vocab, table).await? else {
             return Ok(vec![]);
         };
-        let tool = if table == "messages" { "coalesce(m.tool_name, '')" } else { "''" };
+        // A message's index holds its context (migration 11), weighted as BM25F weighs a
+        // field; coverage below reads only its own words.
+        let (tool, bm25) = if table == "messages" {
+            (
+                "coalesce(m.tool_name, '')",
+                format!("bm25(messages_fts, 1.0, 1.0, {CONTEXT_WEIGHT:?})"),
+            )
+        } else {
+            ("''", format!("bm25({table}_fts)"))
+        };
         let mut q = QueryBuilder::<Sqlite>::new(format!(
-            "SELECT m.id AS id, m.content AS content, {tool} AS tool, bm25({table}_fts) AS score \
+            "SELECT m.id AS id, m.content AS content, {tool} AS tool, {bm25} AS score \
              FROM {table}_fts CROSS JOIN {table} m ON m.rowid = {table}_fts.rowid WHERE {table}_fts MATCH "
         ));
         q.push_bind(fq).push(" AND m.tenant_id = ").push_bind(tenant.as_str().to_string());
@@ -347,8 +356,8 @@ impl SqliteDb {
     /// found in half the indexed rows or more (when the index has at least 4 rows): FTS5 gives
     /// such terms an IDF of 1e-6, so a row matching only them would enter the fusion with a
     /// meaningless rank. A prefix's rows are counted as the sum over the indexed words it
-    /// starts (an upper bound: a row holding two such words counts twice). Returns the FTS5
-    /// query and the weight of every term (dropped ones included, with their IDF of 1e-6),
+    /// starts (an upper bound: a row holding two such words counts twice); a message's rows
+    /// are counted by its own words, not its context. Returns the FTS5 query and the weight of every term (dropped ones included, with their IDF of 1e-6),
     /// or None.
     async fn informative_query(
         &self,
@@ -375,6 +384,11 @@ impl SqliteDb {
                 q.push(" UNION ALL ");
             }
             q.push(format!("SELECT {i}, coalesce(sum(doc), 0) FROM {vocab} WHERE "));
+            if vocab == "messages_fts_vocab" {
+                // Per column (migration 11): a message's own words, not its context (a term
+                // in both its content and tool name counts twice, an upper bound).
+                q.push("col != 'context' AND ");
+            }
             if t.prefix {
                 // Every indexed word starting with the prefix (terms compare bytewise;
                 // U+10FFFF sorts after any continuation of a UTF-8 string).

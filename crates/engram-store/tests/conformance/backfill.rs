@@ -14,6 +14,31 @@ const UNDO_SQLITE_10: &str = "\
     DROP INDEX summaries_vector_seq; ALTER TABLE summaries DROP COLUMN vector_seq; \
     DELETE FROM schema_migrations WHERE version = 10;";
 
+/// SQLite's migration 11 undone: the message index of migration 5 (external content, no
+/// context column), rebuilt from the rows, with its triggers and per-row vocabulary.
+const UNDO_SQLITE_11: &str = "\
+    DROP TRIGGER messages_fts_ai; DROP TRIGGER messages_fts_au; DROP TRIGGER messages_fts_ad; \
+    DROP TABLE messages_fts_vocab; DROP TABLE messages_fts; \
+    CREATE VIRTUAL TABLE messages_fts USING fts5 (content, tool_name, content = 'messages', \
+        content_rowid = 'rowid', tokenize = 'unicode61 remove_diacritics 2'); \
+    INSERT INTO messages_fts (messages_fts) VALUES ('rebuild'); \
+    CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages BEGIN \
+        INSERT INTO messages_fts (rowid, content, tool_name) \
+        VALUES (new.rowid, new.content, coalesce(new.tool_name, '')); END; \
+    CREATE TRIGGER messages_fts_ad AFTER DELETE ON messages BEGIN \
+        INSERT INTO messages_fts (messages_fts, rowid, content, tool_name) \
+        VALUES ('delete', old.rowid, old.content, coalesce(old.tool_name, '')); END; \
+    CREATE VIRTUAL TABLE messages_fts_vocab USING fts5vocab (messages_fts, 'row'); \
+    DELETE FROM schema_migrations WHERE version = 11;";
+
+/// PostgreSQL's migration 10 undone: no message context.
+const UNDO_PG_10: &str = "\
+    DROP TRIGGER messages_context ON messages; DROP TRIGGER messages_context_next ON messages; \
+    DROP INDEX messages_ctx_fts_scoped; ALTER TABLE messages DROP COLUMN ctx_fts; \
+    DROP FUNCTION engram_message_context_new, engram_message_context_next, \
+        engram_message_context; \
+    DELETE FROM schema_migrations WHERE version = 10;";
+
 /// Run statements on a SQLite fixture's database, beside the store.
 async fn sqlite_raw(f: &Fixture, sql: &str) {
     let path = f.dir.as_ref().unwrap().path().join("engram.db");
@@ -45,11 +70,12 @@ async fn speakers_of_earlier_messages_are_backfilled(backend: Backend) {
     let undo = "DROP TABLE speakers; DELETE FROM schema_migrations WHERE version = 9";
     match backend {
         Backend::Sqlite => {
-            // Migration 10 (SQLite only) came after it: undone first.
-            sqlite_raw(&f, &format!("{UNDO_SQLITE_10} {undo}")).await;
+            // Migrations 10 and 11 came after it: undone first.
+            sqlite_raw(&f, &format!("{UNDO_SQLITE_11} {UNDO_SQLITE_10} {undo}")).await;
         }
         Backend::Postgres => {
-            sqlx::raw_sql(undo).execute(f.pg().pool()).await.unwrap();
+            let sql = format!("{UNDO_PG_10} {undo}");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(f.pg().pool()).await.unwrap();
         }
     }
     let s = f.reopen().await;
@@ -84,7 +110,7 @@ async fn message_vectors_from_before_their_counter_are_searched_on_sqlite() {
     let mut f = Fixture::new(Backend::Sqlite).await;
     let (t, u) = (tenant("t"), user("u"));
     f.store.ensure_embedding_space(MODEL, 4).await.unwrap();
-    sqlite_raw(&f, UNDO_SQLITE_10).await;
+    sqlite_raw(&f, &format!("{UNDO_SQLITE_11} {UNDO_SQLITE_10}")).await;
     let say = |text: &str| message(&t, &u, "c", MessageRole::User, text);
     let ms = f.store.append_messages(&t, vec![say("one"), say("two")]).await.unwrap();
     let old = vec![(ms[0].id, unit(4, 1)), (ms[1].id, unit(4, 2))];
@@ -98,4 +124,51 @@ async fn message_vectors_from_before_their_counter_are_searched_on_sqlite() {
     let hits = s.vector_search_messages(&t, &all, MODEL, &unit(4, 3), 1).await.unwrap();
     assert_eq!(hits[0].0, ms[1].id);
     assert!((hits[0].1 - 1.0).abs() < 1e-5, "the re-embedded vector is read: {hits:?}");
+}
+
+/// Messages appended before the keyword index held each message's context (SQLite's
+/// migration 11, PostgreSQL's 10) are found by their predecessors' words after it, and the
+/// triggers it adds keep later appends and fills in step.
+async fn message_context_of_earlier_messages_is_backfilled(backend: Backend) {
+    let mut f = Fixture::new(backend).await;
+    let (t, u) = (tenant("t"), user("u"));
+    let say = |conv: &str, text: &str| message(&t, &u, conv, MessageRole::User, text);
+    let talk = ["Have you been to Kyoto?", "Twice, in spring.", "Which temples?", "Kinkaku-ji."];
+    let stored =
+        f.store.append_messages(&t, talk.iter().map(|x| say("c1", x)).collect()).await.unwrap();
+    let filler = (0..6).map(|i| say("c2", &format!("filler {i}"))).collect();
+    f.store.append_messages(&t, filler).await.unwrap();
+    match backend {
+        Backend::Sqlite => sqlite_raw(&f, UNDO_SQLITE_11).await,
+        Backend::Postgres => {
+            sqlx::raw_sql(UNDO_PG_10).execute(f.pg().pool()).await.unwrap();
+        }
+    }
+    let all = TranscriptFilter::user(u.clone());
+    let s = f.reopen().await;
+    let hits = s.text_search_messages(&t, &all, "kyoto", 10).await.unwrap();
+    assert_eq!(
+        hits.iter().map(|h| h.0).collect::<Vec<_>>(),
+        vec![stored[0].id, stored[1].id, stored[2].id],
+        "the question, then the two after it: {hits:?}"
+    );
+    assert!(hits[1..].iter().all(|h| h.1 == 0.0), "no coverage from context: {hits:?}");
+    let more = s.append_messages(&t, vec![say("c1", "The golden one.")]).await.unwrap();
+    let hits = s.text_search_messages(&t, &all, "temples", 10).await.unwrap();
+    assert_eq!(
+        hits.iter().map(|h| h.0).collect::<std::collections::BTreeSet<_>>(),
+        [stored[2].id, stored[3].id, more[0].id].into_iter().collect(),
+        "{hits:?}"
+    );
+    assert_eq!(hits[0].0, stored[2].id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_context_backfilled_on_sqlite() {
+    message_context_of_earlier_messages_is_backfilled(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_context_backfilled_on_postgres() {
+    message_context_of_earlier_messages_is_backfilled(Backend::Postgres).await;
 }

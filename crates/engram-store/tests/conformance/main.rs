@@ -76,6 +76,7 @@ conformance! {
         search::text_search_drops_common_terms,
         search::text_search_matches_word_forms,
         search::text_search_never_a_syntax_error,
+        search::messages_are_found_by_their_context,
         conversations::append_seq_ownership,
         conversations::append_with_its_jobs,
         conversations::listing_agents_and_conversations,

@@ -349,9 +349,13 @@ async fn keyword_search_same_without_fts_len_or_btree_gin() {
     assert_eq!(other_key.len(), 1, "one key per user: {other_key:?}");
 
     // Migration 4 applied to a store that already holds rows (the index is built over them);
-    // what migrations 6 to 9 add is undone too, since every later migration runs again.
+    // what migrations 6 to 10 add is undone too, since every later migration runs again.
     sqlx::raw_sql(
-        "DROP INDEX memories_fts_scoped, messages_fts_scoped; \
+        "DROP TRIGGER messages_context ON messages; DROP TRIGGER messages_context_next ON messages; \
+         DROP INDEX messages_ctx_fts_scoped; ALTER TABLE messages DROP COLUMN ctx_fts; \
+         DROP FUNCTION engram_message_context_new, engram_message_context_next, \
+         engram_message_context; \
+         DROP INDEX memories_fts_scoped, messages_fts_scoped; \
          DROP INDEX summaries_fts_scoped, summaries_conversation, summaries_parent; \
          ALTER TABLE summaries DROP COLUMN fts, DROP COLUMN fts_text; \
          ALTER TABLE conversations DROP COLUMN summarized_seq; \

@@ -254,9 +254,13 @@ pub async fn text_search_keywords_any_language(s: Arc<dyn Store>) {
     let hits =
         s.text_search_messages(&t, &TranscriptFilter::user(u.clone()), "hiking", 10).await.unwrap();
     assert_eq!(
-        hits.iter().map(|h| h.0).collect::<BTreeSet<_>>(),
+        hits[..2].iter().map(|h| h.0).collect::<BTreeSet<_>>(),
         [stored[0].id, stored[1].id].into_iter().collect()
     );
+    // The tool row follows them in the conversation: found through its context, last, with
+    // none of the query's weight in its own words.
+    assert_eq!(hits.len(), 3, "{hits:?}");
+    assert_eq!(hits[2], (stored[2].id, 0.0));
     let hits = s
         .text_search_messages(&t, &TranscriptFilter::user(u.clone()), "weather", 10)
         .await
@@ -431,4 +435,116 @@ pub async fn text_search_never_a_syntax_error(s: Arc<dyn Store>) {
     let long = "word ".repeat(5000);
     assert!(s.text_search(&t, &all, &long, 10).await.is_ok());
     assert_eq!(s.text_search(&t, &all, "near AND stars", 10).await.unwrap().len(), 1);
+}
+
+/// The ids of a message search of `u`, best first, each with its coverage.
+async fn message_hits(
+    s: &Arc<dyn Store>,
+    t: &engram_core::model::TenantId,
+    u: &engram_core::model::UserId,
+    q: &str,
+) -> Vec<(engram_core::model::MessageId, f64)> {
+    s.text_search_messages(t, &TranscriptFilter::user(u.clone()), q, 10).await.unwrap()
+}
+
+/// A message is keyword-indexed with the two messages before it in its conversation, weighed
+/// below its own words: a short answer is found by the words of the question, under the
+/// question itself, with no coverage of its own. The index follows a message filled later,
+/// a restore in any row order, and erasure.
+pub async fn messages_are_found_by_their_context(s: Arc<dyn Store>) {
+    use engram_core::store::{BackupRow, BackupScope, RestoreState};
+    let t = tenant("t");
+    let u = user("u");
+    let talk = [
+        (MessageRole::User, "Did you ever visit the Grand Canyon?"),
+        (MessageRole::Assistant, "Yes, last Saturday with my sister."),
+        (MessageRole::User, "How was the weather there?"),
+        (MessageRole::Assistant, "Sunny and warm all day."),
+    ];
+    let c1 = s
+        .append_messages(&t, talk.iter().map(|(r, x)| message(&t, &u, "c1", *r, x)).collect())
+        .await
+        .unwrap();
+    // Filler of the same user, so that no word is in half of the rows.
+    let filler = (0..6).map(|i| message(&t, &u, "c2", MessageRole::User, &format!("lorem {i}")));
+    s.append_messages(&t, filler.collect()).await.unwrap();
+    let ids =
+        |h: &[(engram_core::model::MessageId, f64)]| h.iter().map(|x| x.0).collect::<Vec<_>>();
+
+    let hits = message_hits(&s, &t, &u, "grand canyon").await;
+    assert_eq!(ids(&hits), vec![c1[0].id, c1[1].id, c1[2].id], "{hits:?}");
+    assert!(hits[0].1 > 0.99, "the question holds every word: {hits:?}");
+    assert_eq!((hits[1].1, hits[2].1), (0.0, 0.0), "context is no coverage: {hits:?}");
+    // The answer's own word first, then the two after it.
+    let sister = |h: Vec<(engram_core::model::MessageId, f64)>| {
+        let ids = ids(&h);
+        (ids[0], ids[1..].iter().copied().collect::<BTreeSet<_>>())
+    };
+    let after_answer: BTreeSet<_> = [c1[2].id, c1[3].id].into_iter().collect();
+    assert_eq!(sister(message_hits(&s, &t, &u, "sister").await), (c1[1].id, after_answer.clone()));
+    // Two messages back at most.
+    assert!(message_hits(&s, &t, &u, "visit").await.iter().all(|h| h.0 != c1[3].id));
+
+    // A tool row filled in later (its synthesized sentence): the answer after it is found
+    // by the sentence's words from then on.
+    let mut tool = message(&t, &u, "c3", MessageRole::Tool, "");
+    tool.tool_name = Some("flight_search".into());
+    let c3 = s
+        .append_messages(
+            &t,
+            vec![tool, message(&t, &u, "c3", MessageRole::Assistant, "I booked it for you.")],
+        )
+        .await
+        .unwrap();
+    assert!(message_hits(&s, &t, &u, "lisbon").await.is_empty());
+    assert_eq!(
+        ids(&message_hits(&s, &t, &u, "flight search").await),
+        vec![c3[0].id, c3[1].id],
+        "the tool name is the answer's context too"
+    );
+    assert!(s.set_message_content(&t, c3[0].id, "Flight TP123 to Lisbon on May 3").await.unwrap());
+    let hits = message_hits(&s, &t, &u, "lisbon").await;
+    assert_eq!(ids(&hits), vec![c3[0].id, c3[1].id], "{hits:?}");
+    assert_eq!(hits[1].1, 0.0);
+
+    // Restored into another tenant with the messages in reverse order: each row's context is
+    // still the two messages before it.
+    let mut rows: Vec<BackupRow> = Vec::new();
+    s.backup(&BackupScope::Tenant(t.clone()), &mut |r| {
+        rows.push(r);
+        Ok(())
+    })
+    .await
+    .unwrap();
+    let at: Vec<usize> = (0..rows.len()).filter(|i| rows[*i].table == "messages").collect();
+    let mut msgs: Vec<BackupRow> = at.iter().map(|i| rows[*i].clone()).collect();
+    msgs.reverse();
+    for (i, m) in at.iter().zip(msgs) {
+        rows[*i] = m;
+    }
+    let t2 = tenant("t2");
+    let mut state = RestoreState { target: Some(t2.clone()), ..Default::default() };
+    s.restore(&rows, &mut state).await.unwrap();
+    for q in ["grand canyon", "sister", "weather", "lisbon"] {
+        assert_eq!(
+            ids(&message_hits(&s, &t2, &u, q).await),
+            ids(&message_hits(&s, &t, &u, q).await),
+            "restored: {q}"
+        );
+    }
+
+    // Erased: nothing of the user is left in the index, even for the rows that take the
+    // erased ones' places.
+    s.erase_user(&t2, &u).await.unwrap();
+    let w = user("w");
+    let mut after: Vec<_> =
+        (0..12).map(|i| message(&t2, &w, "c9", MessageRole::User, &format!("ipsum {i}"))).collect();
+    after[3].content = "A quokka sighting".into();
+    s.append_messages(&t2, after.clone()).await.unwrap();
+    for q in ["grand canyon", "sister", "lisbon", "flight"] {
+        assert!(message_hits(&s, &t2, &w, q).await.is_empty(), "{q}");
+        assert!(message_hits(&s, &t2, &u, q).await.is_empty(), "{q}");
+    }
+    assert_eq!(ids(&message_hits(&s, &t2, &w, "quokka").await)[0], after[3].id);
+    assert_eq!(sister(message_hits(&s, &t, &u, "sister").await), (c1[1].id, after_answer));
 }

@@ -15,6 +15,14 @@
 -- are deleted only with their user, so a delete leaves no neighbour to update.
 ALTER TABLE messages ADD COLUMN ctx_fts tsvector NOT NULL DEFAULT ''::tsvector;
 
+-- A message row with a 384-dimension vector was ~1,960 bytes; its context makes it ~2,200,
+-- over the 2,032 at which PostgreSQL starts moving values out of line, and the first value
+-- it moves is the vector (the largest, and `vector` is stored EXTERNAL): measured at 100k
+-- messages, the exact vector scan then read 153 MB of TOAST and took 2× as long. Rows stay
+-- whole up to 4,080 bytes instead (then values are compressed or moved out as before); the
+-- backfill below rewrites the rows it fills under the new target.
+ALTER TABLE messages SET (toast_tuple_target = 4080);
+
 CREATE FUNCTION engram_message_context(tenant text, conv text, at_seq bigint) RETURNS tsvector
     LANGUAGE sql VOLATILE
     RETURN (SELECT to_tsvector('simple'::regconfig, coalesce(string_agg(right(p.fts_text, 800), ' '), ''))

@@ -712,7 +712,9 @@ impl PgDb {
         }
         q.push(
             "replace(replace(u.lexeme, '\\', '\\\\'), '''', '''''') || '''' \
-             || CASE WHEN t.prefix THEN ':*' ELSE '' END AS quoted \
+             || CASE WHEN t.prefix THEN ':*' ELSE '' END AS quoted, \
+             ('''' || replace(replace(u.lexeme, '\\', '\\\\'), '''', '''''') || '''' \
+             || CASE WHEN t.prefix THEN ':*' ELSE '' END)::tsquery AS plain \
              FROM unnest(",
         );
         q.push_bind(terms).push("::text[], ").push_bind(prefixes).push(
@@ -790,7 +792,7 @@ impl PgDb {
             // A term found in ceil(n / 2) rows or more (n ≥ 4) is dropped whatever its exact
             // frequency, so its count stops there: a common word reads at most half the corpus.
             q.push(format!(
-                "), df AS MATERIALIZED (SELECT l.lexeme, l.prefix, l.quoted, \
+                "), df AS MATERIALIZED (SELECT l.lexeme, l.prefix, l.quoted, l.plain, \
                  (SELECT count(*) FROM (SELECT 1 FROM {table} c WHERE "
             ));
             scope.push_corpus(&mut q, "c.");
@@ -798,7 +800,7 @@ impl PgDb {
             q.push(
                 " LIMIT (CASE WHEN s.n >= 4 THEN ceil(s.n / 2) ELSE s.n END)::bigint) c)::float8 AS df \
                  FROM lex l CROSS JOIN stats s), \
-                 kept AS MATERIALIZED (SELECT df.lexeme, df.prefix, df.quoted, \
+                 kept AS MATERIALIZED (SELECT df.lexeme, df.prefix, df.quoted, df.plain, \
                    greatest(ln((s.n - df.df + 0.5) / (df.df + 0.5)), 1e-6) AS idf \
                    FROM df CROSS JOIN stats s WHERE df.df > 0 AND NOT (s.n >= 4 AND df.df * 2 >= s.n)), ",
             );
@@ -815,28 +817,34 @@ impl PgDb {
              (SELECT count(*) FROM df WHERE df.df = 0) * ln((s.n + 0.5) / 0.5) AS total \
              FROM stats s), ",
         );
-        // A message's context (migration 10) counts CONTEXT_WEIGHT an occurrence and adds to
-        // its length, as FTS5's bm25() weighs a column; `matched` (coverage) counts only the
-        // terms of its own words.
-        let own = "SELECT lexeme, positions, 1::float8 AS w FROM unnest(d.fts)";
+        // Each matching row is scored against the kept terms. A message's context (migration
+        // 10) adds CONTEXT_WEIGHT per term it holds and its lexemes to the row's length, as
+        // FTS5's bm25() weighs a column; `matched` (coverage) counts only the terms of its
+        // own words. A message's terms count by presence (`@@`, 1 or 0): about three times
+        // the rows match once contexts do, and reading each one's lexemes (`unnest`, the
+        // occurrences of every word a term matches, as for memories and summaries) cost
+        // 3-4× the search at 100k messages (benches/README, "the keyword index with each
+        // message's context"); a word seldom repeats within one message.
         let lexemes = if context {
-            format!(
-                "({own} UNION ALL SELECT lexeme, positions, {CONTEXT_WEIGHT:?}::float8 \
-                 FROM unnest(d.ctx_fts))"
-            )
+            "(SELECT k.idf, CASE WHEN d.fts @@ k.plain THEN 1 ELSE 0 END::float8 AS own, \
+             CASE WHEN d.fts @@ k.plain THEN 1 ELSE 0 END \
+             + CASE WHEN d.ctx_fts @@ k.plain THEN CONTEXT_WEIGHT ELSE 0 END AS tf FROM kept k) x \
+             WHERE x.tf > 0"
+                .replace("CONTEXT_WEIGHT", &format!("{CONTEXT_WEIGHT:?}"))
         } else {
-            format!("({own})")
+            "(SELECT y.idf, y.tf AS own, y.tf FROM (SELECT k.idf, \
+             sum(coalesce(array_length(u.positions, 1), 1))::float8 AS tf \
+             FROM unnest(d.fts) u JOIN kept k ON (CASE WHEN k.prefix \
+             THEN starts_with(u.lexeme, k.lexeme) ELSE u.lexeme = k.lexeme END) \
+             GROUP BY k.quoted, k.idf) y) x"
+                .to_string()
         };
         q.push(format!(
             "hits AS (SELECT d.id, sc.score, sc.matched FROM {table} d CROSS JOIN stats s \
              CROSS JOIN LATERAL (SELECT sum(x.idf * (x.tf * 2.2) / (x.tf + 1.2 * \
              (0.25 + 0.75 * ({len})::float8 / greatest(s.avgdl, 1)))) AS score, \
-             sum(CASE WHEN x.own THEN x.idf ELSE 0 END) AS matched \
-             FROM (SELECT k.idf, sum(u.w * coalesce(array_length(u.positions, 1), 1))::float8 AS tf, \
-             bool_or(u.w = 1) AS own \
-             FROM {lexemes} u JOIN kept k ON (CASE WHEN k.prefix \
-             THEN starts_with(u.lexeme, k.lexeme) ELSE u.lexeme = k.lexeme END) \
-             GROUP BY k.quoted, k.idf) x) sc WHERE ",
+             sum(CASE WHEN x.own > 0 THEN x.idf ELSE 0 END) AS matched \
+             FROM {lexemes}) sc WHERE ",
             len = doc_len("d.")
         ));
         scope.push_where(&mut q, now, "d.");

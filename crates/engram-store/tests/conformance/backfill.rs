@@ -35,6 +35,7 @@ const UNDO_SQLITE_11: &str = "\
 const UNDO_PG_10: &str = "\
     DROP TRIGGER messages_context ON messages; DROP TRIGGER messages_context_next ON messages; \
     DROP INDEX messages_ctx_fts_scoped; ALTER TABLE messages DROP COLUMN ctx_fts; \
+    ALTER TABLE messages RESET (toast_tuple_target); \
     DROP FUNCTION engram_message_context_new, engram_message_context_next, \
         engram_message_context; \
     DELETE FROM schema_migrations WHERE version = 10;";

@@ -23,40 +23,36 @@ CREATE VIRTUAL TABLE messages_fts USING fts5 (
     tokenize = 'unicode61 remove_diacritics 2'
 );
 CREATE VIRTUAL TABLE messages_fts_vocab USING fts5vocab (messages_fts, 'col');
-INSERT INTO messages_fts (rowid, content, tool_name, context)
-SELECT m.rowid, m.content, coalesce(m.tool_name, ''),
+-- What the index holds of each message: its own columns and its context.
+CREATE VIEW messages_fts_rows AS
+SELECT m.rowid AS message_rowid, m.tenant_id, m.conversation_id, m.seq, m.content,
+    coalesce(m.tool_name, '') AS tool_name,
     coalesce((SELECT group_concat(substr(p.content || ' ' || coalesce(p.tool_name, ''), -800), char(10))
         FROM (SELECT content, tool_name FROM messages
             WHERE tenant_id = m.tenant_id AND conversation_id = m.conversation_id AND seq < m.seq
-            ORDER BY seq DESC LIMIT 2) p), '')
+            ORDER BY seq DESC LIMIT 2) p), '') AS context
 FROM messages m;
+INSERT INTO messages_fts (rowid, content, tool_name, context)
+SELECT message_rowid, content, tool_name, context FROM messages_fts_rows;
+-- Insert and content change alike: the message and the two after it, re-indexed (deleting
+-- a row the index does not hold yet is a no-op).
 CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages BEGIN
     DELETE FROM messages_fts WHERE rowid IN (SELECT rowid FROM messages
-        WHERE tenant_id = new.tenant_id AND conversation_id = new.conversation_id AND seq > new.seq
-        ORDER BY seq LIMIT 2);
-    INSERT INTO messages_fts (rowid, content, tool_name, context)
-    SELECT m.rowid, m.content, coalesce(m.tool_name, ''),
-        coalesce((SELECT group_concat(substr(p.content || ' ' || coalesce(p.tool_name, ''), -800), char(10))
-            FROM (SELECT content, tool_name FROM messages
-                WHERE tenant_id = m.tenant_id AND conversation_id = m.conversation_id AND seq < m.seq
-                ORDER BY seq DESC LIMIT 2) p), '')
-    FROM messages m WHERE m.rowid IN (SELECT rowid FROM messages
         WHERE tenant_id = new.tenant_id AND conversation_id = new.conversation_id AND seq >= new.seq
         ORDER BY seq LIMIT 3);
+    INSERT INTO messages_fts (rowid, content, tool_name, context)
+    SELECT message_rowid, content, tool_name, context FROM messages_fts_rows
+    WHERE tenant_id = new.tenant_id AND conversation_id = new.conversation_id AND seq >= new.seq
+    ORDER BY seq LIMIT 3;
 END;
 CREATE TRIGGER messages_fts_au AFTER UPDATE OF content, tool_name ON messages BEGIN
     DELETE FROM messages_fts WHERE rowid IN (SELECT rowid FROM messages
         WHERE tenant_id = new.tenant_id AND conversation_id = new.conversation_id AND seq >= new.seq
         ORDER BY seq LIMIT 3);
     INSERT INTO messages_fts (rowid, content, tool_name, context)
-    SELECT m.rowid, m.content, coalesce(m.tool_name, ''),
-        coalesce((SELECT group_concat(substr(p.content || ' ' || coalesce(p.tool_name, ''), -800), char(10))
-            FROM (SELECT content, tool_name FROM messages
-                WHERE tenant_id = m.tenant_id AND conversation_id = m.conversation_id AND seq < m.seq
-                ORDER BY seq DESC LIMIT 2) p), '')
-    FROM messages m WHERE m.rowid IN (SELECT rowid FROM messages
-        WHERE tenant_id = new.tenant_id AND conversation_id = new.conversation_id AND seq >= new.seq
-        ORDER BY seq LIMIT 3);
+    SELECT message_rowid, content, tool_name, context FROM messages_fts_rows
+    WHERE tenant_id = new.tenant_id AND conversation_id = new.conversation_id AND seq >= new.seq
+    ORDER BY seq LIMIT 3;
 END;
 CREATE TRIGGER messages_fts_ad AFTER DELETE ON messages BEGIN
     DELETE FROM messages_fts WHERE rowid = old.rowid;

@@ -128,11 +128,13 @@
 //! dropped anyway). Measured in `benches/README.md` ("PostgreSQL beside SQLite").
 //!
 //! A message also matches through its context (`ctx_fts`, migration 10: the words of the
-//! two messages before it), each occurrence weighing [`CONTEXT_WEIGHT`] and its lexemes
+//! two messages before it), a term it holds weighing [`CONTEXT_WEIGHT`] and its lexemes
 //! adding to the row's length, as FTS5's `bm25()` weighs the SQLite store's context column;
 //! document frequencies (hence IDF and the drop of common terms) and coverage read the
-//! message's own `fts` only. (FTS5's IDF counts a row matching in any column: the two stores
-//! weigh a term found mostly in contexts a little differently.)
+//! message's own `fts` only. A message's terms count by presence, where FTS5 counts
+//! occurrences, and FTS5's IDF counts a row matching in any column: the two stores order a
+//! message that repeats a query word, or a term found mostly in contexts, a little
+//! differently.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -826,11 +828,12 @@ impl PgDb {
         // 3-4× the search at 100k messages (benches/README, "the keyword index with each
         // message's context"); a word seldom repeats within one message.
         let lexemes = if context {
-            "(SELECT k.idf, CASE WHEN d.fts @@ k.plain THEN 1 ELSE 0 END::float8 AS own, \
-             CASE WHEN d.fts @@ k.plain THEN 1 ELSE 0 END \
-             + CASE WHEN d.ctx_fts @@ k.plain THEN CONTEXT_WEIGHT ELSE 0 END AS tf FROM kept k) x \
-             WHERE x.tf > 0"
-                .replace("CONTEXT_WEIGHT", &format!("{CONTEXT_WEIGHT:?}"))
+            format!(
+                "(SELECT k.idf, CASE WHEN d.fts @@ k.plain THEN 1 ELSE 0 END::float8 AS own, \
+                 CASE WHEN d.fts @@ k.plain THEN 1 ELSE 0 END \
+                 + CASE WHEN d.ctx_fts @@ k.plain THEN {CONTEXT_WEIGHT:?} ELSE 0 END AS tf \
+                 FROM kept k) x WHERE x.tf > 0"
+            )
         } else {
             "(SELECT y.idf, y.tf AS own, y.tf FROM (SELECT k.idf, \
              sum(coalesce(array_length(u.positions, 1), 1))::float8 AS tf \

@@ -364,8 +364,8 @@ impl SqliteDb {
     /// such terms an IDF of 1e-6, so a row matching only them would enter the fusion with a
     /// meaningless rank. A prefix's rows are counted as the sum over the indexed words it
     /// starts (an upper bound: a row holding two such words counts twice); a message's rows
-    /// are counted by its own words, not its context. Returns the FTS5 query and the weight of every term (dropped ones included, with their IDF of 1e-6),
-    /// or None.
+    /// are counted by its own words, not its context. Returns the FTS5 query and the weight
+    /// of every term (dropped ones included, with their IDF of 1e-6), or None.
     async fn informative_query(
         &self,
         query: &str,

@@ -18,7 +18,7 @@ const UNDO_SQLITE_10: &str = "\
 /// context column), rebuilt from the rows, with its triggers and per-row vocabulary.
 const UNDO_SQLITE_11: &str = "\
     DROP TRIGGER messages_fts_ai; DROP TRIGGER messages_fts_au; DROP TRIGGER messages_fts_ad; \
-    DROP TABLE messages_fts_vocab; DROP TABLE messages_fts; \
+    DROP VIEW messages_fts_rows; DROP TABLE messages_fts_vocab; DROP TABLE messages_fts; \
     CREATE VIRTUAL TABLE messages_fts USING fts5 (content, tool_name, content = 'messages', \
         content_rowid = 'rowid', tokenize = 'unicode61 remove_diacritics 2'); \
     INSERT INTO messages_fts (messages_fts) VALUES ('rebuild'); \

@@ -33,6 +33,17 @@
 //! fused like the others, and date support to the relevance:
 //! `1 − (1 − semantic)·(1 − lexical)·(1 − date_match)` ([`DATE_SAID`], [`DATE_WITHIN`]).
 //!
+//! A message also draws support from its context, the two messages numbered just before it
+//! in its conversation, when they are candidates of the same search: [`CONTEXT_SUPPORT`]
+//! times the best of their own relevances is the message's relevance when that is larger
+//! ([`context_supports`]). A short answer ("Yes, last Friday") says
+//! little by itself while the question before it matches; the keyword index reads a
+//! message's context at the same weight (`engram_store::text::CONTEXT_WEIGHT`). Support only
+//! flows from candidates' own relevance (never on along a conversation), and the relevance
+//! is the larger of the two, not their product: a message passes a `min_score` on its
+//! context only when a message before it passes four times over, so a query for which
+//! nothing passes still returns nothing.
+//!
 //! A row with neither (a vector neighbour under the noise floor and no query word) has
 //! relevance 0 and is dropped by default ([`DEFAULT_MIN_SCORE`]): a query about something
 //! the user never mentioned returns nothing.
@@ -85,7 +96,12 @@ pub struct Explain {
     /// date ("yesterday", "last week") points into it, [`DATE_WITHIN`] for one written or
     /// observed within it, 0 otherwise.
     pub date_match: f64,
-    /// `1 − (1 − semantic)·(1 − lexical)·(1 − date_match)`.
+    /// A message's support from its context: [`CONTEXT_SUPPORT`] × the best own relevance
+    /// of the two messages numbered just before it, when they are candidates too; 0 for
+    /// memories, summaries and messages without such candidates.
+    pub context_support: f64,
+    /// `1 − (1 − semantic)·(1 − lexical)·(1 − date_match)`, or `context_support` when that
+    /// is larger.
     pub relevance: f64,
     pub rrf: f64,
     pub days_since_access: f64,
@@ -174,8 +190,35 @@ pub fn finish(e: &mut Explain, scale: SimilarityScale) -> f64 {
     e.lexical = e.text_coverage.unwrap_or(0.0).clamp(0.0, 1.0).powi(2);
     e.relevance =
         1.0 - (1.0 - relevance(e.semantic, e.lexical)) * (1.0 - e.date_match.clamp(0.0, 1.0));
+    // The larger, not one more factor: two supports under a threshold must not add up to
+    // one over it, or a query with nothing relevant would return a context's stray match.
+    e.relevance = e.relevance.max(e.context_support.clamp(0.0, 1.0));
     e.score = e.relevance;
     e.score
+}
+
+/// Share of a context message's relevance that the message after it draws
+/// ([`context_supports`]); the weight at which the keyword index reads a message's context.
+pub const CONTEXT_SUPPORT: f64 = 0.25;
+
+/// Messages of a conversation whose relevance a message draws on: the ones numbered this many
+/// places before it at most (the context the keyword index and the vectors read).
+pub const CONTEXT_MESSAGES: i64 = 2;
+
+/// The context support of each candidate message, given as `(conversation, seq, own
+/// relevance)`: [`CONTEXT_SUPPORT`] × the best own relevance among the candidates of its
+/// conversation numbered 1 to [`CONTEXT_MESSAGES`] before it, or 0. Read from own relevances
+/// only, so support never chains along a conversation.
+pub fn context_supports<K: Eq + std::hash::Hash>(rows: &[(K, i64, f64)]) -> Vec<f64> {
+    let own: HashMap<(&K, i64), f64> = rows.iter().map(|(c, seq, r)| ((c, *seq), *r)).collect();
+    rows.iter()
+        .map(|(c, seq, _)| {
+            let best = (1..=CONTEXT_MESSAGES)
+                .filter_map(|back| own.get(&(c, seq - back)))
+                .fold(0.0_f64, |a, r| a.max(*r));
+            CONTEXT_SUPPORT * best
+        })
+        .collect()
 }
 
 /// The one place ranked lists are merged: every candidate of a vector list and a keyword list
@@ -340,6 +383,36 @@ mod tests {
     fn rank(e: &mut Explain) -> f64 {
         finish(e, SimilarityScale::DEFAULT);
         e.rank_score
+    }
+
+    #[test]
+    fn a_message_draws_a_quarter_of_its_contexts_relevance() {
+        // Conversation "a": 1 matches (0.6), 2 and 3 follow it, 4 is three places after it.
+        // Conversation "b": 2 would follow a message numbered 1, which is not a candidate.
+        let rows = [("a", 1, 0.6), ("a", 2, 0.0), ("a", 3, 0.1), ("a", 4, 0.0), ("b", 2, 0.0)];
+        let s = context_supports(&rows);
+        assert_eq!(s[0], 0.0, "nothing before the first message");
+        assert!((s[1] - 0.15).abs() < 1e-12, "the message after it: {}", s[1]);
+        assert!((s[2] - 0.15).abs() < 1e-12, "two after it, the best of the two before: {}", s[2]);
+        // 4 draws on 2 and 3 (own relevances 0 and 0.1), never on 1's support through them.
+        assert!((s[3] - 0.025).abs() < 1e-12, "no chaining: {}", s[3]);
+        assert_eq!(s[4], 0.0, "another conversation's numbers are not context");
+
+        // The support joins the product; a message that has its own keeps more.
+        let scale = SimilarityScale { floor: 0.3, full: 0.8 };
+        let mut e = Explain { context_support: s[1], ..Default::default() };
+        assert!((finish(&mut e, scale) - 0.15).abs() < 1e-12);
+        assert!(e.score >= DEFAULT_MIN_SCORE, "an answer after a matching question passes");
+        let mut e = Explain { text_coverage: Some(0.5), context_support: 0.15, ..Default::default() };
+        assert!((finish(&mut e, scale) - 0.25).abs() < 1e-12, "its own support, the larger");
+        // Two stray matches under the threshold, one after the other, do not add up to one
+        // over it: a query with nothing relevant still returns nothing.
+        let own = DEFAULT_MIN_SCORE - 0.001;
+        let weak = [("a", 1, own), ("a", 2, own)];
+        for support in context_supports(&weak) {
+            let mut e = Explain { text_coverage: Some(own.sqrt()), context_support: support, ..Default::default() };
+            assert!(finish(&mut e, scale) < DEFAULT_MIN_SCORE, "{}", e.score);
+        }
     }
 
     #[test]

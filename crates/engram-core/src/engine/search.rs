@@ -150,10 +150,15 @@ impl Engine {
             if input.sources.contains(&SearchSource::Messages) {
                 let how = message_qv.as_ref().filter(|_| input.explain).map(|(_, t)| t);
                 let lists = Lists { vector: message_vector, scored_by, ..lists };
-                for (message, mut e) in self.message_hits(&v, &window, &lists).await? {
-                    e.speakers = how.map(|t| speaker::explain(query, t));
-                    hits.push(Hit::of_message(message, e, now, scale));
-                }
+                let mut found: Vec<Hit> = (self.message_hits(&v, &window, &lists).await?)
+                    .into_iter()
+                    .map(|(message, mut e)| {
+                        e.speakers = how.map(|t| speaker::explain(query, t));
+                        Hit::of_message(message, e, now, scale)
+                    })
+                    .collect();
+                add_context_support(&mut found, scale);
+                hits.extend(found);
             }
             if input.sources.contains(&SearchSource::Summaries) {
                 for (summary, mut e) in self.summary_hits(&v, &window, &lists).await? {
@@ -212,6 +217,28 @@ impl Engine {
             }
         }
         Ok(hits)
+    }
+}
+
+/// Each message hit's support from its context among the other hits
+/// ([`retrieval::context_supports`]), and its score read again with it.
+fn add_context_support(hits: &mut [Hit], scale: crate::embed::SimilarityScale) {
+    let rows: Vec<_> = hits
+        .iter()
+        .filter_map(|h| match h {
+            Hit::Message { message, score, .. } => Some((&message.conversation_id, message.seq, *score)),
+            Hit::Memory { .. } | Hit::Summary { .. } => None,
+        })
+        .collect();
+    let supports = retrieval::context_supports(&rows);
+    let messages = hits.iter_mut().filter(|h| matches!(h, Hit::Message { .. }));
+    for (h, support) in messages.zip(supports) {
+        if let Hit::Message { score, explain, .. } = h
+            && support > 0.0
+        {
+            explain.context_support = support;
+            *score = retrieval::finish(explain, scale);
+        }
     }
 }
 

@@ -403,14 +403,19 @@ mod tests {
         let mut e = Explain { context_support: s[1], ..Default::default() };
         assert!((finish(&mut e, scale) - 0.15).abs() < 1e-12);
         assert!(e.score >= DEFAULT_MIN_SCORE, "an answer after a matching question passes");
-        let mut e = Explain { text_coverage: Some(0.5), context_support: 0.15, ..Default::default() };
+        let mut e =
+            Explain { text_coverage: Some(0.5), context_support: 0.15, ..Default::default() };
         assert!((finish(&mut e, scale) - 0.25).abs() < 1e-12, "its own support, the larger");
         // Two stray matches under the threshold, one after the other, do not add up to one
         // over it: a query with nothing relevant still returns nothing.
         let own = DEFAULT_MIN_SCORE - 0.001;
         let weak = [("a", 1, own), ("a", 2, own)];
         for support in context_supports(&weak) {
-            let mut e = Explain { text_coverage: Some(own.sqrt()), context_support: support, ..Default::default() };
+            let mut e = Explain {
+                text_coverage: Some(own.sqrt()),
+                context_support: support,
+                ..Default::default()
+            };
             assert!(finish(&mut e, scale) < DEFAULT_MIN_SCORE, "{}", e.score);
         }
     }

@@ -30,7 +30,12 @@ pub struct ExplainDto {
     /// Support from the time the query names: 0.3 when the row's own relative date
     /// ("yesterday") points into it, 0.15 when it was written or observed within it.
     pub date_match: f64,
-    /// `1 − (1 − semantic)·(1 − lexical)·(1 − date_match)`: the score.
+    /// Message results: support from the message's context, 0.25 × the best relevance of
+    /// the two messages numbered just before it in its conversation when they were
+    /// candidates of the same search (an answer after a matching question); else 0.
+    pub context_support: f64,
+    /// `1 − (1 − semantic)·(1 − lexical)·(1 − date_match)`, or `context_support` when that
+    /// is larger: the score.
     pub relevance: f64,
     /// Reciprocal Rank Fusion of the two lists (k = 60).
     pub rrf: f64,
@@ -80,6 +85,7 @@ impl From<&Explain> for ExplainDto {
             lexical: e.lexical,
             date_rank: e.date_rank,
             date_match: e.date_match,
+            context_support: e.context_support,
             relevance: e.relevance,
             rrf: e.rrf,
             days_since_access: e.days_since_access,

@@ -248,8 +248,74 @@ async fn a_long_fact_is_found_by_its_end(backend: Backend) {
     assert!(whole > head_only + 0.05, "the end counts: {whole} against {head_only}");
 }
 
+/// An answer that says nothing of its own ("The second one, obviously!") draws a quarter of
+/// the relevance of the question before it, so the default threshold keeps it; a message
+/// three places after the question draws nothing, a higher `min_score` still drops the
+/// answer, and a query with nothing relevant still returns nothing. With the built-in
+/// embedder, whose meaning alone gives a short reply no support.
+async fn an_answer_passes_on_the_question_before_it(backend: Backend) {
+    let db = Db::new(backend).await;
+    let mut cmd = Command::new(bin());
+    cmd.arg("--data-dir").arg(db.dir()).args(db.store_args()).args(["--embedder", "builtin"]);
+    cmd.env("ENGRAM_LOG", "warn");
+    let s = Server::spawn(cmd, &[]);
+    let said = [
+        "Lisbon or Kyoto: which city should we choose for the sabbatical?",
+        "The second one, obviously! The cherry blossoms alone are worth it.",
+        "Great, book it.",
+        "Done. Anything else on your list today?",
+    ];
+    let messages: Vec<Value> = said
+        .iter()
+        .enumerate()
+        .map(
+            |(i, c)| json!({ "role": if i % 2 == 0 { "user" } else { "assistant" }, "content": c }),
+        )
+        .collect();
+    let (st, b) = s
+        .post("/v1/conversations/trip/messages", json!({ "user_id": "u", "messages": messages }))
+        .await;
+    assert_eq!(st, 202, "{b}");
+    let search = |query: &'static str, min_score: Option<f64>| {
+        let s = &s;
+        async move {
+            let mut body =
+                json!({ "query": query, "user_id": "u", "sources": ["messages"], "explain": true });
+            if let Some(m) = min_score {
+                body["min_score"] = json!(m);
+            }
+            let (st, r) = s.post("/v1/search", body).await;
+            assert_eq!(st, 200, "{r}");
+            r
+        }
+    };
+    let hit = |r: &Value, content: &str| {
+        results(r).iter().find(|h| h["message"]["content"] == content).cloned()
+    };
+    let q = "Which city did we choose for the sabbatical?";
+    let r = search(q, None).await;
+    let question = hit(&r, said[0]).unwrap_or_else(|| panic!("{r:#}"));
+    let answer = hit(&r, said[1]).unwrap_or_else(|| panic!("the answer is kept: {r:#}"));
+    let (qs, e) = (question["score"].as_f64().unwrap(), &answer["explain"]);
+    assert_eq!(results(&r)[0]["message"]["content"], said[0], "{r:#}");
+    assert_eq!(e["text_coverage"], json!(0.0), "found through its context only: {e:#}");
+    let support = e["context_support"].as_f64().unwrap();
+    assert!((support - 0.25 * qs).abs() < 1e-9, "a quarter of the question's {qs}: {e:#}");
+    assert!(support >= 0.05 && answer["score"].as_f64().unwrap() >= support, "{e:#}");
+    assert_eq!(question["explain"]["context_support"], json!(0.0), "{question:#}");
+    assert!(hit(&r, said[3]).is_none(), "three places after the question: {r:#}");
+
+    let r = search(q, Some(0.3)).await;
+    assert!(hit(&r, said[0]).is_some() && hit(&r, said[1]).is_none(), "{r:#}");
+    for q in UNRELATED {
+        let r = search(q, None).await;
+        assert!(results(&r).is_empty(), "{q}: {r:#}");
+    }
+}
+
 on_both_backends!(
     a_long_fact_is_found_by_its_end,
     unrelated_queries_find_nothing_and_scores_mean_the_same_everywhere,
     the_builtin_embedder_abstains_too,
+    an_answer_passes_on_the_question_before_it,
 );

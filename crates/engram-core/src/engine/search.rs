@@ -226,7 +226,9 @@ fn add_context_support(hits: &mut [Hit], scale: crate::embed::SimilarityScale) {
     let rows: Vec<_> = hits
         .iter()
         .filter_map(|h| match h {
-            Hit::Message { message, score, .. } => Some((&message.conversation_id, message.seq, *score)),
+            Hit::Message { message, score, .. } => {
+                Some((&message.conversation_id, message.seq, *score))
+            }
             Hit::Memory { .. } | Hit::Summary { .. } => None,
         })
         .collect();

@@ -61,6 +61,7 @@ use time::OffsetDateTime;
 
 use crate::embed::SimilarityScale;
 use crate::model::{Kind, Memory, MemoryId};
+use crate::pipeline::messages::CONTEXT_MESSAGES;
 
 /// The `min_score` of a search that names none: results need real support, lexical or
 /// semantic. On LoCoMo it leaves nothing for about 9 in 10 queries on unrelated topics while
@@ -201,19 +202,16 @@ pub fn finish(e: &mut Explain, scale: SimilarityScale) -> f64 {
 /// ([`context_supports`]); the weight at which the keyword index reads a message's context.
 pub const CONTEXT_SUPPORT: f64 = 0.25;
 
-/// Messages of a conversation whose relevance a message draws on: the ones numbered this many
-/// places before it at most (the context the keyword index and the vectors read).
-pub const CONTEXT_MESSAGES: i64 = 2;
-
 /// The context support of each candidate message, given as `(conversation, seq, own
 /// relevance)`: [`CONTEXT_SUPPORT`] × the best own relevance among the candidates of its
-/// conversation numbered 1 to [`CONTEXT_MESSAGES`] before it, or 0. Read from own relevances
+/// conversation numbered 1 to [`CONTEXT_MESSAGES`] before it (the context its vector and its
+/// keyword index read), or 0. Read from own relevances
 /// only, so support never chains along a conversation.
 pub fn context_supports<K: Eq + std::hash::Hash>(rows: &[(K, i64, f64)]) -> Vec<f64> {
     let own: HashMap<(&K, i64), f64> = rows.iter().map(|(c, seq, r)| ((c, *seq), *r)).collect();
     rows.iter()
         .map(|(c, seq, _)| {
-            let best = (1..=CONTEXT_MESSAGES)
+            let best = (1..=CONTEXT_MESSAGES as i64)
                 .filter_map(|back| own.get(&(c, seq - back)))
                 .fold(0.0_f64, |a, r| a.max(*r));
             CONTEXT_SUPPORT * best

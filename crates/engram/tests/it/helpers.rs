@@ -416,3 +416,17 @@ pub fn assert_error(got: &(StatusCode, Value), status: u16, code: &str) {
         got.1
     );
 }
+
+/// Append `turns` as one conversation of `user`, speakers taking turns as user and assistant.
+pub async fn append_turns(s: &Server, user: &str, turns: &[&str]) {
+    let messages: Vec<Value> = turns
+        .iter()
+        .enumerate()
+        .map(
+            |(i, t)| json!({ "role": if i % 2 == 0 { "user" } else { "assistant" }, "content": t }),
+        )
+        .collect();
+    let body = json!({ "user_id": user, "messages": messages });
+    let (st, b) = s.post("/v1/conversations/chat/messages", body).await;
+    assert_eq!(st, 202, "{b}");
+}

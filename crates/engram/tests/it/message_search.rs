@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, Db, Server};
+use crate::helpers::{Backend, Db, Server, append_turns};
 
 /// Wait until the background jobs have embedded every message of the tenant.
 async fn wait_for_message_vectors(s: &Server, expected: u64) -> Value {
@@ -240,20 +240,6 @@ async fn substring_and_regex_modes_find_literal_text_newest_first(backend: Backe
     let (st, r) = search(json!({ "user_id": "u", "query": "staging deploy", "sources": ["messages"], "mode": "fts" })).await;
     assert_eq!(st, 200);
     assert_eq!(contents(&r)[0], "Deploy of PROJ-1201 failed on staging.");
-}
-
-/// Append `turns` as one conversation of `user`, speakers taking turns as user and assistant.
-async fn append_turns(s: &Server, user: &str, turns: &[&str]) {
-    let messages: Vec<Value> = turns
-        .iter()
-        .enumerate()
-        .map(
-            |(i, t)| json!({ "role": if i % 2 == 0 { "user" } else { "assistant" }, "content": t }),
-        )
-        .collect();
-    let body = json!({ "user_id": user, "messages": messages });
-    let (st, b) = s.post("/v1/conversations/chat/messages", body).await;
-    assert_eq!(st, 202, "{b}");
 }
 
 /// `POST /v1/search` of `user`'s messages with `explain`: the response body.

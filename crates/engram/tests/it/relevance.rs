@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, Db, Server, assert_error, bin};
+use crate::helpers::{Backend, Db, Server, append_turns, assert_error, bin};
 use crate::mcp::Mcp;
 
 const FACTS: [&str; 6] = [
@@ -265,17 +265,7 @@ async fn an_answer_passes_on_the_question_before_it(backend: Backend) {
         "Great, book it.",
         "Done. Anything else on your list today?",
     ];
-    let messages: Vec<Value> = said
-        .iter()
-        .enumerate()
-        .map(
-            |(i, c)| json!({ "role": if i % 2 == 0 { "user" } else { "assistant" }, "content": c }),
-        )
-        .collect();
-    let (st, b) = s
-        .post("/v1/conversations/trip/messages", json!({ "user_id": "u", "messages": messages }))
-        .await;
-    assert_eq!(st, 202, "{b}");
+    append_turns(&s, "u", &said).await;
     let search = |query: &'static str, min_score: Option<f64>| {
         let s = &s;
         async move {

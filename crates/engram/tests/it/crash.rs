@@ -166,19 +166,7 @@ async fn acknowledged_writes_survive_sigkill(backend: Backend) {
     }
     // The interrupted background work resumes and is done once: every message embedded,
     // no job failed.
-    let mut stats = Value::Null;
-    for _ in 0..600 {
-        stats = s.get("/v1/stats").await.1;
-        if stats["jobs_pending"] == 0 && stats["jobs_running"] == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert_eq!(
-        (stats["jobs_pending"].clone(), stats["jobs_running"].clone()),
-        (json!(0), json!(0)),
-        "{stats}"
-    );
+    let stats = crate::helpers::drained(&s.as_client()).await;
     assert_eq!(stats["jobs_failed"], 0, "{stats}");
     assert_eq!(stats["message_embedding_coverage"], 1.0, "{stats}");
     eprintln!(

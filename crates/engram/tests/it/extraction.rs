@@ -57,14 +57,7 @@ async fn append(s: &Server, conv: &str, user: &str, msgs: Value) -> StatusCode {
 
 /// Wait until the job queue of the tenant is drained (no pending or running jobs).
 async fn drained(s: &Server) -> Value {
-    for _ in 0..300 {
-        let (_, st) = s.get("/v1/stats").await;
-        if st["jobs_pending"] == 0 && st["jobs_running"] == 0 {
-            return st;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("jobs did not drain");
+    crate::helpers::drained(&s.as_client()).await
 }
 
 async fn active(s: &Server, user: &str) -> Vec<Value> {

@@ -272,6 +272,11 @@ impl Server {
         let _ = self.child.wait();
     }
 
+    /// A client of this server with its own key.
+    pub fn as_client(&self) -> Client {
+        Client { base: self.base.clone(), client: self.client.clone(), key: self.key.clone() }
+    }
+
     /// The same server with another key.
     pub fn with_key(&self, key: &str) -> Client {
         Client { base: self.base.clone(), client: self.client.clone(), key: Some(key.to_string()) }
@@ -392,6 +397,30 @@ impl Client {
     }
     pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         self.req("POST", path, Some(body)).await
+    }
+}
+
+/// Wait until the job queue seen by `c` (`/v1/stats`) is drained; returns the last stats.
+///
+/// Bounded by progress, not by the wall clock: it fails only when no job has started, ended
+/// or failed for a whole minute (a hung queue), so a slow machine that keeps working passes.
+pub async fn drained(c: &Client) -> Value {
+    let state = |st: &Value| {
+        ["jobs_pending", "jobs_running", "jobs_done", "jobs_failed"].map(|k| st[k].clone())
+    };
+    let (mut last, mut since) = (None, std::time::Instant::now());
+    loop {
+        let (status, st) = c.get("/v1/stats").await;
+        assert_eq!(status, StatusCode::OK, "{st}");
+        if st["jobs_pending"] == 0 && st["jobs_running"] == 0 {
+            return st;
+        }
+        let now = Some(state(&st));
+        if now != last {
+            (last, since) = (now, std::time::Instant::now());
+        }
+        assert!(since.elapsed() < Duration::from_secs(60), "jobs made no progress for 60 s: {st}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

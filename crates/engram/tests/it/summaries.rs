@@ -74,16 +74,9 @@ async fn append(s: &Server, conv: &str, agent: Option<&str>, from: i64, to: i64)
     assert_eq!(st, StatusCode::ACCEPTED, "{b}");
 }
 
-/// Wait until the job queue of the tenant is drained.
+/// Wait until the job queue of the tenant is drained (no pending or running jobs).
 async fn drained(s: &Server) -> Value {
-    for _ in 0..600 {
-        let (_, st) = s.get("/v1/stats").await;
-        if st["jobs_pending"] == 0 && st["jobs_running"] == 0 {
-            return st;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("jobs did not drain");
+    crate::helpers::drained(&s.as_client()).await
 }
 
 fn of_depth(summaries: &[Value], depth: i64) -> Vec<Value> {
@@ -423,18 +416,6 @@ async fn synthesis_answers_from_the_results_and_cites_them(backend: Backend) {
     assert!(r["error"]["message"].as_str().unwrap().contains("needs an LLM"), "{r}");
 }
 
-/// Wait until the job queue drains, as the tenant's admin.
-async fn drained_as(c: &Client) {
-    for _ in 0..600 {
-        let (_, st) = c.get("/v1/stats").await;
-        if st["jobs_pending"] == 0 && st["jobs_running"] == 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("jobs did not drain");
-}
-
 async fn summaries_are_seen_only_by_who_may_read_their_conversation(backend: Backend) {
     let llm = echoing_llm().await;
     let db = Db::new(backend).await;
@@ -460,7 +441,7 @@ async fn summaries_are_seen_only_by_who_may_read_their_conversation(backend: Bac
         let (st, r) = adm.post(&format!("/v1/conversations/{conv}/messages"), b).await;
         assert_eq!(st, StatusCode::ACCEPTED, "{r}");
     }
-    drained_as(&adm).await;
+    crate::helpers::drained(&adm).await;
     let leaf_of = |conv: &'static str| {
         let adm = &adm;
         async move {

@@ -38,14 +38,16 @@ pub struct TextSql {
     pub plan_fts_first: Vec<String>,
 }
 
-const SQL: &str = "SELECT m.id AS id, bm25(memories_fts) AS score FROM memories_fts {JOIN} memories m \
+const SQL: &str = "SELECT m.id AS id, bm25(memories_fts, 1.0, 0.0) AS score FROM memories_fts {JOIN} memories m \
      ON m.rowid = memories_fts.rowid WHERE memories_fts MATCH ? AND m.tenant_id = ? AND user_id = ? \
      AND superseded_at IS NULL AND (expires_at IS NULL OR expires_at > ?) ORDER BY score LIMIT ?";
 
-/// The store's FTS5 query for `q` (see `SqliteStore::informative_query`).
+/// The store's FTS5 query for `q` in `user`'s scope (see `SqliteStore::informative_query`):
+/// terms in half the user's rows or more dropped, the scope token ANDed in.
 async fn fts_query(
     pool: &SqlitePool,
     q: &str,
+    user: &str,
     drop_clitics: bool,
 ) -> anyhow::Result<Option<String>> {
     let mut terms = engram_store::sqlite::query_terms(q);
@@ -55,17 +57,24 @@ async fn fts_query(
     if terms.is_empty() {
         return Ok(None);
     }
-    let n: i64 =
-        sqlx::query("SELECT coalesce(max(rowid), 0) FROM memories").fetch_one(pool).await?.get(0);
+    let scope = sqlx::query(
+        "SELECT id, memories FROM keyword_scopes WHERE tenant_id = 'default' AND user_id = ?",
+    )
+    .bind(user)
+    .fetch_optional(pool)
+    .await?;
+    let Some(scope) = scope else { return Ok(None) };
+    let (token, n) = (format!("scope : u{}", scope.get::<i64, _>(0)), scope.get::<i64, _>(1));
     let mut keep = terms.clone();
     if n >= 4 {
         for t in &terms {
-            let doc: Option<i64> = sqlx::query("SELECT doc FROM memories_fts_vocab WHERE term = ?")
-                .bind(t)
-                .fetch_optional(pool)
-                .await?
-                .map(|r| r.get(0));
-            if doc.is_some_and(|d| d * 2 >= n) {
+            let doc: i64 =
+                sqlx::query("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?")
+                    .bind(format!("{token} AND {{content}} : \"{t}\""))
+                    .fetch_one(pool)
+                    .await?
+                    .get(0);
+            if doc * 2 >= n {
                 keep.retain(|k| k != t);
             }
         }
@@ -73,7 +82,8 @@ async fn fts_query(
     if keep.is_empty() {
         return Ok(None);
     }
-    Ok(Some(keep.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(" OR ")))
+    let terms = keep.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(" OR ");
+    Ok(Some(format!("{token} AND {{content}} : ({terms})")))
 }
 
 async fn plan(pool: &SqlitePool, sql: &str, fq: &str, user: &str) -> anyhow::Result<Vec<String>> {
@@ -127,7 +137,7 @@ pub async fn compare(
     let mut same = 0;
     let mut plans = None;
     for q in queries {
-        let Some(fq) = fts_query(&pool, q, false).await? else { continue };
+        let Some(fq) = fts_query(&pool, q, user, false).await? else { continue };
         if plans.is_none() {
             plans = Some((
                 plan(&pool, &store_sql, &fq, user).await?,
@@ -139,7 +149,7 @@ pub async fn compare(
         t_store.push(a);
         t_cross.push(b);
         same += usize::from(ids_a == ids_b);
-        if let Some(fq) = fts_query(&pool, q, true).await? {
+        if let Some(fq) = fts_query(&pool, q, user, true).await? {
             t_clitics.push(run_one(&pool, &cross_sql, &fq, user, k).await?.0);
         }
     }

@@ -28,6 +28,7 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
         include_str!("../migrations/sqlite/0010_transcript_vector_seq.sql"),
     ),
     (11, "message_context", include_str!("../migrations/sqlite/0011_message_context.sql")),
+    (12, "keyword_scopes", include_str!("../migrations/sqlite/0012_keyword_scopes.sql")),
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.

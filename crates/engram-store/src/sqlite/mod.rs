@@ -305,47 +305,48 @@ impl SqliteDb {
     }
 
     /// BM25 keyword search in `table` (`memories`, `messages` or `summaries`, through its FTS5
-    /// index):
-    /// the ids (made by `id`) of the best `k` rows of `tenant` that `narrow` keeps (it
+    /// index) within one scope: the user `user` of `tenant`, or (memories only, `user` None)
+    /// the whole tenant. The ids (made by `id`) of the best `k` rows that `narrow` keeps (it
     /// appends conditions on the row, `m`), best first, each with the share of the query's
     /// keyword weight it holds ([`QueryWeights::coverage`]).
+    ///
+    /// Every index row carries its scope's token (migration 12), ANDed into the query: FTS5
+    /// reads the scope's doclist instead of every user's postings, and the drop rule of
+    /// [`Self::informative_query`] counts within the scope, so no other user or tenant
+    /// changes which rows match. BM25's own IDF inside FTS5 stays global: other scopes still
+    /// shape the order of the matches, never which rows match.
+    #[allow(clippy::too_many_arguments)]
     async fn fts_search<I>(
         &self,
         table: &'static str,
         tenant: &TenantId,
+        user: Option<&str>,
         query: &str,
         k: usize,
         narrow: impl FnOnce(&mut QueryBuilder<Sqlite>),
         id: fn(uuid::Uuid) -> I,
     ) -> Result<Vec<(I, f64)>> {
-        let vocab = match table {
-            "memories" => "memories_fts_vocab",
-            "messages" => "messages_fts_vocab",
-            _ => "summaries_fts_vocab",
-        };
-        let Some((fq, weights)) = self.informative_query(query, vocab, table).await? else {
+        let Some((fq, weights)) = self.informative_query(query, table, tenant, user).await? else {
             return Ok(vec![]);
         };
         // FTS5 ranks every match and hands them over best first (`ORDER BY rank`), so the
-        // join reads rows only until k pass the scope: at 100k messages of one user, a
+        // join reads rows only until k pass the filter: at 100k messages of one user, a
         // query matching a third of them took ~2× as long when every match was joined
         // and sorted after (benches/README, "the keyword index with each message's
         // context"). A message's index holds its context (migration 11), weighted as
-        // BM25F weighs a field; coverage below reads only its own words.
-        let (tool, rank) = if table == "messages" {
-            (
-                "coalesce(m.tool_name, '')",
-                format!(" AND messages_fts.rank MATCH 'bm25(1.0, 1.0, {CONTEXT_WEIGHT:?})'"),
-            )
+        // BM25F weighs a field; coverage below reads only its own words. The scope column
+        // weighs nothing.
+        let (tool, weights_sql) = if table == "messages" {
+            ("coalesce(m.tool_name, '')", format!("1.0, 1.0, {CONTEXT_WEIGHT:?}, 0.0"))
         } else {
-            ("''", String::new()) // rank is bm25() by default
+            ("''", "1.0, 0.0".to_string())
         };
         let mut q = QueryBuilder::<Sqlite>::new(format!(
             "SELECT m.id AS id, m.content AS content, {tool} AS tool \
              FROM {table}_fts CROSS JOIN {table} m ON m.rowid = {table}_fts.rowid WHERE {table}_fts MATCH "
         ));
         q.push_bind(fq)
-            .push(rank)
+            .push(format!(" AND {table}_fts.rank MATCH 'bm25({weights_sql})'"))
             .push(" AND m.tenant_id = ")
             .push_bind(tenant.as_str().to_string());
         narrow(&mut q);
@@ -359,53 +360,58 @@ impl SqliteDb {
             .collect()
     }
 
-    /// The query's terms ([`match_terms`]: words, or prefixes of longer words) minus those
-    /// found in half the indexed rows or more (when the index has at least 4 rows): FTS5 gives
-    /// such terms an IDF of 1e-6, so a row matching only them would enter the fusion with a
-    /// meaningless rank. A prefix's rows are counted as the sum over the indexed words it
-    /// starts (an upper bound: a row holding two such words counts twice); a message's rows
-    /// are counted by its own words, not its context. Returns the FTS5 query and the weight
-    /// of every term (dropped ones included, with their IDF of 1e-6), or None.
+    /// The FTS5 query of `query` in one scope (see [`Self::fts_search`]): its terms
+    /// ([`match_terms`]: words, or prefixes of longer words) minus those found in half the
+    /// scope's indexed rows or more (when the scope has at least 4 rows): FTS5 gives such
+    /// terms an IDF of 1e-6, so a row matching only them would enter the fusion with a
+    /// meaningless rank. A term's rows are counted by the row's own words (a message's
+    /// content and tool name, not its context). Returns the FTS5 query and the weight of every
+    /// term (dropped ones included, with their IDF of 1e-6), or None when nothing can match
+    /// (no term kept, or no indexed row in the scope).
     async fn informative_query(
         &self,
         query: &str,
-        vocab: &'static str,
         table: &'static str,
+        tenant: &TenantId,
+        user: Option<&str>,
     ) -> Result<Option<(String, QueryWeights)>> {
         let terms = match_terms(query);
         if terms.is_empty() {
             return Ok(None);
         }
-        // max(rowid) is O(1) and close enough to the row count for a 50% cut.
-        let n: i64 = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT coalesce(max(rowid), 0) FROM {table}"
+        // The scope's token and row count, kept by the index's triggers (migration 12).
+        let (prefix, count) = match table {
+            "memories" => (if user.is_some() { "u" } else { "t" }, "memories"),
+            "messages" => ("u", "messages"),
+            _ => ("u", "summaries"),
+        };
+        let scope = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT id, {count} FROM keyword_scopes WHERE tenant_id = ? AND user_id = ?"
         )))
-        .fetch_one(&self.read)
+        .bind(tenant.as_str())
+        .bind(user.unwrap_or(""))
+        .fetch_optional(&self.read)
         .await
-        .map_err(db)?
-        .get(0);
-        // One statement: a row per term, `(index in terms, rows)`.
+        .map_err(db)?;
+        let Some(scope) = scope else { return Ok(None) };
+        let (token, n) =
+            (format!("scope : {prefix}{}", scope.get::<i64, _>(0)), scope.get::<i64, _>(1));
+        if n <= 0 {
+            return Ok(None);
+        }
+        // A query word matches the row's words, never its scope token.
+        let (own, all) = match table {
+            "messages" => ("{content tool_name}", "{content tool_name context}"),
+            _ => ("{content}", "{content}"),
+        };
+        // One statement: a row per term, `(index in terms, rows of the scope holding it)`.
         let mut q = QueryBuilder::<Sqlite>::new("");
         for (i, t) in terms.iter().enumerate() {
             if i > 0 {
                 q.push(" UNION ALL ");
             }
-            q.push(format!("SELECT {i}, coalesce(sum(doc), 0) FROM {vocab} WHERE "));
-            if vocab == "messages_fts_vocab" {
-                // Per column (migration 11): a message's own words, not its context (a term
-                // in both its content and tool name counts twice, an upper bound).
-                q.push("col != 'context' AND ");
-            }
-            if t.prefix {
-                // Every indexed word starting with the prefix (terms compare bytewise;
-                // U+10FFFF sorts after any continuation of a UTF-8 string).
-                q.push("term >= ")
-                    .push_bind(t.text.clone())
-                    .push(" AND term < ")
-                    .push_bind(format!("{}\u{10FFFF}", t.text));
-            } else {
-                q.push("term = ").push_bind(t.text.clone());
-            }
+            q.push(format!("SELECT {i}, count(*) FROM {table}_fts WHERE {table}_fts MATCH "))
+                .push_bind(format!("{token} AND {own} : {}", t.fts5()));
         }
         let mut df = vec![0i64; terms.len()];
         for r in q.build().fetch_all(&self.read).await.map_err(db)? {
@@ -430,7 +436,7 @@ impl SqliteDb {
         if keep.is_empty() {
             return Ok(None);
         }
-        Ok(Some((keep.join(" OR "), weights)))
+        Ok(Some((format!("{token} AND {all} : ({})", keep.join(" OR ")), weights)))
     }
 
     /// Bring the vector index of one user up to date with the database.

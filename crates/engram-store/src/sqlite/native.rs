@@ -52,7 +52,8 @@ impl Native for SqliteDb {
         let now = ts(OffsetDateTime::now_utc());
         // Column names are unqualified in push_filter; they are unambiguous (fts has only `content`).
         let narrow = |b: &mut QueryBuilder<Sqlite>| push_filter(b, q.scope, now);
-        self.fts_search("memories", q.tenant, q.query, q.k, narrow, MemoryId).await
+        let user = q.scope.user_id.as_ref().map(|u| u.as_str());
+        self.fts_search("memories", q.tenant, user, q.query, q.k, narrow, MemoryId).await
     }
 
     async fn search_transcript_text(
@@ -61,7 +62,8 @@ impl Native for SqliteDb {
     ) -> Hits<Uuid, f64> {
         let (filter, table) = q.scope;
         let narrow = |b: &mut QueryBuilder<Sqlite>| push_window(b, filter, table, "m.");
-        self.fts_search(table.table(), q.tenant, q.query, q.k, narrow, |id| id).await
+        let user = Some(filter.user.as_str());
+        self.fts_search(table.table(), q.tenant, user, q.query, q.k, narrow, |id| id).await
     }
 
     async fn search_transcript_vectors(

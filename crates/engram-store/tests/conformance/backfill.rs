@@ -31,6 +31,38 @@ const UNDO_SQLITE_11: &str = "\
     CREATE VIRTUAL TABLE messages_fts_vocab USING fts5vocab (messages_fts, 'row'); \
     DELETE FROM schema_migrations WHERE version = 11;";
 
+/// SQLite's migration 12 undone: keyword indexes without a scope column, counted over the
+/// whole store (the memory and summary indexes of migrations 1 and 6 rebuilt from the rows,
+/// the message index of migration 11), with their triggers and vocabularies.
+fn undo_sqlite_12() -> String {
+    let drop = "\
+        DROP TRIGGER memories_fts_ai; DROP TRIGGER memories_fts_ad; \
+        DROP TRIGGER summaries_fts_ai; DROP TRIGGER summaries_fts_au; DROP TRIGGER summaries_fts_ad; \
+        DROP TABLE memories_fts; DROP TABLE summaries_fts; \
+        DROP VIEW messages_fts_rows; DROP VIEW keyword_scope_tokens; DROP TABLE keyword_scopes; \
+        CREATE VIRTUAL TABLE memories_fts USING fts5 (content, content = 'memories', \
+            content_rowid = 'rowid', tokenize = 'unicode61 remove_diacritics 2'); \
+        INSERT INTO memories_fts (memories_fts) VALUES ('rebuild'); \
+        CREATE TRIGGER memories_fts_ai AFTER INSERT ON memories BEGIN \
+            INSERT INTO memories_fts (rowid, content) VALUES (new.rowid, new.content); END; \
+        CREATE TRIGGER memories_fts_ad AFTER DELETE ON memories BEGIN \
+            INSERT INTO memories_fts (memories_fts, rowid, content) \
+            VALUES ('delete', old.rowid, old.content); END; \
+        CREATE VIRTUAL TABLE memories_fts_vocab USING fts5vocab (memories_fts, 'row'); \
+        CREATE VIRTUAL TABLE summaries_fts USING fts5 (content, content = 'summaries', \
+            content_rowid = 'rowid', tokenize = 'unicode61 remove_diacritics 2'); \
+        INSERT INTO summaries_fts (summaries_fts) VALUES ('rebuild'); \
+        CREATE TRIGGER summaries_fts_ai AFTER INSERT ON summaries BEGIN \
+            INSERT INTO summaries_fts (rowid, content) VALUES (new.rowid, new.content); END; \
+        CREATE TRIGGER summaries_fts_ad AFTER DELETE ON summaries BEGIN \
+            INSERT INTO summaries_fts (summaries_fts, rowid, content) \
+            VALUES ('delete', old.rowid, old.content); END; \
+        CREATE VIRTUAL TABLE summaries_fts_vocab USING fts5vocab (summaries_fts, 'row');";
+    // Migration 11 drops the message index of migration 12 and builds its own.
+    let messages = include_str!("../../migrations/sqlite/0011_message_context.sql");
+    format!("{drop} {messages} DELETE FROM schema_migrations WHERE version = 12;")
+}
+
 /// PostgreSQL's migration 10 undone: no message context.
 const UNDO_PG_10: &str = "\
     DROP TRIGGER messages_context ON messages; DROP TRIGGER messages_context_next ON messages; \
@@ -71,8 +103,12 @@ async fn speakers_of_earlier_messages_are_backfilled(backend: Backend) {
     let undo = "DROP TABLE speakers; DELETE FROM schema_migrations WHERE version = 9";
     match backend {
         Backend::Sqlite => {
-            // Migrations 10 and 11 came after it: undone first.
-            sqlite_raw(&f, &format!("{UNDO_SQLITE_11} {UNDO_SQLITE_10} {undo}")).await;
+            // Migrations 10 to 12 came after it: undone first.
+            sqlite_raw(
+                &f,
+                &format!("{} {UNDO_SQLITE_11} {UNDO_SQLITE_10} {undo}", undo_sqlite_12()),
+            )
+            .await;
         }
         Backend::Postgres => {
             let sql = format!("{UNDO_PG_10} {undo}");
@@ -111,7 +147,7 @@ async fn message_vectors_from_before_their_counter_are_searched_on_sqlite() {
     let mut f = Fixture::new(Backend::Sqlite).await;
     let (t, u) = (tenant("t"), user("u"));
     f.store.ensure_embedding_space(MODEL, 4).await.unwrap();
-    sqlite_raw(&f, &format!("{UNDO_SQLITE_11} {UNDO_SQLITE_10}")).await;
+    sqlite_raw(&f, &format!("{} {UNDO_SQLITE_11} {UNDO_SQLITE_10}", undo_sqlite_12())).await;
     let say = |text: &str| message(&t, &u, "c", MessageRole::User, text);
     let ms = f.store.append_messages(&t, vec![say("one"), say("two")]).await.unwrap();
     let old = vec![(ms[0].id, unit(4, 1)), (ms[1].id, unit(4, 2))];
@@ -140,7 +176,7 @@ async fn message_context_of_earlier_messages_is_backfilled(backend: Backend) {
     let filler = (0..6).map(|i| say("c2", &format!("filler {i}"))).collect();
     f.store.append_messages(&t, filler).await.unwrap();
     match backend {
-        Backend::Sqlite => sqlite_raw(&f, UNDO_SQLITE_11).await,
+        Backend::Sqlite => sqlite_raw(&f, &format!("{} {UNDO_SQLITE_11}", undo_sqlite_12())).await,
         Backend::Postgres => {
             sqlx::raw_sql(UNDO_PG_10).execute(f.pg().pool()).await.unwrap();
         }
@@ -172,4 +208,55 @@ async fn message_context_backfilled_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn message_context_backfilled_on_postgres() {
     message_context_of_earlier_messages_is_backfilled(Backend::Postgres).await;
+}
+
+/// Rows indexed before SQLite's migration 12 (keyword statistics over the whole store) get
+/// their scope: each user's counts are right, another user's words no longer hide a row,
+/// erasing the last row of a scope removes it, and later writes are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyword_scopes_of_earlier_rows_are_backfilled_on_sqlite() {
+    use crate::harness::{memory, new_row};
+    use engram_core::store::MemoryFilter;
+    let mut f = Fixture::new(Backend::Sqlite).await;
+    let (t, a, b) = (tenant("t"), user("a"), user("b"));
+    sqlite_raw(&f, &undo_sqlite_12()).await;
+    let facts = ["I bought a red kayak", "My sister lives in Lyon", "Night shifts", "Tea"];
+    let mine: Vec<_> = facts.iter().map(|x| new_row(memory(&t, &a, x), None)).collect();
+    f.store.insert_memories(&t, mine.clone()).await.unwrap();
+    let theirs = (0..6).map(|i| new_row(memory(&t, &b, &format!("kayak {i}")), None)).collect();
+    f.store.insert_memories(&t, theirs).await.unwrap();
+    let said = (0..3).map(|i| message(&t, &b, "c", MessageRole::User, &format!("kayak {i}")));
+    f.store.append_messages(&t, said.collect()).await.unwrap();
+
+    let s = f.reopen().await;
+    let only = |u: &engram_core::model::UserId| MemoryFilter {
+        user_id: Some(u.clone()),
+        ..Default::default()
+    };
+    let hits = s.text_search(&t, &only(&a), "kayak", 10).await.unwrap();
+    assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), vec![mine[0].memory.id]);
+    // b has "kayak" in every row: dropped for b, as before.
+    assert!(s.text_search(&t, &only(&b), "kayak", 10).await.unwrap().is_empty());
+    let b_msgs = TranscriptFilter::user(b.clone());
+    assert_eq!(s.text_search_messages(&t, &b_msgs, "kayak", 10).await.unwrap().len(), 3);
+
+    let counts = async || {
+        let path = f.dir.as_ref().unwrap().path().join("engram.db");
+        let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}?mode=ro", path.display()))
+            .await
+            .unwrap();
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT user_id, memories, messages FROM keyword_scopes ORDER BY user_id",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        rows
+    };
+    let tenant_row = |n| (String::new(), n, 0);
+    assert_eq!(counts().await, vec![tenant_row(10), ("a".into(), 4, 0), ("b".into(), 6, 3)]);
+    s.append_messages(&t, vec![message(&t, &a, "ca", MessageRole::User, "hello")]).await.unwrap();
+    s.erase_user(&t, &b).await.unwrap();
+    assert_eq!(counts().await, vec![tenant_row(4), ("a".into(), 4, 1)], "b's scope is gone");
 }

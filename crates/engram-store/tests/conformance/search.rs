@@ -246,8 +246,6 @@ pub async fn text_search_keywords_any_language(s: Arc<dyn Store>) {
     s.append_messages(&t, vec![message(&t, &user("v"), "c2", MessageRole::User, "hiking too")])
         .await
         .unwrap();
-    // Filler, so that "hiking" stays under half of all messages: the SQLite store counts
-    // document frequencies over the whole table, PostgreSQL over the searched scope.
     let filler = (0..4)
         .map(|i| message(&t, &user("w"), "c3", MessageRole::User, &format!("lorem ipsum {i}")));
     s.append_messages(&t, filler.collect()).await.unwrap();
@@ -295,6 +293,73 @@ pub async fn text_search_drops_common_terms(s: Arc<dyn Store>) {
     assert!(ids_of(&s, &t, &all, "engram remembers").await.is_empty());
     assert_eq!(ids_of(&s, &t, &all, "engram fig").await, vec![rows[5].memory.id]);
     assert_eq!(ids_of(&s, &t, &all, "Fig, cherry").await.len(), 2);
+}
+
+/// The rows of one scope a keyword query matches, with their coverage, in id order (the
+/// order of equal-scored rows is not part of the contract).
+async fn matches(
+    s: &Arc<dyn Store>,
+    t: &engram_core::model::TenantId,
+    f: &MemoryFilter,
+    q: &str,
+) -> Vec<(MemoryId, f64)> {
+    let mut hits = s.text_search(t, f, q, 50).await.unwrap();
+    hits.sort_by_key(|h| h.0);
+    hits
+}
+
+/// What other users and tenants write never changes which of a scope's rows a keyword
+/// query matches, nor the coverage they get: a word is dropped as uninformative when it is
+/// in half the rows of the searched scope (the user, or for memories the whole tenant when
+/// no user is named), never of the store. Found by a session on SQLite, which counted over
+/// every tenant: "kayak" stopped finding user a's fact once user b had six about kayaks.
+pub async fn keyword_matches_never_depend_on_other_scopes(s: Arc<dyn Store>) {
+    let (t, t2, a) = (tenant("t"), tenant("t2"), user("a"));
+    let facts = [
+        "I bought a red kayak last spring",
+        "My sister lives in Lyon",
+        "I work night shifts at the hospital",
+        "Tea in the morning, never coffee",
+    ];
+    let rows: Vec<_> = facts.iter().map(|f| new_row(memory(&t, &a, f), None)).collect();
+    s.insert_memories(&t, rows.clone()).await.unwrap();
+    let said = facts.iter().map(|f| message(&t, &a, "ca", MessageRole::User, f)).collect();
+    let said = s.append_messages(&t, said).await.unwrap();
+    let only_a = MemoryFilter { user_id: Some(a.clone()), ..Default::default() };
+    let tenant_wide = MemoryFilter::default();
+    let a_msgs = TranscriptFilter::user(a.clone());
+    let seen = async || {
+        let mut msgs = s.text_search_messages(&t, &a_msgs, "kayak spring", 50).await.unwrap();
+        msgs.sort_by_key(|h| h.0);
+        (
+            matches(&s, &t, &only_a, "kayak spring").await,
+            matches(&s, &t, &tenant_wide, "kayak spring").await,
+            msgs,
+        )
+    };
+    let before = seen().await;
+    assert_eq!(before.0.iter().map(|h| h.0).collect::<Vec<_>>(), vec![rows[0].memory.id]);
+    assert_eq!(before.0[0].1, 1.0, "both words are a's: {before:?}");
+    assert_eq!(before.1, before.0, "a is the tenant's only user");
+    assert!(before.2.contains(&(said[0].id, 1.0)), "{before:?}");
+
+    // Kayaks everywhere: first in another tenant, then for another user of the same tenant.
+    let kayaks: Vec<String> = (0..8).map(|i| format!("Kayak trip {i} in spring")).collect();
+    for (tt, u) in [(&t2, user("a")), (&t, user("b"))] {
+        let mine = kayaks.iter().map(|k| new_row(memory(tt, &u, k), None)).collect();
+        s.insert_memories(tt, mine).await.unwrap();
+        let said = kayaks.iter().map(|k| message(tt, &u, "cb", MessageRole::User, k)).collect();
+        s.append_messages(tt, said).await.unwrap();
+        let now = seen().await;
+        assert_eq!(now.0, before.0, "user a's memories, after {tt}/{u} wrote: {now:?}");
+        assert_eq!(now.2, before.2, "user a's messages, after {tt}/{u} wrote: {now:?}");
+        if tt == &t2 {
+            assert_eq!(now.1, before.1, "tenant t, after tenant t2 wrote: {now:?}");
+        }
+    }
+    // Within the searched scope the rule still holds: tenant t as a whole now has "kayak"
+    // and "spring" in 9 of its 12 memories, so both are dropped and nothing matches.
+    assert!(matches(&s, &t, &tenant_wide, "kayak spring").await.is_empty());
 }
 
 pub async fn text_search_matches_word_forms(s: Arc<dyn Store>) {

@@ -12,7 +12,7 @@ use testkit::{Match, Rule, ScriptedLlm};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::helpers::{Backend, Client, Db, Server, create_key};
+use crate::helpers::{Backend, Db, Server, create_key};
 
 const EXTRACT: &str = "memory extraction system";
 const LEAF: &str = "stretch of a conversation";

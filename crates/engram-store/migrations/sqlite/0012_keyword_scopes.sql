@@ -39,8 +39,11 @@ DROP TABLE IF EXISTS messages_fts;
 DROP TABLE IF EXISTS summaries_fts;
 DROP VIEW IF EXISTS messages_fts_rows;
 
--- One row per (tenant, user) with indexed rows, and per tenant (user_id '', never a valid
--- user id) for memories; how many rows of each index the scope holds.
+-- One row per (tenant, user) with indexed rows, per tenant (user_id '', never a valid user
+-- id) for memories, and one for the whole store (tenant_id and user_id ''); how many rows of
+-- each index the scope holds. When a scope holds every row of an index (a store of one
+-- user), a search leaves its token out: the same rows match, without reading the token's
+-- doclist (at 100k rows of one user it cost ~2 ms per query term).
 CREATE TABLE keyword_scopes (
     id        INTEGER PRIMARY KEY,
     tenant_id TEXT NOT NULL,
@@ -54,6 +57,9 @@ INSERT INTO keyword_scopes (tenant_id, user_id, memories)
 SELECT tenant_id, user_id, count(*) FROM memories GROUP BY tenant_id, user_id;
 INSERT INTO keyword_scopes (tenant_id, user_id, memories)
 SELECT tenant_id, '', count(*) FROM memories GROUP BY tenant_id;
+INSERT INTO keyword_scopes (tenant_id, user_id, memories, messages, summaries)
+VALUES ('', '', (SELECT count(*) FROM memories), (SELECT count(*) FROM messages),
+    (SELECT count(*) FROM summaries));
 INSERT INTO keyword_scopes (tenant_id, user_id)
 SELECT DISTINCT tenant_id, user_id FROM messages WHERE true
 ON CONFLICT (tenant_id, user_id) DO NOTHING;
@@ -65,13 +71,13 @@ UPDATE keyword_scopes SET
         WHERE m.tenant_id = keyword_scopes.tenant_id AND m.user_id = keyword_scopes.user_id),
     summaries = (SELECT count(*) FROM summaries s
         WHERE s.tenant_id = keyword_scopes.tenant_id AND s.user_id = keyword_scopes.user_id)
-WHERE user_id != '';
+WHERE user_id != '' AND tenant_id != '';
 
 -- The scope tokens of a (tenant, user): `u<id>`, and for memories `t<id>` too.
 CREATE VIEW keyword_scope_tokens AS
 SELECT u.tenant_id, u.user_id, 'u' || u.id AS user_token, 'u' || u.id || ' t' || t.id AS memory_tokens
 FROM keyword_scopes u LEFT JOIN keyword_scopes t ON t.tenant_id = u.tenant_id AND t.user_id = ''
-WHERE u.user_id != '';
+WHERE u.user_id != '' AND u.tenant_id != '';
 
 CREATE VIRTUAL TABLE memories_fts USING fts5 (
     content, scope, content = '', contentless_delete = 1,
@@ -85,7 +91,7 @@ CREATE TRIGGER memories_fts_ai AFTER INSERT ON memories BEGIN
     SELECT new.tenant_id, s.u FROM (SELECT new.user_id AS u UNION ALL SELECT '') s
     WHERE NOT EXISTS (SELECT 1 FROM keyword_scopes k WHERE k.tenant_id = new.tenant_id AND k.user_id = s.u);
     UPDATE keyword_scopes SET memories = memories + 1
-    WHERE tenant_id = new.tenant_id AND user_id IN (new.user_id, '');
+    WHERE tenant_id IN (new.tenant_id, '') AND user_id IN (new.user_id, '');
     INSERT INTO memories_fts (rowid, content, scope)
     SELECT new.rowid, new.content, memory_tokens FROM keyword_scope_tokens
     WHERE tenant_id = new.tenant_id AND user_id = new.user_id;
@@ -93,7 +99,7 @@ END;
 CREATE TRIGGER memories_fts_ad AFTER DELETE ON memories BEGIN
     DELETE FROM memories_fts WHERE rowid = old.rowid;
     UPDATE keyword_scopes SET memories = memories - 1
-    WHERE tenant_id = old.tenant_id AND user_id IN (old.user_id, '');
+    WHERE tenant_id IN (old.tenant_id, '') AND user_id IN (old.user_id, '');
     DELETE FROM keyword_scopes WHERE tenant_id = old.tenant_id AND user_id IN (old.user_id, '')
         AND memories = 0 AND messages = 0 AND summaries = 0;
 END;
@@ -110,7 +116,7 @@ CREATE TRIGGER summaries_fts_ai AFTER INSERT ON summaries BEGIN
     SELECT new.tenant_id, new.user_id
     WHERE NOT EXISTS (SELECT 1 FROM keyword_scopes k WHERE k.tenant_id = new.tenant_id AND k.user_id = new.user_id);
     UPDATE keyword_scopes SET summaries = summaries + 1
-    WHERE tenant_id = new.tenant_id AND user_id = new.user_id;
+    WHERE (tenant_id = new.tenant_id AND user_id = new.user_id) OR (tenant_id = '' AND user_id = '');
     INSERT INTO summaries_fts (rowid, content, scope)
     SELECT new.rowid, new.content, user_token FROM keyword_scope_tokens
     WHERE tenant_id = new.tenant_id AND user_id = new.user_id;
@@ -124,7 +130,7 @@ END;
 CREATE TRIGGER summaries_fts_ad AFTER DELETE ON summaries BEGIN
     DELETE FROM summaries_fts WHERE rowid = old.rowid;
     UPDATE keyword_scopes SET summaries = summaries - 1
-    WHERE tenant_id = old.tenant_id AND user_id = old.user_id;
+    WHERE (tenant_id = old.tenant_id AND user_id = old.user_id) OR (tenant_id = '' AND user_id = '');
     DELETE FROM keyword_scopes WHERE tenant_id = old.tenant_id AND user_id = old.user_id
         AND memories = 0 AND messages = 0 AND summaries = 0;
 END;
@@ -152,7 +158,7 @@ CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages BEGIN
     SELECT new.tenant_id, new.user_id
     WHERE NOT EXISTS (SELECT 1 FROM keyword_scopes k WHERE k.tenant_id = new.tenant_id AND k.user_id = new.user_id);
     UPDATE keyword_scopes SET messages = messages + 1
-    WHERE tenant_id = new.tenant_id AND user_id = new.user_id;
+    WHERE (tenant_id = new.tenant_id AND user_id = new.user_id) OR (tenant_id = '' AND user_id = '');
     DELETE FROM messages_fts WHERE rowid IN (SELECT rowid FROM messages
         WHERE tenant_id = new.tenant_id AND conversation_id = new.conversation_id AND seq >= new.seq
         ORDER BY seq LIMIT 3);
@@ -173,7 +179,7 @@ END;
 CREATE TRIGGER messages_fts_ad AFTER DELETE ON messages BEGIN
     DELETE FROM messages_fts WHERE rowid = old.rowid;
     UPDATE keyword_scopes SET messages = messages - 1
-    WHERE tenant_id = old.tenant_id AND user_id = old.user_id;
+    WHERE (tenant_id = old.tenant_id AND user_id = old.user_id) OR (tenant_id = '' AND user_id = '');
     DELETE FROM keyword_scopes WHERE tenant_id = old.tenant_id AND user_id = old.user_id
         AND memories = 0 AND messages = 0 AND summaries = 0;
 END;

@@ -310,8 +310,9 @@ impl SqliteDb {
     /// appends conditions on the row, `m`), best first, each with the share of the query's
     /// keyword weight it holds ([`QueryWeights::coverage`]).
     ///
-    /// Every index row carries its scope's token (migration 12), ANDed into the query: FTS5
-    /// reads the scope's doclist instead of every user's postings, and the drop rule of
+    /// Every index row carries its scope's token (migration 12), ANDed into the query unless
+    /// the scope holds every row of the index: FTS5 reads the scope's doclist instead of
+    /// every user's postings, and the drop rule of
     /// [`Self::informative_query`] counts within the scope, so no other user or tenant
     /// changes which rows match. BM25's own IDF inside FTS5 stays global: other scopes still
     /// shape the order of the matches, never which rows match.
@@ -385,8 +386,12 @@ impl SqliteDb {
             "messages" => ("u", "messages"),
             _ => ("u", "summaries"),
         };
+        // With the whole index's count (the row '', ''): a scope that holds every row of
+        // the index (a store of one user) needs no token, and reading its doclist would cost
+        // ~2 ms per term at 100k rows.
         let scope = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT id, {count} FROM keyword_scopes WHERE tenant_id = ? AND user_id = ?"
+            "SELECT s.id, s.{count}, a.{count} FROM keyword_scopes s, keyword_scopes a \
+             WHERE s.tenant_id = ? AND s.user_id = ? AND a.tenant_id = '' AND a.user_id = ''"
         )))
         .bind(tenant.as_str())
         .bind(user.unwrap_or(""))
@@ -394,11 +399,13 @@ impl SqliteDb {
         .await
         .map_err(db)?;
         let Some(scope) = scope else { return Ok(None) };
-        let (token, n) =
-            (format!("scope : {prefix}{}", scope.get::<i64, _>(0)), scope.get::<i64, _>(1));
+        let (id, n, everything) =
+            (scope.get::<i64, _>(0), scope.get::<i64, _>(1), scope.get::<i64, _>(2));
         if n <= 0 {
             return Ok(None);
         }
+        let token =
+            if n == everything { String::new() } else { format!("scope : {prefix}{id} AND ") };
         // A query word matches the row's words, never its scope token.
         let (own, all) = match table {
             "messages" => ("{content tool_name}", "{content tool_name context}"),
@@ -411,7 +418,7 @@ impl SqliteDb {
                 q.push(" UNION ALL ");
             }
             q.push(format!("SELECT {i}, count(*) FROM {table}_fts WHERE {table}_fts MATCH "))
-                .push_bind(format!("{token} AND {own} : {}", t.fts5()));
+                .push_bind(format!("{token}{own} : {}", t.fts5()));
         }
         let mut df = vec![0i64; terms.len()];
         for r in q.build().fetch_all(&self.read).await.map_err(db)? {
@@ -436,7 +443,7 @@ impl SqliteDb {
         if keep.is_empty() {
             return Ok(None);
         }
-        Ok(Some((format!("{token} AND {all} : ({})", keep.join(" OR ")), weights)))
+        Ok(Some((format!("{token}{all} : ({})", keep.join(" OR ")), weights)))
     }
 
     /// Bring the vector index of one user up to date with the database.

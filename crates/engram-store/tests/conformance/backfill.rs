@@ -245,8 +245,9 @@ async fn keyword_scopes_of_earlier_rows_are_backfilled_on_sqlite() {
         let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}?mode=ro", path.display()))
             .await
             .unwrap();
-        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
-            "SELECT user_id, memories, messages FROM keyword_scopes ORDER BY user_id",
+        let rows: Vec<(String, String, i64, i64)> = sqlx::query_as(
+            "SELECT tenant_id, user_id, memories, messages FROM keyword_scopes \
+             ORDER BY tenant_id, user_id",
         )
         .fetch_all(&pool)
         .await
@@ -254,9 +255,17 @@ async fn keyword_scopes_of_earlier_rows_are_backfilled_on_sqlite() {
         pool.close().await;
         rows
     };
-    let tenant_row = |n| (String::new(), n, 0);
-    assert_eq!(counts().await, vec![tenant_row(10), ("a".into(), 4, 0), ("b".into(), 6, 3)]);
+    // The whole store, the tenant, then each user: (tenant, user, memories, messages).
+    let row = |t: &str, u: &str, m, n| (t.to_string(), u.to_string(), m, n);
+    assert_eq!(
+        counts().await,
+        vec![row("", "", 10, 3), row("t", "", 10, 0), row("t", "a", 4, 0), row("t", "b", 6, 3)]
+    );
     s.append_messages(&t, vec![message(&t, &a, "ca", MessageRole::User, "hello")]).await.unwrap();
     s.erase_user(&t, &b).await.unwrap();
-    assert_eq!(counts().await, vec![tenant_row(4), ("a".into(), 4, 1)], "b's scope is gone");
+    assert_eq!(
+        counts().await,
+        vec![row("", "", 4, 1), row("t", "", 4, 0), row("t", "a", 4, 1)],
+        "b's scope is gone"
+    );
 }

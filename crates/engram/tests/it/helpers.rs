@@ -402,11 +402,22 @@ impl Client {
 
 /// Wait until the job queue seen by `c` (`/v1/stats`) is drained; returns the last stats.
 ///
-/// Bounded by progress, not by the wall clock: it fails only when no job has started, ended
-/// or failed for a whole minute (a hung queue), so a slow machine that keeps working passes.
+/// Bounded by progress, not by the wall clock: it fails only when for a whole minute no job
+/// has started, ended or failed and no row has been embedded or summarized (a hung queue),
+/// so a slow machine that keeps working passes.
 pub async fn drained(c: &Client) -> Value {
     let state = |st: &Value| {
-        ["jobs_pending", "jobs_running", "jobs_done", "jobs_failed"].map(|k| st[k].clone())
+        [
+            "jobs_pending",
+            "jobs_running",
+            "jobs_done",
+            "jobs_failed",
+            "messages_with_vector",
+            "memories_with_vector",
+            "summaries",
+            "extractions_done",
+        ]
+        .map(|k| st[k].clone())
     };
     let (mut last, mut since) = (None, std::time::Instant::now());
     loop {

@@ -18,7 +18,9 @@
 //! Two sessions: requests run on one with a thread per core at normal priority; background
 //! passes on another whose extra threads lower themselves like the candle background pool
 //! (the calling thread already belongs to that pool). Neither spins while idle, so a finished
-//! request leaves the cores to background work at once.
+//! request leaves the cores to background work at once. The background session is made on
+//! the first background pass: a CLI call (`engram recall`, `remember`) never makes one, which
+//! halves its start-up work and the memory the graph's copy takes.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
@@ -102,10 +104,15 @@ impl ort::environment::ThreadManager for LowPriority {
     }
 }
 
-/// Two sessions of one graph.
+/// Two sessions of one graph; the background one made when first used.
 pub(crate) struct OnnxRuntime {
     requests: Mutex<Session>,
-    background: Mutex<Session>,
+    background: Mutex<Option<Session>>,
+    /// What the background session is made from: the graph file (checked against the
+    /// weights when the runtime was loaded), the environment and its thread count.
+    path: PathBuf,
+    env: &'static Environment,
+    background_threads: usize,
     library: PathBuf,
 }
 
@@ -176,11 +183,27 @@ impl OnnxRuntime {
             )));
         }
         let threads = if background_threads == 0 { cores } else { background_threads };
-        let background = session(env, &model, threads, true).map_err(|e| bad(&e))?;
         Ok(Self {
             requests: Mutex::new(requests),
-            background: Mutex::new(background),
+            background: Mutex::new(None),
+            path,
+            env,
+            background_threads: threads,
             library: library.to_path_buf(),
+        })
+    }
+
+    /// Make the background session from the graph file (a failure is not kept: the next
+    /// background pass tries again).
+    fn background_session(&self) -> Result<Session, EmbedError> {
+        let model = std::fs::read(&self.path).map_err(|e| {
+            EmbedError::runtime(format!("local embedder: cannot read {}: {e}", self.path.display()))
+        })?;
+        session(self.env, &model, self.background_threads, true).map_err(|e| {
+            EmbedError::runtime(format!(
+                "local embedder: ONNX Runtime cannot load {} for background work: {e}",
+                self.path.display()
+            ))
         })
     }
 
@@ -204,12 +227,21 @@ impl OnnxRuntime {
         let shape = [b as i64, t as i64];
         let ids = Tensor::from_array((shape, ids)).map_err(err)?;
         let mask = Tensor::from_array((shape, mask)).map_err(err)?;
-        let session = if background { &self.background } else { &self.requests };
-        let mut session = session
-            .lock()
-            .map_err(|_| EmbedError::bug("local embedder: an ONNX Runtime session was poisoned"))?;
-        let outputs =
-            session.run(ort::inputs!["input_ids" => ids, "attention_mask" => mask]).map_err(err)?;
+        let poisoned = || EmbedError::bug("local embedder: an ONNX Runtime session was poisoned");
+        let inputs = ort::inputs!["input_ids" => ids, "attention_mask" => mask];
+        let mut requests;
+        let mut background_guard;
+        let session: &mut Session = if background {
+            background_guard = self.background.lock().map_err(|_| poisoned())?;
+            if background_guard.is_none() {
+                *background_guard = Some(self.background_session()?);
+            }
+            background_guard.as_mut().expect("made above")
+        } else {
+            requests = self.requests.lock().map_err(|_| poisoned())?;
+            &mut requests
+        };
+        let outputs = session.run(inputs).map_err(err)?;
         let (shape, data) = outputs[OUTPUT].try_extract_tensor::<f32>().map_err(err)?;
         let dims = shape.get(1).copied().unwrap_or(0) as usize;
         if shape.len() != 2 || shape[0] as usize != b || dims == 0 {

@@ -44,8 +44,20 @@ impl Native for SqliteDb {
         };
         let idx = self.catch_up(q.tenant.as_str(), user.as_str()).await?;
         let now = ts(OffsetDateTime::now_utc());
-        let guard = idx.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(guard.search(q.scope, q.query, q.k, now))
+        {
+            let guard = idx.lock().unwrap_or_else(|e| e.into_inner());
+            if guard.len() < vectors::OFF_THREAD_ROWS {
+                return Ok(guard.search(q.scope, q.query, q.k, now));
+            }
+        }
+        // A large scan reads every vector of the user (150 MB at 100k): on the blocking pool,
+        // so that the keyword search of the same request goes on meanwhile.
+        let (filter, query, k) = (q.scope.clone(), q.query.to_vec(), q.k);
+        vectors::off_thread(move || {
+            let guard = idx.lock().unwrap_or_else(|e| e.into_inner());
+            guard.search(&filter, &query, k, now)
+        })
+        .await
     }
 
     async fn search_text(&self, q: Ranked<'_, &MemoryFilter, str>) -> Hits<MemoryId, f64> {

@@ -115,6 +115,11 @@ impl Rows {
     }
 
     /// Bytes held (vectors and per-row bookkeeping).
+    /// Rows held.
+    pub(crate) fn len(&self) -> usize {
+        self.rowids.len()
+    }
+
     pub(crate) fn bytes(&self) -> usize {
         self.vectors.len() * 4 + self.rowids.len() * 64
     }
@@ -256,11 +261,23 @@ impl SqliteDb {
         k: usize,
     ) -> Result<Option<Vec<(Uuid, f32)>>> {
         let slot = self.transcripts.rows(key);
-        let mut rows = slot.lock().await;
+        let mut rows = slot.lock_owned().await;
         let (since, until) = (filter.since.map(ts), filter.until.map(ts));
         for _ in 0..2 {
             self.catch_up_transcript(key, &mut rows).await?;
-            let top = rows.top(since, until, query, k);
+            let top = if rows.len() < super::vectors::OFF_THREAD_ROWS {
+                rows.top(since, until, query, k)
+            } else {
+                // On the blocking pool, as the memory index's scan (see `off_thread`).
+                let q = query.to_vec();
+                let (back, top) = super::vectors::off_thread(move || {
+                    let top = rows.top(since, until, &q, k);
+                    (rows, top)
+                })
+                .await?;
+                rows = back;
+                top
+            };
             if self.all_present(key, &top).await? {
                 self.transcripts.settle(key, rows.bytes());
                 return Ok(Some(top.into_iter().map(|(_, id, s)| (id, s)).collect()));

@@ -72,6 +72,7 @@ conformance! {
         memories::dimension_refusal,
         memories::round_trip_and_unknown_ids,
         search::vector_search_equals_brute_force,
+        search::vector_search_of_a_large_scope_equals_brute_force,
         search::text_search_keywords_any_language,
         search::text_search_drops_common_terms,
         search::keyword_matches_never_depend_on_other_scopes,

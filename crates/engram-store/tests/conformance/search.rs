@@ -155,6 +155,57 @@ pub async fn vector_search_equals_brute_force(s: Arc<dyn Store>) {
     assert!(s.vector_search(&t, &nobody, &q, 10).await.unwrap().is_empty());
 }
 
+/// A scope large enough that the SQLite store scans it off the request's thread (see
+/// `sqlite::vectors::off_thread`): the top k of memories and of messages still equals a
+/// brute-force scan, with a keyword search of the same scope run at the same time.
+pub async fn vector_search_of_a_large_scope_equals_brute_force(s: Arc<dyn Store>) {
+    let (t, u) = (tenant("t"), user("u"));
+    let dims = 8;
+    s.ensure_embedding_space(MODEL, dims).await.unwrap();
+    let n = 4200u64; // over the 4,096 rows from which SQLite scans off the thread
+    let rows: Vec<_> = (0..n)
+        .map(|i| new_row(memory(&t, &u, &format!("memory {i}")), Some(unit(dims, i))))
+        .collect();
+    for chunk in rows.chunks(1000) {
+        s.insert_memories(&t, chunk.to_vec()).await.unwrap();
+    }
+    let said: Vec<_> =
+        (0..n).map(|i| message(&t, &u, "c", MessageRole::User, &format!("message {i}"))).collect();
+    let mut stored = Vec::new();
+    for chunk in said.chunks(1000) {
+        stored.extend(s.append_messages(&t, chunk.to_vec()).await.unwrap());
+    }
+    let vectors: Vec<_> = stored.iter().zip(n..).map(|(m, i)| (m.id, unit(dims, i))).collect();
+    s.set_message_vectors(&t, MODEL, vectors.clone()).await.unwrap();
+
+    let all = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+    let window = TranscriptFilter::user(u.clone());
+    for seed in [7_000_001u64, 7_000_002, 7_000_003] {
+        let q = unit(dims, seed);
+        let (mems, msgs, words) = tokio::join!(
+            s.vector_search(&t, &all, &q, 10),
+            s.vector_search_messages(&t, &window, MODEL, &q, 10),
+            s.text_search(&t, &all, "memory 42", 10),
+        );
+        let best = |scored: Vec<(String, f32)>| {
+            let mut scored = scored;
+            scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+            scored.into_iter().take(10).map(|x| x.0).collect::<Vec<_>>()
+        };
+        let want: Vec<_> = best(
+            rows.iter()
+                .map(|r| (r.memory.id.to_string(), dot(&q, r.vector.as_ref().unwrap())))
+                .collect(),
+        );
+        let got: Vec<_> = mems.unwrap().iter().map(|h| h.0.to_string()).collect();
+        assert_eq!(got, want, "memories, query {seed}");
+        let want = best(vectors.iter().map(|(id, v)| (id.to_string(), dot(&q, v))).collect());
+        let got: Vec<_> = msgs.unwrap().iter().map(|h| h.0.to_string()).collect();
+        assert_eq!(got, want, "messages, query {seed}");
+        assert_eq!(words.unwrap().first().map(|h| h.0), Some(rows[42].memory.id));
+    }
+}
+
 async fn ids_of(
     s: &Arc<dyn Store>,
     t: &engram_core::model::TenantId,

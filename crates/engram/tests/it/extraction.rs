@@ -457,7 +457,7 @@ async fn the_client_never_waits_for_a_hanging_llm_and_kill_9_mid_batch_reruns_on
     ));
     let s = start(&db, &llm, &[]);
     // The lease (3 s) expires, the job runs again and its facts exist exactly once.
-    for _ in 0..200 {
+    for _ in 0..1200 {
         if !active(&s, "u").await.is_empty() {
             break;
         }

@@ -118,7 +118,7 @@ async fn a_database_outage_is_a_fast_503_and_the_server_recovers() {
 
     relay.restore();
     let mut healthy = false;
-    for _ in 0..100 {
+    for _ in 0..1200 {
         if s.get("/healthz").await.0 == StatusCode::OK {
             healthy = true;
             break;
@@ -175,7 +175,7 @@ async fn the_proxy_chats_without_memory_while_the_database_is_down() {
     assert_eq!(llm.calls_matching(&Match::any().user_contains("roof")).len(), 2);
 
     relay.restore();
-    for _ in 0..100 {
+    for _ in 0..1200 {
         if s.get("/healthz").await.0 == StatusCode::OK {
             break;
         }

@@ -73,13 +73,13 @@ impl Drop for Worker {
 }
 
 async fn wait_until(mut f: impl AsyncFnMut() -> bool) {
-    for _ in 0..300 {
+    for _ in 0..1200 {
         if f().await {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("condition not reached in 30 s");
+    panic!("condition not reached in 120 s");
 }
 
 #[tokio::test]

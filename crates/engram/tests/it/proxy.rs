@@ -86,7 +86,7 @@ fn events(sse: &str) -> Vec<String> {
 }
 
 async fn wait_for_facts(s: &Server, user: &str, n: usize) -> Vec<String> {
-    for _ in 0..200 {
+    for _ in 0..1200 {
         let (_, b) = s.get(&format!("/v1/memories?user_id={user}")).await;
         let facts: Vec<String> = b["memories"]
             .as_array()
@@ -312,7 +312,7 @@ async fn the_anthropic_proxy_adds_memory_and_streams_events(backend: Backend) {
     assert!(through.contains("event: message_stop"));
 
     // Both turns appended to carol's proxy conversation.
-    for _ in 0..100 {
+    for _ in 0..2400 {
         let (_, msgs) = s.with_key(&key).get("/v1/conversations/proxy:carol:-/messages").await;
         if msgs["messages"].as_array().is_some_and(|m| m.len() == 4) {
             assert_eq!(msgs["messages"][3]["content"], "Mysuru it is: enjoy the new home.");
@@ -443,7 +443,7 @@ async fn images_pass_through_untouched(backend: Backend) {
     assert_eq!(sent[1].body["messages"][0], anthropic_user, "the image block as sent");
     assert!(sent.iter().all(|c| c.system.contains("The user sails on weekends.")));
     let mut said = Vec::new();
-    for _ in 0..100 {
+    for _ in 0..2400 {
         let (_, msgs) = s.get("/v1/conversations/pics/messages").await;
         said = msgs["messages"].as_array().unwrap().iter().map(|m| m["content"].clone()).collect();
         if said.len() == 4 {

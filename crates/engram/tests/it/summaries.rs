@@ -289,7 +289,7 @@ async fn extraction_goes_on_after_its_cursor_is_summarized_and_a_killed_compacti
     let s = start(&db, &llm);
     // The lease (3 s) expires and the job runs again: each message in exactly one leaf.
     let mut conv = Value::Null;
-    for _ in 0..300 {
+    for _ in 0..1200 {
         conv = s.get("/v1/conversations/c").await.1;
         if conv["summarized_through"] == 40 {
             break;

@@ -434,7 +434,7 @@ async fn failed_jobs_are_shown_and_retried(backend: Backend) {
     assert_eq!(st, StatusCode::ACCEPTED);
     let failed = |v: &serde_json::Value| v["jobs_failed"].as_u64().unwrap_or(0);
     let mut stats = serde_json::Value::Null;
-    for _ in 0..200 {
+    for _ in 0..1200 {
         stats = api.get("/v1/stats").await.1;
         if failed(&stats) == 1 && stats["jobs_pending"] == 0 && stats["jobs_running"] == 0 {
             break;
@@ -465,7 +465,7 @@ async fn failed_jobs_are_shown_and_retried(backend: Backend) {
     b.submit("#failed button").await;
     assert!(b.page_text().await.contains("The job is back in the queue."));
     let mut facts = vec![];
-    for _ in 0..200 {
+    for _ in 0..1200 {
         let (_, l) = api.get("/v1/memories?user_id=alice").await;
         facts = l["memories"]
             .as_array()

@@ -43,7 +43,8 @@ const SQL: &str = "SELECT m.id AS id, bm25(memories_fts, 1.0, 0.0) AS score FROM
      AND superseded_at IS NULL AND (expires_at IS NULL OR expires_at > ?) ORDER BY score LIMIT ?";
 
 /// The store's FTS5 query for `q` in `user`'s scope (see `SqliteStore::informative_query`):
-/// terms in half the user's rows or more dropped, the scope token ANDed in.
+/// terms in half the user's rows or more dropped, the scope token ANDed in unless the user's
+/// scope holds the whole index.
 async fn fts_query(
     pool: &SqlitePool,
     q: &str,
@@ -58,19 +59,22 @@ async fn fts_query(
         return Ok(None);
     }
     let scope = sqlx::query(
-        "SELECT id, memories FROM keyword_scopes WHERE tenant_id = 'default' AND user_id = ?",
+        "SELECT s.id, s.memories, a.memories FROM keyword_scopes s, keyword_scopes a \
+         WHERE s.tenant_id = 'default' AND s.user_id = ? AND a.tenant_id = '' AND a.user_id = ''",
     )
     .bind(user)
     .fetch_optional(pool)
     .await?;
     let Some(scope) = scope else { return Ok(None) };
-    let (token, n) = (format!("scope : u{}", scope.get::<i64, _>(0)), scope.get::<i64, _>(1));
+    let (id, n, everything): (i64, i64, i64) = (scope.get(0), scope.get(1), scope.get(2));
+    // As the store: no token when the user's scope holds the whole index.
+    let token = if n == everything { String::new() } else { format!("scope : u{id} AND ") };
     let mut keep = terms.clone();
     if n >= 4 {
         for t in &terms {
             let doc: i64 =
                 sqlx::query("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?")
-                    .bind(format!("{token} AND {{content}} : \"{t}\""))
+                    .bind(format!("{token}{{content}} : \"{t}\""))
                     .fetch_one(pool)
                     .await?
                     .get(0);
@@ -83,7 +87,7 @@ async fn fts_query(
         return Ok(None);
     }
     let terms = keep.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(" OR ");
-    Ok(Some(format!("{token} AND {{content}} : ({terms})")))
+    Ok(Some(format!("{token}{{content}} : ({terms})")))
 }
 
 async fn plan(pool: &SqlitePool, sql: &str, fq: &str, user: &str) -> anyhow::Result<Vec<String>> {

@@ -62,7 +62,8 @@ impl Native for SqliteDb {
 
     async fn search_text(&self, q: Ranked<'_, &MemoryFilter, str>) -> Hits<MemoryId, f64> {
         let now = ts(OffsetDateTime::now_utc());
-        // Column names are unqualified in push_filter; they are unambiguous (fts has only `content`).
+        // Column names are unqualified in push_filter; they are unambiguous (the index's
+        // columns, `content` and `scope`, are not filtered on).
         let narrow = |b: &mut QueryBuilder<Sqlite>| push_filter(b, q.scope, now);
         let user = q.scope.user_id.as_ref().map(|u| u.as_str());
         self.fts_search("memories", q.tenant, user, q.query, q.k, narrow, MemoryId).await

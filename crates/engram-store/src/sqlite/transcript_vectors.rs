@@ -114,12 +114,12 @@ impl Rows {
         self.vectors.truncate(last * self.dims);
     }
 
-    /// Bytes held (vectors and per-row bookkeeping).
     /// Rows held.
     pub(crate) fn len(&self) -> usize {
         self.rowids.len()
     }
 
+    /// Bytes held (vectors and per-row bookkeeping).
     pub(crate) fn bytes(&self) -> usize {
         self.vectors.len() * 4 + self.rowids.len() * 64
     }

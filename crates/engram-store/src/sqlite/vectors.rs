@@ -157,7 +157,6 @@ fn admits(f: &MemoryFilter, e: &Entry, now: i64) -> bool {
     true
 }
 
-/// Dot product written for auto-vectorisation (8 independent accumulators).
 /// Rows from which an exact scan runs on the blocking pool ([`off_thread`]): ~1 ms of dot
 /// products at 384 dimensions, above the cost of handing the work over.
 pub(crate) const OFF_THREAD_ROWS: usize = 4096;
@@ -175,6 +174,7 @@ pub(crate) async fn off_thread<T: Send + 'static>(
         .map_err(|e| engram_core::error::Error::internal(format!("vector scan: {e}")))
 }
 
+/// Dot product written for auto-vectorisation (8 independent accumulators).
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let chunks = a.len() / 8;

@@ -288,9 +288,7 @@ impl Server {
     }
 
     pub async fn req(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        Client { base: self.base.clone(), client: self.client.clone(), key: self.key.clone() }
-            .req(method, path, body)
-            .await
+        self.as_client().req(method, path, body).await
     }
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.req("GET", path, None).await

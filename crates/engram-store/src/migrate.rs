@@ -43,6 +43,7 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
     (8, "session_state", include_str!("../migrations/postgres/0008_session_state.sql")),
     (9, "speakers", include_str!("../migrations/postgres/0009_speakers.sql")),
     (10, "message_context", include_str!("../migrations/postgres/0010_message_context.sql")),
+    (11, "transcript_stats", include_str!("../migrations/postgres/0011_transcript_stats.sql")),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

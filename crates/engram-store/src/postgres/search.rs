@@ -767,14 +767,15 @@ impl PgDb {
                    FROM df CROSS JOIN stats s WHERE df.total > 0 AND NOT (s.n >= 4 AND df.total * 2 >= s.n)), ",
             );
         } else {
-            // Counted from the rows: messages, and memories of a whole tenant.
-            q.push("stats AS MATERIALIZED (SELECT count(*)::float8 AS n, ");
+            // Memories of a whole tenant are counted from the rows; a transcript's statistics
+            // are read from its table.
+            q.push("stats AS MATERIALIZED (SELECT ");
             match scope {
                 // Index-only on memories_fts_len; rows written before migration 3 (fts_len
                 // NULL) add their length(fts) through memories_fts_len_missing.
                 TextScope::Memories(..) => {
                     q.push(
-                        "coalesce((coalesce(sum(fts_len), 0) + (SELECT coalesce(sum(length(x.fts)), 0) \
+                        "count(*)::float8 AS n, coalesce((coalesce(sum(fts_len), 0) + (SELECT coalesce(sum(length(x.fts)), 0) \
                          FROM memories x WHERE ",
                     );
                     scope.push_corpus(&mut q, "x.");
@@ -784,10 +785,15 @@ impl PgDb {
                     );
                 }
                 TextScope::Transcript(..) => {
-                    q.push(format!(
-                        "coalesce(avg({}), 0)::float8 AS avgdl FROM {table} WHERE ",
-                        doc_len("")
-                    ));
+                    // Kept by the triggers of migration 11: the row count and the sum of
+                    // the rows' lengths (`doc_len`), the same numeric division as avg(int4).
+                    q.push(
+                        "coalesce(max(rows), 0)::float8 AS n, \
+                         coalesce(max(len::numeric / nullif(rows, 0)::numeric), 0)::float8 \
+                         AS avgdl FROM transcript_fts_stats WHERE source = ",
+                    )
+                    .push_bind(table)
+                    .push(" AND ");
                 }
             }
             scope.push_corpus(&mut q, "");

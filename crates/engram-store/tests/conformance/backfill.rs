@@ -63,6 +63,15 @@ fn undo_sqlite_12() -> String {
     format!("{drop} {messages} DELETE FROM schema_migrations WHERE version = 12;")
 }
 
+/// PostgreSQL's migration 11 undone: no transcript statistics (the functions' declared costs
+/// are set again by the migration, to the same values).
+const UNDO_PG_11: &str = "\
+    DROP TABLE transcript_fts_stats; \
+    DROP FUNCTION engram_transcript_stats_insert, engram_message_stats_delete, \
+        engram_summary_stats_delete, engram_message_stats_update, engram_summary_stats_update \
+        CASCADE; \
+    DELETE FROM schema_migrations WHERE version = 11;";
+
 /// PostgreSQL's migration 10 undone: no message context.
 const UNDO_PG_10: &str = "\
     DROP TRIGGER messages_context ON messages; DROP TRIGGER messages_context_next ON messages; \
@@ -111,7 +120,7 @@ async fn speakers_of_earlier_messages_are_backfilled(backend: Backend) {
             .await;
         }
         Backend::Postgres => {
-            let sql = format!("{UNDO_PG_10} {undo}");
+            let sql = format!("{UNDO_PG_11} {UNDO_PG_10} {undo}");
             sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(f.pg().pool()).await.unwrap();
         }
     }
@@ -178,7 +187,8 @@ async fn message_context_of_earlier_messages_is_backfilled(backend: Backend) {
     match backend {
         Backend::Sqlite => sqlite_raw(&f, &format!("{} {UNDO_SQLITE_11}", undo_sqlite_12())).await,
         Backend::Postgres => {
-            sqlx::raw_sql(UNDO_PG_10).execute(f.pg().pool()).await.unwrap();
+            let sql = format!("{UNDO_PG_11} {UNDO_PG_10}");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(f.pg().pool()).await.unwrap();
         }
     }
     let all = TranscriptFilter::user(u.clone());
@@ -198,6 +208,20 @@ async fn message_context_of_earlier_messages_is_backfilled(backend: Backend) {
         "{hits:?}"
     );
     assert_eq!(hits[0].0, stored[2].id);
+    if let Backend::Postgres = backend {
+        // Migration 11 counted the rows it found, and the triggers the message after it.
+        let wrong: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT tenant_id, user_id, count(*) AS rows, \
+             sum(length(fts) + length(ctx_fts)) AS len FROM messages GROUP BY 1, 2) x \
+             FULL JOIN (SELECT * FROM transcript_fts_stats WHERE source = 'messages') s \
+             USING (tenant_id, user_id) WHERE x.rows IS DISTINCT FROM s.rows \
+             OR x.len IS DISTINCT FROM s.len",
+        )
+        .fetch_one(f.pg().pool())
+        .await
+        .unwrap();
+        assert_eq!(wrong, 0, "transcript statistics of earlier messages");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,7 @@ use engram_core::store::prelude::*;
 use sqlx::Row;
 
 use crate::harness::{
-    Backend, Fixture, MODEL, dot, memory, new_row, normalize, tenant, unit, user,
+    Backend, Fixture, MODEL, dot, memory, message, new_row, normalize, tenant, unit, user,
 };
 
 /// A clustered data set (like real embeddings) in one scope over the exact limit: no HNSW
@@ -349,9 +349,12 @@ async fn keyword_search_same_without_fts_len_or_btree_gin() {
     assert_eq!(other_key.len(), 1, "one key per user: {other_key:?}");
 
     // Migration 4 applied to a store that already holds rows (the index is built over them);
-    // what migrations 6 to 10 add is undone too, since every later migration runs again.
+    // what migrations 6 to 11 add is undone too, since every later migration runs again.
     sqlx::raw_sql(
-        "DROP TRIGGER messages_context ON messages; DROP TRIGGER messages_context_next ON messages; \
+        "DROP TABLE transcript_fts_stats; DROP FUNCTION engram_transcript_stats_insert, \
+         engram_message_stats_delete, engram_summary_stats_delete, engram_message_stats_update, \
+         engram_summary_stats_update CASCADE; \
+         DROP TRIGGER messages_context ON messages; DROP TRIGGER messages_context_next ON messages; \
          DROP INDEX messages_ctx_fts_scoped; ALTER TABLE messages DROP COLUMN ctx_fts; \
          DROP FUNCTION engram_message_context_new, engram_message_context_next, \
          engram_message_context; \
@@ -391,5 +394,118 @@ async fn keyword_search_same_without_fts_len_or_btree_gin() {
         after.push(s.text_search(&t, &filter, q, 5).await.unwrap());
     }
     same("table-wide GIN", after);
+    f.finish().await;
+}
+
+/// The BM25 statistics of a user's transcript that the triggers of migration 11 keep (row
+/// count and total length, per user and table) equal those counted from the rows: after a
+/// single append and batches whose contexts chain, another user's messages, summaries, an
+/// operator's rewrite of a message (which rewrites the contexts after it) and an erasure.
+/// A keyword search reads them, so it ranks as when it counted the rows itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transcript_statistics_kept_by_triggers_equal_the_rows() {
+    use crate::summaries::{messages, new, summary};
+    use engram_core::model::MessageRole;
+    use engram_core::store::{SummaryClaim, TranscriptFilter};
+
+    let f = Fixture::new(Backend::Postgres).await;
+    let pg = f.pg();
+    let s: Arc<dyn Store> = pg.clone();
+    let (t, u, other) = (tenant("t"), user("u"), user("other"));
+    s.ensure_embedding_space(MODEL, 4).await.unwrap();
+    let wrong = || async {
+        sqlx::query_scalar::<_, i64>(
+            "WITH truth AS (SELECT tenant_id, user_id, 'messages' AS source, count(*) AS rows, \
+             sum(length(fts) + length(ctx_fts)) AS len FROM messages GROUP BY 1, 2 \
+             UNION ALL SELECT tenant_id, user_id, 'summaries', count(*), sum(length(fts)) \
+             FROM summaries GROUP BY 1, 2) \
+             SELECT (SELECT count(*) FROM (SELECT * FROM truth EXCEPT SELECT * FROM transcript_fts_stats) a) \
+             + (SELECT count(*) FROM (SELECT * FROM transcript_fts_stats EXCEPT SELECT * FROM truth) b)",
+        )
+        .fetch_one(pg.pool())
+        .await
+        .unwrap()
+    };
+    let said = [
+        "I planted tomatoes and basil in the garden",
+        "yes, the garden gets sun all afternoon",
+        "my sister visits in May with her dog",
+        "we will hike the ridge trail together",
+        "the dog loves the ridge trail",
+        "tomatoes need water every evening",
+    ];
+    s.append_messages(&t, vec![message(&t, &u, "c1", MessageRole::User, said[0])]).await.unwrap();
+    assert_eq!(wrong().await, 0, "a single append");
+    let batch: Vec<_> =
+        said[1..].iter().map(|x| message(&t, &u, "c1", MessageRole::User, x)).collect();
+    s.append_messages(&t, batch).await.unwrap();
+    messages(&s, &t, &u, "c2", 0, 8).await;
+    messages(&s, &t, &other, "c3", 0, 5).await;
+    assert_eq!(wrong().await, 0, "batches whose contexts chain, two users");
+    let n: i64 = sqlx::query_scalar(
+        "SELECT rows FROM transcript_fts_stats WHERE user_id = 'u' AND source = 'messages'",
+    )
+    .fetch_one(pg.pool())
+    .await
+    .unwrap();
+    assert_eq!(n, 14);
+
+    let c2: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT id FROM messages WHERE conversation_id = 'c2' ORDER BY seq LIMIT 3",
+    )
+    .fetch_all(pg.pool())
+    .await
+    .unwrap();
+    let leaf = summary(&t, &u, "c2", 0, "messages about the garden and the ridge trail", (0, 2), 3);
+    let claim = SummaryClaim::Messages { after_seq: 0, through_seq: 3 };
+    assert!(s.insert_summary(&t, new(leaf, c2, 1, claim)).await.unwrap());
+    assert_eq!(wrong().await, 0, "a summary");
+
+    // An operator rewrites the first message: the contexts of the two after it change too.
+    let changed = sqlx::query(
+        "UPDATE messages SET fts_text = 'we talked about sailing boats and harbours' \
+         WHERE conversation_id = 'c1' AND seq = 1",
+    )
+    .execute(pg.pool())
+    .await
+    .unwrap();
+    assert_eq!(changed.rows_affected(), 1);
+    let contexts: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM messages \
+         WHERE conversation_id = 'c1' AND ctx_fts @@ plainto_tsquery('simple', 'sailing')",
+    )
+    .fetch_one(pg.pool())
+    .await
+    .unwrap();
+    assert_eq!(contexts, 2, "the next two messages read the rewritten one as context");
+    assert_eq!(wrong().await, 0, "a rewrite and the contexts after it");
+
+    // The search reads them: the message holding both words ranks first.
+    let window = TranscriptFilter::user(u.clone());
+    let hits = s.text_search_messages(&t, &window, "tomatoes water", 3).await.unwrap();
+    assert!(!hits.is_empty());
+    let top: String = sqlx::query_scalar("SELECT content FROM messages WHERE id = $1")
+        .bind(hits[0].0.0)
+        .fetch_one(pg.pool())
+        .await
+        .unwrap();
+    assert_eq!(top, said[5], "{hits:?}");
+    let leaves = s.text_search_summaries(&t, &window, "ridge trail", 3).await.unwrap();
+    assert_eq!(leaves.len(), 1);
+
+    s.erase_user(&t, &other).await.unwrap();
+    assert_eq!(wrong().await, 0, "an erasure");
+    let left: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM transcript_fts_stats WHERE user_id = 'other'")
+            .fetch_one(pg.pool())
+            .await
+            .unwrap();
+    assert_eq!(left, 0, "an erased user leaves no statistics");
+    s.erase_user(&t, &u).await.unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM transcript_fts_stats")
+        .fetch_one(pg.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "nor does the last user");
     f.finish().await;
 }

@@ -19,7 +19,7 @@ fn day(d: i64) -> OffsetDateTime {
 }
 
 /// `n` messages of `u` in conversation `c`, one a day from `from`.
-async fn messages(
+pub(crate) async fn messages(
     s: &Arc<dyn Store>,
     t: &TenantId,
     u: &UserId,
@@ -37,7 +37,7 @@ async fn messages(
     s.append_messages(t, batch).await.unwrap()
 }
 
-fn summary(
+pub(crate) fn summary(
     t: &TenantId,
     u: &UserId,
     c: &str,
@@ -65,7 +65,12 @@ fn summary(
     }
 }
 
-fn new(s: Summary, sources: Vec<uuid::Uuid>, vector: u64, claim: SummaryClaim) -> NewSummary {
+pub(crate) fn new(
+    s: Summary,
+    sources: Vec<uuid::Uuid>,
+    vector: u64,
+    claim: SummaryClaim,
+) -> NewSummary {
     NewSummary { summary: s, sources, embedding: Some((MODEL.to_string(), unit(4, vector))), claim }
 }
 

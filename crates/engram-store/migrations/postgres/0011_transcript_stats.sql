@@ -7,9 +7,12 @@
 --    more for a long summary), so counting a term's rows by a sequential scan that calls it
 --    on every row looked cheaper than the GIN index made for exactly that: a term of a
 --    summary search took 425 ms through the scan, 2 ms through the index (EXPLAIN ANALYZE,
---    4,000 summaries). Its true cost, declared, makes the planner take the index.
+--    4,000 summaries). Its true cost, declared, makes the planner take the index. Only on the
+--    function the indexes and queries name: declaring it on engram_scoped_fts_long too, which
+--    the first calls, made the first ~2.5 times slower to evaluate (ANALYZE of 100k messages
+--    1.7 s -> 4.7 s; every message's vector write, which updates its two index entries, paid
+--    it too).
 ALTER FUNCTION engram_scoped_fts(text, text, tsvector) COST 10000;
-ALTER FUNCTION engram_scoped_fts_long(text, text, tsvector) COST 10000;
 
 -- 2. BM25's corpus statistics of a transcript search (how many rows the user has, and their
 --    mean length) re-read every message of the user: a parallel scan of 100k rows, 190-250

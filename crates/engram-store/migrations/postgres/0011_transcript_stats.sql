@@ -1,5 +1,5 @@
 -- Keyword search over a large transcript (issue 13's 100k messages and their summaries of one
--- user, benches/README "PostgreSQL: keyword search over 100k messages and summaries"): p95
+-- user, benches/README "PostgreSQL: the same search, and what made it slow"): p95
 -- 3.1 s against SQLite's 95 ms. Two causes, both fixed here.
 --
 -- 1. The planner priced engram_scoped_fts() at the default 100 operator costs, as if it were

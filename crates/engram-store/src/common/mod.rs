@@ -17,9 +17,11 @@ pub(crate) mod jobs;
 pub(crate) mod memories;
 pub(crate) mod messages;
 pub(crate) mod rows;
+pub(crate) mod scan;
 pub(crate) mod state;
 pub(crate) mod store;
 pub(crate) mod summaries;
+pub(crate) mod transcript_vectors;
 
 pub use store::SqlStore;
 

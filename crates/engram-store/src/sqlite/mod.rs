@@ -242,7 +242,7 @@ pub struct SqliteDb {
     /// Exact per-user vector index, caught up by version before each vector search.
     vectors: VectorCache,
     /// Per-user message and summary vectors, caught up by `vector_seq` before each search.
-    transcripts: transcript_vectors::TranscriptCache,
+    transcripts: crate::common::transcript_vectors::TranscriptCache,
 }
 
 impl SqliteDb {

@@ -84,7 +84,7 @@ impl Native for SqliteDb {
         q: Ranked<'_, VectorScope<'_>, [f32]>,
     ) -> Hits<Uuid, f32> {
         let ((filter, table, model), query) = (q.scope, q.query);
-        let key = transcript_vectors::Key {
+        let key = crate::common::transcript_vectors::Key {
             tenant: q.tenant.as_str().to_string(),
             user: filter.user.as_str().to_string(),
             table,

@@ -44,6 +44,11 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
     (9, "speakers", include_str!("../migrations/postgres/0009_speakers.sql")),
     (10, "message_context", include_str!("../migrations/postgres/0010_message_context.sql")),
     (11, "transcript_stats", include_str!("../migrations/postgres/0011_transcript_stats.sql")),
+    (
+        12,
+        "transcript_vector_xid",
+        include_str!("../migrations/postgres/0012_transcript_vector_xid.sql"),
+    ),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

@@ -45,6 +45,7 @@ pub mod jobs;
 mod native;
 pub mod rows;
 pub mod search;
+mod transcript_vectors;
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -206,6 +207,8 @@ pub struct PgDb {
     exact_scan_limit: AtomicUsize,
     /// `hnsw.ef_search` of the index path (see [`search`]).
     hnsw_ef_search: AtomicUsize,
+    /// Message and summary vectors of recently searched users ([`transcript_vectors`]).
+    transcripts: common::transcript_vectors::TranscriptCache<Uuid>,
 }
 
 /// Connection settings beyond the URL.
@@ -268,6 +271,7 @@ impl PgDb {
             pool,
             exact_scan_limit: AtomicUsize::new(search::EXACT_SCAN_LIMIT),
             hnsw_ef_search: AtomicUsize::new(search::HNSW_EF_SEARCH),
+            transcripts: Default::default(),
         })
     }
 

@@ -59,8 +59,17 @@ impl Native for PgDb {
         q: Ranked<'_, VectorScope<'_>, [f32]>,
     ) -> Hits<Uuid, f32> {
         let ((filter, table, model), query) = (q.scope, q.query);
-        // Exact: a user's rows are ranked in full (no index on this column), and only
-        // vectors of the query's model and dimension are compared.
+        let key = crate::common::transcript_vectors::Key {
+            tenant: q.tenant.as_str().to_string(),
+            user: filter.user.as_str().to_string(),
+            table,
+            model: model.to_string(),
+        };
+        if let Some(top) = self.cached_transcript_top(&key, filter, query, q.k).await? {
+            return Ok(top);
+        }
+        // The cache could not vouch for an answer: rank the user's rows in SQL (exact, and
+        // only vectors of the query's model and dimension are compared).
         let qv = pgvector::Vector::from(query.to_vec());
         let mut b = QueryBuilder::<Postgres>::new("SELECT id, -(embedding <#> ");
         b.push_bind(qv.clone()).push(format!(") AS sim FROM {} WHERE tenant_id = ", table.table()));
@@ -159,7 +168,9 @@ impl Native for PgDb {
         self.ensure_space(model_id, dims, reset).await
     }
 
-    fn erased(&self, _tenant: &str, _user: &str) {}
+    fn erased(&self, tenant: &str, user: &str) {
+        self.transcripts.drop_user(tenant, user);
+    }
 
     async fn backup_rows(&self, scope: &BackupScope, sink: &mut Sink<'_>) -> Result<u64> {
         crate::backup::pg_backup(&self.pool, scope, sink).await

@@ -63,6 +63,12 @@ fn undo_sqlite_12() -> String {
     format!("{drop} {messages} DELETE FROM schema_migrations WHERE version = 12;")
 }
 
+/// PostgreSQL's migration 12 undone: no writer transaction ids on transcript vectors.
+const UNDO_PG_12: &str = "\
+    DROP FUNCTION engram_vector_xid CASCADE; \
+    ALTER TABLE messages DROP COLUMN vector_xid; ALTER TABLE summaries DROP COLUMN vector_xid; \
+    DELETE FROM schema_migrations WHERE version = 12;";
+
 /// PostgreSQL's migration 11 undone: no transcript statistics (the functions' declared costs
 /// are set again by the migration, to the same values).
 const UNDO_PG_11: &str = "\
@@ -120,7 +126,7 @@ async fn speakers_of_earlier_messages_are_backfilled(backend: Backend) {
             .await;
         }
         Backend::Postgres => {
-            let sql = format!("{UNDO_PG_11} {UNDO_PG_10} {undo}");
+            let sql = format!("{UNDO_PG_12} {UNDO_PG_11} {UNDO_PG_10} {undo}");
             sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(f.pg().pool()).await.unwrap();
         }
     }
@@ -187,7 +193,7 @@ async fn message_context_of_earlier_messages_is_backfilled(backend: Backend) {
     match backend {
         Backend::Sqlite => sqlite_raw(&f, &format!("{} {UNDO_SQLITE_11}", undo_sqlite_12())).await,
         Backend::Postgres => {
-            let sql = format!("{UNDO_PG_11} {UNDO_PG_10}");
+            let sql = format!("{UNDO_PG_12} {UNDO_PG_11} {UNDO_PG_10}");
             sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(f.pg().pool()).await.unwrap();
         }
     }

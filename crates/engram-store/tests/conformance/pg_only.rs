@@ -349,9 +349,11 @@ async fn keyword_search_same_without_fts_len_or_btree_gin() {
     assert_eq!(other_key.len(), 1, "one key per user: {other_key:?}");
 
     // Migration 4 applied to a store that already holds rows (the index is built over them);
-    // what migrations 6 to 11 add is undone too, since every later migration runs again.
+    // what migrations 6 to 12 add is undone too, since every later migration runs again.
     sqlx::raw_sql(
-        "DROP TABLE transcript_fts_stats; DROP FUNCTION engram_transcript_stats_insert, \
+        "DROP FUNCTION engram_vector_xid CASCADE; ALTER TABLE messages DROP COLUMN vector_xid; \
+         ALTER TABLE summaries DROP COLUMN vector_xid; \
+         DROP TABLE transcript_fts_stats; DROP FUNCTION engram_transcript_stats_insert, \
          engram_message_stats_delete, engram_summary_stats_delete, engram_message_stats_update, \
          engram_summary_stats_update CASCADE; \
          DROP TRIGGER messages_context ON messages; DROP TRIGGER messages_context_next ON messages; \
@@ -507,5 +509,103 @@ async fn transcript_statistics_kept_by_triggers_equal_the_rows() {
         .await
         .unwrap();
     assert_eq!(left, 0, "nor does the last user");
+    f.finish().await;
+}
+
+/// The message vectors a process keeps in memory (migration 12) catch up with writers that
+/// commit out of the order they began in: a transaction that wrote a vector before another
+/// and commits after it, while a search read the user in between, is seen by the next
+/// search. A vector cleared or rewritten under another model leaves the cache; a window and
+/// k apply as in SQL; and the cache holds nothing of another user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_vector_cache_sees_transactions_that_commit_out_of_order() {
+    use engram_core::model::MessageRole;
+    use engram_core::store::TranscriptFilter;
+
+    let mut f = Fixture::new(Backend::Postgres).await;
+    let pg = f.pg();
+    let a: Arc<dyn Store> = pg.clone();
+    let b = f.reopen().await;
+    let (t, u, w) = (tenant("t"), user("u"), user("w"));
+    a.ensure_embedding_space(MODEL, 4).await.unwrap();
+    let msgs: Vec<_> = ["one", "two", "three"]
+        .iter()
+        .map(|x| message(&t, &u, "c", MessageRole::User, x))
+        .collect();
+    let ms = a.append_messages(&t, msgs).await.unwrap();
+    let theirs = a
+        .append_messages(&t, vec![message(&t, &w, "cw", MessageRole::User, "theirs")])
+        .await
+        .unwrap();
+    a.set_message_vectors(
+        &t,
+        MODEL,
+        vec![(ms[0].id, unit(4, 2)), (ms[1].id, unit(4, 3)), (theirs[0].id, unit(4, 1))],
+    )
+    .await
+    .unwrap();
+    let q = unit(4, 1);
+    let all = TranscriptFilter::user(u.clone());
+    let search = |f: TranscriptFilter, k: usize| {
+        let (b, t, q) = (b.clone(), t.clone(), q.clone());
+        async move {
+            b.vector_search_messages(&t, &f, MODEL, &q, k)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|h| (h.0, (h.1 * 1e4).round() / 1e4))
+                .collect::<Vec<_>>()
+        }
+    };
+    let sim = |seed: u64| (dot(&unit(4, seed), &q) * 1e4).round() / 1e4;
+    assert_eq!(search(all.clone(), 10).await, {
+        let mut v = vec![(ms[0].id, sim(2)), (ms[1].id, sim(3))];
+        v.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+        v
+    });
+
+    // An older transaction writes the third message's vector and stays open ...
+    let mut older = pg.pool().begin().await.unwrap();
+    sqlx::query("UPDATE messages SET embedding = $1::real[]::vector, embedding_model = $2 WHERE tenant_id = 't' AND id = $3")
+        .bind(q.clone())
+        .bind(MODEL)
+        .bind(ms[2].id.0)
+        .execute(&mut *older)
+        .await
+        .unwrap();
+    // ... while a newer one commits a vector of the first, which b's next search reads.
+    a.set_message_vectors(&t, MODEL, vec![(ms[0].id, unit(4, 4))]).await.unwrap();
+    let got = search(all.clone(), 10).await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got.contains(&(ms[0].id, sim(4))), "b reads the newer commit: {got:?}");
+    older.commit().await.unwrap();
+    let got = search(all.clone(), 10).await;
+    assert_eq!(got.first(), Some(&(ms[2].id, 1.0)), "b reads the older commit too: {got:?}");
+    assert_eq!(got.len(), 3);
+
+    // Cleared, and rewritten under another model: gone from b's answer.
+    sqlx::query("UPDATE messages SET embedding = NULL, embedding_model = NULL WHERE tenant_id = 't' AND id = $1")
+        .bind(ms[2].id.0)
+        .execute(pg.pool())
+        .await
+        .unwrap();
+    a.set_message_vectors(&t, "other-model", vec![(ms[1].id, unit(4, 1))]).await.unwrap();
+    assert_eq!(search(all.clone(), 10).await, vec![(ms[0].id, sim(4))]);
+
+    // A window and k apply as the SQL ranking applies them.
+    let created = ms[0].created_at;
+    let after =
+        TranscriptFilter { since: Some(created + time::Duration::microseconds(1)), ..all.clone() };
+    assert!(search(after, 10).await.is_empty());
+    let at = TranscriptFilter {
+        since: Some(created),
+        until: Some(created + time::Duration::microseconds(1)),
+        ..all.clone()
+    };
+    assert_eq!(search(at, 10).await, vec![(ms[0].id, sim(4))]);
+    assert!(search(all.clone(), 0).await.is_empty());
+    // The other user's message never shows; their own search finds it.
+    let theirs_hits = search(TranscriptFilter::user(w.clone()), 10).await;
+    assert_eq!(theirs_hits, vec![(theirs[0].id, 1.0)]);
     f.finish().await;
 }

@@ -1,0 +1,178 @@
+//! PostgreSQL's side of the transcript vector cache ([`crate::common::transcript_vectors`]):
+//! how a process loads a user's message or summary vectors, catches up with what any process
+//! wrote since, and checks its answer.
+//!
+//! **Freshness** (migration 12). A trigger stamps a row's `vector_xid` with the id of the
+//! transaction that inserts it with a vector or writes its vector or model. Each read of a
+//! user runs in one `REPEATABLE READ` snapshot and records that snapshot's `xmin`, the oldest
+//! transaction still running: every transaction below it had ended, so each row it wrote
+//! was visible to the read. The next catch-up reads the user's rows whose `vector_xid` is at
+//! or past the recorded `xmin` (an index range, usually a handful of rows, some read again
+//! and applied again to no effect). Writers of one user need no lock to be ordered, unlike a
+//! counter, which concurrent transactions could commit out of order. A transaction left
+//! open for long holds `xmin` back, and each catch-up then re-reads the rows written since
+//! it began.
+//!
+//! Rows leave the tables only when their user is erased; the top k found is checked against
+//! the table by id, and a row that is gone makes the cache load the user afresh.
+//!
+//! Timestamps are held as microseconds since 1970, as PostgreSQL stores them; a window's
+//! bounds are cut to microseconds the way sqlx binds them, so the cache admits exactly the
+//! rows the table's query would.
+
+use engram_core::error::Result;
+use engram_core::store::TranscriptFilter;
+use futures_util::TryStreamExt;
+use sqlx::Row;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::{PgDb, db};
+use crate::common::scan::{OFF_THREAD_ROWS, off_thread};
+use crate::common::transcript_vectors::{Key, Rows};
+
+/// Microseconds from 1970 to PostgreSQL's epoch (2000-01-01).
+const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+
+/// An instant as the table compares it: sqlx sends microseconds since 2000, cut toward zero.
+fn micros(at: OffsetDateTime) -> i64 {
+    let since_2000 = (at - time::macros::datetime!(2000-01-01 0:00 UTC)).whole_microseconds();
+    i64::try_from(since_2000)
+        .unwrap_or(if since_2000 < 0 { i64::MIN } else { i64::MAX })
+        .saturating_add(PG_EPOCH_MICROS)
+}
+
+/// A timestamp column as microseconds since 1970 (exact: PostgreSQL keeps microseconds).
+fn micros_sql(column: &str) -> String {
+    format!("(extract(epoch FROM {column}) * 1000000)::int8")
+}
+
+impl PgDb {
+    /// The exact top `k` of a user's transcript vectors of one model within a window, from
+    /// the cache, brought up to date first; `None` when the cache cannot vouch for its answer
+    /// twice in a row (the caller then ranks the rows in SQL).
+    pub(super) async fn cached_transcript_top(
+        &self,
+        key: &Key,
+        filter: &TranscriptFilter,
+        query: &[f32],
+        k: usize,
+    ) -> Result<Option<Vec<(Uuid, f32)>>> {
+        let slot = self.transcripts.rows(key);
+        let mut rows = slot.lock_owned().await;
+        let (since, until) = (filter.since.map(micros), filter.until.map(micros));
+        for _ in 0..2 {
+            self.catch_up_transcript(key, &mut rows).await?;
+            let top = if rows.len() < OFF_THREAD_ROWS {
+                rows.top(since, until, query, k)
+            } else {
+                let q = query.to_vec();
+                let (back, top) = off_thread(move || {
+                    let top = rows.top(since, until, &q, k);
+                    (rows, top)
+                })
+                .await?;
+                rows = back;
+                top
+            };
+            if self.all_present(key, &top).await? {
+                self.transcripts.settle(key, rows.bytes());
+                return Ok(Some(top.into_iter().map(|(_, id, s)| (id, s)).collect()));
+            }
+            // A row of the top is gone (its user was erased, by this process or another):
+            // read the user afresh.
+            *rows = Rows::default();
+        }
+        self.transcripts.forget(key);
+        Ok(None)
+    }
+
+    /// Apply the rows written since the cache last read the user (all of them the first
+    /// time), in one snapshot whose `xmin` becomes the next catch-up's start.
+    async fn catch_up_transcript(&self, key: &Key, rows: &mut Rows<Uuid>) -> Result<()> {
+        let (start, end) = key.table.span();
+        let table = key.table.table();
+        let mut tx = self.pool.begin().await.map_err(db)?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        let xmin: i64 =
+            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::int8")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db)?;
+        // The first read takes the model's vectors; a catch-up every row written since, to
+        // drop those whose vector was cleared or is now of another model.
+        let which = if rows.loaded {
+            "vector_xid >= $3::int8::text::xid8"
+        } else {
+            "embedding IS NOT NULL AND embedding_model = $3"
+        };
+        let sql = format!(
+            "SELECT id, {} AS span_start, {} AS span_end, embedding, embedding_model FROM {table} \
+             WHERE tenant_id = $1 AND user_id = $2 AND {which}",
+            micros_sql(start),
+            micros_sql(end),
+        );
+        let q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&key.tenant).bind(&key.user);
+        let q = if rows.loaded { q.bind(rows.seq) } else { q.bind(&key.model) };
+        // Streamed: the rows are decoded one by one into the cache, never held all at once.
+        let mut stream = q.fetch(&mut *tx);
+        while let Some(r) = stream.try_next().await.map_err(db)? {
+            let id: Uuid = r.try_get("id").map_err(db)?;
+            let span = (
+                r.try_get::<Option<i64>, _>("span_start").map_err(db)?,
+                r.try_get::<Option<i64>, _>("span_end").map_err(db)?,
+            );
+            let vector: Option<pgvector::Vector> = r.try_get("embedding").map_err(db)?;
+            let model: Option<String> = r.try_get("embedding_model").map_err(db)?;
+            match vector {
+                Some(v) if model.as_deref() == Some(key.model.as_str()) => {
+                    rows.upsert(id, id, span, v.as_slice())
+                }
+                _ => rows.remove(id),
+            }
+        }
+        drop(stream);
+        tx.commit().await.map_err(db)?;
+        rows.seq = xmin;
+        rows.loaded = true;
+        Ok(())
+    }
+
+    /// Is every row of `top` still in the table, a row of the same tenant and user?
+    async fn all_present(&self, key: &Key, top: &[(Uuid, Uuid, f32)]) -> Result<bool> {
+        if top.is_empty() {
+            return Ok(true);
+        }
+        let ids: Vec<Uuid> = top.iter().map(|h| h.0).collect();
+        let sql = format!(
+            "SELECT count(*) FROM {} WHERE tenant_id = $1 AND user_id = $2 AND id = ANY($3)",
+            key.table.table()
+        );
+        let found: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .bind(&key.tenant)
+            .bind(&key.user)
+            .bind(&ids)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db)?;
+        Ok(usize::try_from(found).is_ok_and(|n| n == ids.len()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instants_are_cut_to_microseconds_like_the_binding() {
+        let at = time::macros::datetime!(2023-05-08 13:56:01.123456789 UTC);
+        assert_eq!(micros(at), 1_683_554_161_123_456);
+        // Before 2000 sqlx cuts toward 2000, i.e. up.
+        let old = time::macros::datetime!(1999-12-31 23:59:59.9999995 UTC);
+        assert_eq!(micros(old), PG_EPOCH_MICROS);
+        assert_eq!(micros(time::macros::datetime!(1970-01-01 0:00 UTC)), 0);
+    }
+}

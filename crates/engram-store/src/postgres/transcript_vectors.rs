@@ -4,7 +4,7 @@
 //!
 //! **Freshness** (migration 12). A trigger stamps a row's `vector_xid` with the id of the
 //! transaction that inserts it with a vector or writes its vector or model. Each read of a
-//! user runs in one `REPEATABLE READ` snapshot and records that snapshot's `xmin`, the oldest
+//! user is one statement, so one snapshot, and returns that snapshot's `xmin`, the oldest
 //! transaction still running: every transaction below it had ended, so each row it wrote
 //! was visible to the read. The next catch-up reads the user's rows whose `vector_xid` is at
 //! or past the recorded `xmin` (an index range, usually a handful of rows, some read again
@@ -20,7 +20,7 @@
 //! bounds are cut to microseconds the way sqlx binds them, so the cache admits exactly the
 //! rows the table's query would.
 
-use engram_core::error::Result;
+use engram_core::error::{Error, Result};
 use engram_core::store::TranscriptFilter;
 use futures_util::TryStreamExt;
 use sqlx::Row;
@@ -92,35 +92,30 @@ impl PgDb {
     async fn catch_up_transcript(&self, key: &Key, rows: &mut Rows<Uuid>) -> Result<()> {
         let (start, end) = key.table.span();
         let table = key.table.table();
-        let mut tx = self.pool.begin().await.map_err(db)?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        let xmin: i64 =
-            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::int8")
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(db)?;
         // The first read takes the model's vectors; a catch-up every row written since, to
-        // drop those whose vector was cleared or is now of another model.
+        // drop those whose vector was cleared or is now of another model. One statement, so
+        // one snapshot: its xmin (the first row, also when no row matches) and its rows.
         let which = if rows.loaded {
             "vector_xid >= $3::int8::text::xid8"
         } else {
             "embedding IS NOT NULL AND embedding_model = $3"
         };
         let sql = format!(
-            "SELECT id, {} AS span_start, {} AS span_end, embedding, embedding_model FROM {table} \
-             WHERE tenant_id = $1 AND user_id = $2 AND {which}",
+            "SELECT s.xmin, r.* FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::int8 \
+             AS xmin) s LEFT JOIN LATERAL (SELECT id, {} AS span_start, {} AS span_end, \
+             embedding, embedding_model FROM {table} \
+             WHERE tenant_id = $1 AND user_id = $2 AND {which}) r ON true",
             micros_sql(start),
             micros_sql(end),
         );
         let q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&key.tenant).bind(&key.user);
         let q = if rows.loaded { q.bind(rows.seq) } else { q.bind(&key.model) };
+        let mut xmin = None;
         // Streamed: the rows are decoded one by one into the cache, never held all at once.
-        let mut stream = q.fetch(&mut *tx);
+        let mut stream = q.fetch(&self.pool);
         while let Some(r) = stream.try_next().await.map_err(db)? {
-            let id: Uuid = r.try_get("id").map_err(db)?;
+            xmin = Some(r.try_get::<i64, _>("xmin").map_err(db)?);
+            let Some(id) = r.try_get::<Option<Uuid>, _>("id").map_err(db)? else { continue };
             let span = (
                 r.try_get::<Option<i64>, _>("span_start").map_err(db)?,
                 r.try_get::<Option<i64>, _>("span_end").map_err(db)?,
@@ -135,8 +130,7 @@ impl PgDb {
             }
         }
         drop(stream);
-        tx.commit().await.map_err(db)?;
-        rows.seq = xmin;
+        rows.seq = xmin.ok_or_else(|| Error::internal("the snapshot's xmin was not returned"))?;
         rows.loaded = true;
         Ok(())
     }

@@ -177,7 +177,7 @@ impl<R> Default for TranscriptCache<R> {
     }
 }
 
-impl<R: Default> TranscriptCache<R> {
+impl<R: Default + Copy + Eq + Hash> TranscriptCache<R> {
     /// The rows of a key (created empty on first use), marked as just used.
     pub(crate) fn rows(&self, key: &Key) -> Arc<tokio::sync::Mutex<Rows<R>>> {
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
@@ -228,6 +228,17 @@ impl<R: Default> TranscriptCache<R> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|k, _| !(k.tenant == tenant && k.user == user));
+    }
+
+    /// Vectors held for a user over its keys (`None`: no key of the user is loaded).
+    pub(crate) fn rows_of(&self, tenant: &str, user: &str) -> Option<usize> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let held: Vec<usize> = slots
+            .iter()
+            .filter(|(k, _)| k.tenant == tenant && k.user == user)
+            .filter_map(|(_, s)| s.rows.try_lock().ok().filter(|r| r.loaded).map(|r| r.len()))
+            .collect();
+        (!held.is_empty()).then(|| held.iter().sum())
     }
 
     /// Bytes held over all entries, as last recorded.

@@ -45,7 +45,7 @@ pub mod jobs;
 mod native;
 pub mod rows;
 pub mod search;
-mod transcript_vectors;
+pub mod transcript_vectors;
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -209,6 +209,10 @@ pub struct PgDb {
     hnsw_ef_search: AtomicUsize,
     /// Message and summary vectors of recently searched users ([`transcript_vectors`]).
     transcripts: common::transcript_vectors::TranscriptCache<Uuid>,
+    /// The keys searched through that cache (they hold enough rows to be worth it).
+    large_transcripts: std::sync::Mutex<std::collections::HashSet<common::transcript_vectors::Key>>,
+    /// [`transcript_vectors::CACHE_MIN_ROWS`], or what a test set.
+    transcript_cache_min_rows: AtomicUsize,
 }
 
 /// Connection settings beyond the URL.
@@ -272,6 +276,8 @@ impl PgDb {
             exact_scan_limit: AtomicUsize::new(search::EXACT_SCAN_LIMIT),
             hnsw_ef_search: AtomicUsize::new(search::HNSW_EF_SEARCH),
             transcripts: Default::default(),
+            large_transcripts: Default::default(),
+            transcript_cache_min_rows: AtomicUsize::new(transcript_vectors::CACHE_MIN_ROWS),
         })
     }
 
@@ -294,6 +300,23 @@ impl PgDb {
     /// Change `hnsw.ef_search` of the index path (1–1000; benchmarks measure recall with it).
     pub fn set_hnsw_ef_search(&self, ef: usize) {
         self.hnsw_ef_search.store(ef.clamp(1, 1000), Ordering::Relaxed);
+    }
+
+    /// Change how many vectors a user's transcript table must hold for its searches to go
+    /// through the in-process cache (tests: 0, always; the default is
+    /// [`transcript_vectors::CACHE_MIN_ROWS`]).
+    pub fn set_transcript_cache_min_rows(&self, rows: usize) {
+        self.transcript_cache_min_rows.store(rows, Ordering::Relaxed);
+    }
+
+    fn transcript_cache_min_rows(&self) -> usize {
+        self.transcript_cache_min_rows.load(Ordering::Relaxed)
+    }
+
+    /// How many vectors the cache holds for a user's messages or summaries (of any model;
+    /// `None`: not cached). For tests and operators.
+    pub fn cached_transcript_rows(&self, tenant: &str, user: &str) -> Option<usize> {
+        self.transcripts.rows_of(tenant, user)
     }
 
     fn ef_search(&self) -> usize {

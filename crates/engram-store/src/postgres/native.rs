@@ -65,13 +65,17 @@ impl Native for PgDb {
             table,
             model: model.to_string(),
         };
-        if let Some(top) = self.cached_transcript_top(&key, filter, query, q.k).await? {
+        if self.transcript_cached(&key)
+            && let Some(top) = self.cached_transcript_top(&key, filter, query, q.k).await?
+        {
             return Ok(top);
         }
-        // The cache could not vouch for an answer: rank the user's rows in SQL (exact, and
-        // only vectors of the query's model and dimension are compared).
+        // A user of few rows, or the cache could not vouch for an answer: rank the user's
+        // rows in SQL (exact, and only vectors of the query's model and dimension are
+        // compared), counting them to know whether the cache would be worth it.
         let qv = pgvector::Vector::from(query.to_vec());
-        let mut b = QueryBuilder::<Postgres>::new("SELECT id, -(embedding <#> ");
+        let mut b =
+            QueryBuilder::<Postgres>::new("SELECT count(*) OVER () AS n, id, -(embedding <#> ");
         b.push_bind(qv.clone()).push(format!(") AS sim FROM {} WHERE tenant_id = ", table.table()));
         b.push_bind(q.tenant.as_str().to_string());
         super::push_window(&mut b, filter, table, "");
@@ -79,6 +83,9 @@ impl Native for PgDb {
         b.push(" AND vector_dims(embedding) = ").push_bind(query.len() as i32);
         b.push(" ORDER BY embedding <#> ").push_bind(qv).push(", id LIMIT ").push_bind(q.k as i64);
         let rows = b.build().fetch_all(&self.pool).await.map_err(db)?;
+        if let Some(r) = rows.first() {
+            self.note_transcript_rows(&key, usize::try_from(col::<i64>(r, "n")?).unwrap_or(0));
+        }
         rows.iter().map(|r| Ok((col(r, "id")?, col::<f64>(r, "sim")? as f32))).collect()
     }
 
@@ -170,6 +177,7 @@ impl Native for PgDb {
 
     fn erased(&self, tenant: &str, user: &str) {
         self.transcripts.drop_user(tenant, user);
+        self.forget_transcript_sizes(tenant, user);
     }
 
     async fn backup_rows(&self, scope: &BackupScope, sink: &mut Sink<'_>) -> Result<u64> {

@@ -92,6 +92,9 @@ impl Fixture {
                 conn.close().await.ok();
                 let url = with_database(&admin_url, &name);
                 let pg = engram_store::open_postgres(&url).await.expect("open postgres");
+                // Message searches through the in-process cache, whatever the user's size, as
+                // on SQLite (`pg_only` checks the switch from SQL at the default size).
+                pg.set_transcript_cache_min_rows(0);
                 let store: Arc<dyn Store> = pg.clone();
                 Fixture {
                     backend,
@@ -114,6 +117,7 @@ impl Fixture {
             Backend::Postgres => {
                 let url = self.pg.as_ref().map(|p| p.url.clone()).expect("database url");
                 let pg = engram_store::open_postgres(&url).await.expect("reopen postgres");
+                pg.set_transcript_cache_min_rows(0);
                 self.pg_stores.push(pg.clone());
                 pg
             }
@@ -123,6 +127,11 @@ impl Fixture {
     /// The PostgreSQL store itself (PostgreSQL-only tests).
     pub fn pg(&self) -> Arc<engram_store::postgres::PgStore> {
         self.pg_stores.first().cloned().expect("a PostgreSQL fixture")
+    }
+
+    /// The PostgreSQL store last opened (by [`Fixture::reopen`], or the first).
+    pub fn pg_last(&self) -> Arc<engram_store::postgres::PgStore> {
+        self.pg_stores.last().cloned().expect("a PostgreSQL fixture")
     }
 
     /// The URL of this fixture's PostgreSQL database.

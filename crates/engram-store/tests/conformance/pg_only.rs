@@ -526,6 +526,7 @@ async fn message_vector_cache_sees_transactions_that_commit_out_of_order() {
     let pg = f.pg();
     let a: Arc<dyn Store> = pg.clone();
     let b = f.reopen().await;
+    assert_eq!(f.pg_last().cached_transcript_rows("t", "u"), None);
     let (t, u, w) = (tenant("t"), user("u"), user("w"));
     a.ensure_embedding_space(MODEL, 4).await.unwrap();
     let msgs: Vec<_> = ["one", "two", "three"]
@@ -563,6 +564,7 @@ async fn message_vector_cache_sees_transactions_that_commit_out_of_order() {
         v.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
         v
     });
+    assert_eq!(f.pg_last().cached_transcript_rows("t", "u"), Some(2), "b answers from memory");
 
     // An older transaction writes the third message's vector and stays open ...
     let mut older = pg.pool().begin().await.unwrap();
@@ -607,5 +609,44 @@ async fn message_vector_cache_sees_transactions_that_commit_out_of_order() {
     // The other user's message never shows; their own search finds it.
     let theirs_hits = search(TranscriptFilter::user(w.clone()), 10).await;
     assert_eq!(theirs_hits, vec![(theirs[0].id, 1.0)]);
+
+    // At the default size a user's searches are ranked in SQL until a search counts enough
+    // vectors, then go through the cache; erasure sends them back to SQL.
+    let c = f.reopen().await;
+    let c_pg = f.pg_last();
+    c_pg.set_transcript_cache_min_rows(3);
+    let v = user("v");
+    let vs = a
+        .append_messages(
+            &t,
+            ["a", "b", "c"].iter().map(|x| message(&t, &v, "cv", MessageRole::User, x)).collect(),
+        )
+        .await
+        .unwrap();
+    a.set_message_vectors(&t, MODEL, vec![(vs[0].id, unit(4, 1)), (vs[1].id, unit(4, 2))])
+        .await
+        .unwrap();
+    let by_v = TranscriptFilter::user(v.clone());
+    let top = |c: Arc<dyn Store>| {
+        let (t, by_v, q) = (t.clone(), by_v.clone(), q.clone());
+        async move {
+            c.vector_search_messages(&t, &by_v, MODEL, &q, 10)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|h| h.0)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(top(c.clone()).await, [vs[0].id, vs[1].id]);
+    assert_eq!(top(c.clone()).await.len(), 2);
+    assert_eq!(c_pg.cached_transcript_rows("t", "v"), None, "two vectors: SQL");
+    a.set_message_vectors(&t, MODEL, vec![(vs[2].id, unit(4, 3))]).await.unwrap();
+    assert_eq!(top(c.clone()).await.len(), 3, "counted three in SQL");
+    assert_eq!(top(c.clone()).await.len(), 3);
+    assert_eq!(c_pg.cached_transcript_rows("t", "v"), Some(3), "then through the cache");
+    c.erase_user(&t, &v).await.unwrap();
+    assert!(top(c.clone()).await.is_empty());
+    assert_eq!(c_pg.cached_transcript_rows("t", "v"), None, "erased: back to SQL");
     f.finish().await;
 }

@@ -128,7 +128,8 @@ impl Native for PgDb {
         let vectors: Vec<pgvector::Vector> =
             rows.into_iter().map(|r| pgvector::Vector::from(r.1)).collect();
         let sql = format!(
-            "UPDATE {} m SET embedding = v.embedding, embedding_model = $2 \
+            "UPDATE {} m SET embedding = v.embedding, embedding_model = $2, \
+             vector_xid = pg_current_xact_id() \
              FROM unnest($3::uuid[], $4::vector[]) AS v(id, embedding) \
              WHERE m.tenant_id = $1 AND m.id = v.id",
             table.table()

@@ -32,6 +32,9 @@
 //!   index of its own (partial on its tenant and user), built in the background when a
 //!   search first finds it over the limit, so writes maintain no graph until some scope
 //!   needs one. Measurements and the choice: see [`search`].
+//! - **Message and summary vectors** ([`transcript_vectors`]): ranked exactly, in SQL for a
+//!   user of few rows, from an in-process cache (shared with SQLite's, caught up through
+//!   each row's writer transaction id) once a search has counted 2,000 vectors or more.
 //! - **Full text** ([`search`]): a generated `tsvector` column with the language-neutral
 //!   `simple` configuration over `fts_text`, the content split into words exactly like a
 //!   query ([`crate::text`]), lowercased and with diacritics folded in Rust, so matching does

@@ -58,9 +58,6 @@ fn micros_sql(column: &str) -> String {
 }
 
 impl PgDb {
-    /// The exact top `k` of a user's transcript vectors of one model within a window, from
-    /// the cache, brought up to date first; `None` when the cache cannot vouch for its answer
-    /// twice in a row (the caller then ranks the rows in SQL).
     /// Is `key` served from the cache (a search saw it hold enough rows)?
     pub(super) fn transcript_cached(&self, key: &Key) -> bool {
         self.transcript_cache_min_rows() == 0
@@ -83,6 +80,9 @@ impl PgDb {
             .retain(|k| !(k.tenant == tenant && k.user == user));
     }
 
+    /// The exact top `k` of a user's transcript vectors of one model within a window, from
+    /// the cache, brought up to date first; `None` when the cache cannot vouch for its answer
+    /// twice in a row (the caller then ranks the rows in SQL).
     pub(super) async fn cached_transcript_top(
         &self,
         key: &Key,

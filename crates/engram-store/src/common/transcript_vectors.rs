@@ -27,9 +27,11 @@ use std::sync::{Arc, Mutex};
 
 use std::hash::Hash;
 
+use async_trait::async_trait;
+use engram_core::error::Result;
 use uuid::Uuid;
 
-use super::scan::{OrdF32, dot};
+use super::scan::{OFF_THREAD_ROWS, OrdF32, dot, off_thread};
 use super::store::Transcript;
 
 /// The most bytes of vectors kept over all entries (about 170k vectors of 384 dimensions).
@@ -246,6 +248,70 @@ impl<R: Default + Copy + Eq + Hash> TranscriptCache<R> {
     fn total(&self) -> usize {
         self.slots.lock().unwrap_or_else(|e| e.into_inner()).values().map(|s| s.bytes).sum()
     }
+}
+
+/// What a store supplies to answer from its cache: the cache itself, how it catches a key's
+/// rows up with the table, and how it checks that the rows of an answer are still there.
+#[async_trait]
+pub(crate) trait CachedTranscripts<R: Copy + Eq + Hash + Default + Send + 'static>:
+    Sync
+{
+    fn transcript_cache(&self) -> &TranscriptCache<R>;
+
+    /// Apply the rows written since the cache last read the key (all of them the first time).
+    async fn catch_up(&self, key: &Key, rows: &mut Rows<R>) -> Result<()>;
+
+    /// Is every row of `top` still in the table, a row of the key's tenant and user?
+    async fn all_present(&self, key: &Key, top: &[(R, Uuid, f32)]) -> Result<bool>;
+
+    /// Keep the rows after an answer they vouched for (PostgreSQL drops users grown too small
+    /// to be worth them).
+    fn keep(&self, key: &Key, rows: &Rows<R>) {
+        self.transcript_cache().settle(key, rows.bytes());
+    }
+}
+
+/// The exact top `k` of a key's vectors whose span overlaps `since..until` (the store's time
+/// unit), from the cache, brought up to date first; `None` when the cache cannot vouch for
+/// its answer twice in a row (the caller then ranks the table's rows itself).
+pub(crate) async fn cached_top<R, S>(
+    store: &S,
+    key: &Key,
+    (since, until): (Option<i64>, Option<i64>),
+    query: &[f32],
+    k: usize,
+) -> Result<Option<Vec<(Uuid, f32)>>>
+where
+    R: Copy + Eq + Hash + Default + Send + 'static,
+    S: CachedTranscripts<R>,
+{
+    let slot = store.transcript_cache().rows(key);
+    let mut rows = slot.lock_owned().await;
+    for _ in 0..2 {
+        store.catch_up(key, &mut rows).await?;
+        let top = if rows.len() < OFF_THREAD_ROWS {
+            rows.top(since, until, query, k)
+        } else {
+            // On the blocking pool, as the memory index's scan (see `off_thread`).
+            let q = query.to_vec();
+            let (back, top) = off_thread(move || {
+                let top = rows.top(since, until, &q, k);
+                (rows, top)
+            })
+            .await?;
+            rows = back;
+            top
+        };
+        if store.all_present(key, &top).await? {
+            store.keep(key, &rows);
+            return Ok(Some(top.into_iter().map(|(_, id, s)| (id, s)).collect()));
+        }
+        // A row of the top is gone (its user was erased, by this process or another): read
+        // the user afresh.
+        *rows = Rows::default();
+    }
+    store.transcript_cache().forget(key);
+    Ok(None)
 }
 
 #[cfg(test)]

@@ -66,7 +66,17 @@ impl Native for PgDb {
             model: model.to_string(),
         };
         if self.transcript_cached(&key)
-            && let Some(top) = self.cached_transcript_top(&key, filter, query, q.k).await?
+            && let Some(top) = crate::common::transcript_vectors::cached_top(
+                self,
+                &key,
+                (
+                    filter.since.map(super::transcript_vectors::micros),
+                    filter.until.map(super::transcript_vectors::micros),
+                ),
+                query,
+                q.k,
+            )
+            .await?
         {
             return Ok(top);
         }

@@ -26,16 +26,15 @@
 //! bounds are cut to microseconds the way sqlx binds them, so the cache admits exactly the
 //! rows the table's query would.
 
+use async_trait::async_trait;
 use engram_core::error::{Error, Result};
-use engram_core::store::TranscriptFilter;
 use futures_util::TryStreamExt;
 use sqlx::Row;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{PgDb, db};
-use crate::common::scan::{OFF_THREAD_ROWS, off_thread};
-use crate::common::transcript_vectors::{Key, Rows};
+use crate::common::transcript_vectors::{CachedTranscripts, Key, Rows, TranscriptCache};
 
 /// The vectors a user's transcript table holds (of one model) from which searches go through
 /// the cache: at 2,000 the SQL ranking takes ~5 ms, the cache ~1.5 ms (two statements).
@@ -45,7 +44,7 @@ pub const CACHE_MIN_ROWS: usize = 2_000;
 const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
 /// An instant as the table compares it: sqlx sends microseconds since 2000, cut toward zero.
-fn micros(at: OffsetDateTime) -> i64 {
+pub(super) fn micros(at: OffsetDateTime) -> i64 {
     let since_2000 = (at - time::macros::datetime!(2000-01-01 0:00 UTC)).whole_microseconds();
     i64::try_from(since_2000)
         .unwrap_or(if since_2000 < 0 { i64::MIN } else { i64::MAX })
@@ -79,56 +78,17 @@ impl PgDb {
             .unwrap_or_else(|e| e.into_inner())
             .retain(|k| !(k.tenant == tenant && k.user == user));
     }
+}
 
-    /// The exact top `k` of a user's transcript vectors of one model within a window, from
-    /// the cache, brought up to date first; `None` when the cache cannot vouch for its answer
-    /// twice in a row (the caller then ranks the rows in SQL).
-    pub(super) async fn cached_transcript_top(
-        &self,
-        key: &Key,
-        filter: &TranscriptFilter,
-        query: &[f32],
-        k: usize,
-    ) -> Result<Option<Vec<(Uuid, f32)>>> {
-        let slot = self.transcripts.rows(key);
-        let mut rows = slot.lock_owned().await;
-        let (since, until) = (filter.since.map(micros), filter.until.map(micros));
-        for _ in 0..2 {
-            self.catch_up_transcript(key, &mut rows).await?;
-            let top = if rows.len() < OFF_THREAD_ROWS {
-                rows.top(since, until, query, k)
-            } else {
-                let q = query.to_vec();
-                let (back, top) = off_thread(move || {
-                    let top = rows.top(since, until, &q, k);
-                    (rows, top)
-                })
-                .await?;
-                rows = back;
-                top
-            };
-            if self.all_present(key, &top).await? {
-                if rows.len() < self.transcript_cache_min_rows() {
-                    // Fewer than it takes to be worth it (an erasure, or vectors cleared):
-                    // back to SQL.
-                    self.large_transcripts.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
-                    self.transcripts.forget(key);
-                } else {
-                    self.transcripts.settle(key, rows.bytes());
-                }
-                return Ok(Some(top.into_iter().map(|(_, id, s)| (id, s)).collect()));
-            }
-            // A row of the top is gone (its user was erased, by this process or another):
-            // read the user afresh.
-            *rows = Rows::default();
-        }
-        self.transcripts.forget(key);
-        Ok(None)
+#[async_trait]
+impl CachedTranscripts<Uuid> for PgDb {
+    fn transcript_cache(&self) -> &TranscriptCache<Uuid> {
+        &self.transcripts
     }
 
     /// Apply the rows written since the cache last read the user (all of them the first
     /// time), in one snapshot whose `xmin` becomes the next catch-up's start.
-    async fn catch_up_transcript(&self, key: &Key, rows: &mut Rows<Uuid>) -> Result<()> {
+    async fn catch_up(&self, key: &Key, rows: &mut Rows<Uuid>) -> Result<()> {
         let (start, end) = key.table.span();
         let table = key.table.table();
         // The first read takes the model's vectors; a catch-up every row written since, to
@@ -174,7 +134,6 @@ impl PgDb {
         Ok(())
     }
 
-    /// Is every row of `top` still in the table, a row of the same tenant and user?
     async fn all_present(&self, key: &Key, top: &[(Uuid, Uuid, f32)]) -> Result<bool> {
         if top.is_empty() {
             return Ok(true);
@@ -192,6 +151,16 @@ impl PgDb {
             .await
             .map_err(db)?;
         Ok(usize::try_from(found).is_ok_and(|n| n == ids.len()))
+    }
+
+    fn keep(&self, key: &Key, rows: &Rows<Uuid>) {
+        if rows.len() < self.transcript_cache_min_rows() {
+            // Fewer than it takes to be worth it (an erasure, or vectors cleared): back to SQL.
+            self.large_transcripts.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+            self.transcripts.forget(key);
+        } else {
+            self.transcripts.settle(key, rows.bytes());
+        }
     }
 }
 

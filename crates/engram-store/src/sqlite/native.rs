@@ -90,7 +90,10 @@ impl Native for SqliteDb {
             table,
             model: model.to_string(),
         };
-        if let Some(top) = self.cached_transcript_top(&key, filter, query, q.k).await? {
+        let window = (filter.since.map(ts), filter.until.map(ts));
+        if let Some(top) =
+            crate::common::transcript_vectors::cached_top(self, &key, window, query, q.k).await?
+        {
             return Ok(top);
         }
         // The cache could not vouch for an answer: scan the table.

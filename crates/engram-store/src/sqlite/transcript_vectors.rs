@@ -13,15 +13,16 @@
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
+
 use engram_core::error::{Error, Result};
-use engram_core::store::TranscriptFilter;
 use futures_util::TryStreamExt;
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 use uuid::Uuid;
 
-use super::{SqliteDb, ts};
-use crate::common::transcript_vectors::{Key, Rows, Span};
+use super::SqliteDb;
+use crate::common::transcript_vectors::{CachedTranscripts, Key, Rows, Span, TranscriptCache};
 use crate::common::{Arg, Backend};
 use crate::tables::blob_to_vec;
 
@@ -37,50 +38,15 @@ fn parse_id(id: &str) -> Result<Uuid> {
     Uuid::parse_str(id).map_err(|_| Error::internal(format!("row id '{id}' is not a UUID")))
 }
 
-impl SqliteDb {
-    /// The exact top `k` of a user's transcript vectors of one model within a window, from
-    /// the cache, brought up to date first; `None` when the cache cannot vouch for its answer
-    /// twice in a row (the caller then scans the table).
-    pub(super) async fn cached_transcript_top(
-        &self,
-        key: &Key,
-        filter: &TranscriptFilter,
-        query: &[f32],
-        k: usize,
-    ) -> Result<Option<Vec<(Uuid, f32)>>> {
-        let slot = self.transcripts.rows(key);
-        let mut rows = slot.lock_owned().await;
-        let (since, until) = (filter.since.map(ts), filter.until.map(ts));
-        for _ in 0..2 {
-            self.catch_up_transcript(key, &mut rows).await?;
-            let top = if rows.len() < super::vectors::OFF_THREAD_ROWS {
-                rows.top(since, until, query, k)
-            } else {
-                // On the blocking pool, as the memory index's scan (see `off_thread`).
-                let q = query.to_vec();
-                let (back, top) = super::vectors::off_thread(move || {
-                    let top = rows.top(since, until, &q, k);
-                    (rows, top)
-                })
-                .await?;
-                rows = back;
-                top
-            };
-            if self.all_present(key, &top).await? {
-                self.transcripts.settle(key, rows.bytes());
-                return Ok(Some(top.into_iter().map(|(_, id, s)| (id, s)).collect()));
-            }
-            // A row of the top is gone (its user was erased, by this process or another):
-            // read the user afresh.
-            *rows = Rows::default();
-        }
-        self.transcripts.forget(key);
-        Ok(None)
+#[async_trait]
+impl CachedTranscripts<i64> for SqliteDb {
+    fn transcript_cache(&self) -> &TranscriptCache<i64> {
+        &self.transcripts
     }
 
     /// Apply the rows written since the cache last read the table (all of them the first
     /// time).
-    async fn catch_up_transcript(&self, key: &Key, rows: &mut Rows) -> Result<()> {
+    async fn catch_up(&self, key: &Key, rows: &mut Rows) -> Result<()> {
         let (start, end) = key.table.span();
         let table = key.table.table();
         let who = [Arg::Text(&key.tenant), Arg::Text(&key.user)];
@@ -134,8 +100,7 @@ impl SqliteDb {
         Ok(())
     }
 
-    /// Is every row of `top` still in the table, the same row (rowid and id) of the same
-    /// tenant and user?
+    /// The same row (rowid and id) of the same tenant and user.
     async fn all_present(&self, key: &Key, top: &[(i64, Uuid, f32)]) -> Result<bool> {
         if top.is_empty() {
             return Ok(true);

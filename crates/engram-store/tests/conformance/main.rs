@@ -90,6 +90,7 @@ conformance! {
         conversations::speakers_are_recorded_per_user,
         message_vectors::message_vectors_needed_by_seq_and_model,
         message_vectors::message_vectors_set_per_tenant,
+        message_vectors::message_vectors_set_many_in_one_call,
         message_vectors::message_vectors_search_exact_top_k,
         message_vectors::message_vectors_search_equals_brute_force,
         message_vectors::message_vectors_erased_with_the_user,

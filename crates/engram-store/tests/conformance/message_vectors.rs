@@ -151,6 +151,43 @@ pub async fn message_vectors_needed_by_seq_and_model(s: Arc<dyn Store>) {
     assert_eq!(convs_needing(&s, &t, MODEL).await, names(&["c1"]));
 }
 
+/// A batch larger than one statement's share (the SQLite store writes 64 rows per
+/// statement): every vector lands on its own message, another tenant's id and an unknown
+/// one in the middle are skipped, and nothing of the batch is lost at a chunk's edge.
+pub async fn message_vectors_set_many_in_one_call(s: Arc<dyn Store>) {
+    let (t, t2) = (tenant("t"), tenant("t2"));
+    let u = user("u");
+    s.ensure_embedding_space(MODEL, 4).await.unwrap();
+    let texts: Vec<String> = (0..150).map(|i| format!("message {i}")).collect();
+    let items: Vec<(MessageRole, &str)> =
+        texts.iter().map(|x| (MessageRole::User, x.as_str())).collect();
+    let mine = append(&s, &t, &u, "c", &items).await;
+    let theirs = append(&s, &t2, &u, "c", &[(MessageRole::User, "theirs")]).await;
+    let mut rows: Vec<(MessageId, Vec<f32>)> =
+        mine.iter().zip(100..).map(|(m, seed)| (m.id, unit(4, seed))).collect();
+    rows.insert(63, (theirs[0].id, unit(4, 1)));
+    rows.insert(100, (MessageId::new(), unit(4, 2)));
+    s.set_message_vectors(&t, MODEL, rows.clone()).await.unwrap();
+
+    assert_eq!(needing(&s, &t, "c", MODEL, 200).await, vec![], "every message has its vector");
+    assert_eq!(needing(&s, &t2, "c", MODEL, 10).await, id_seq(&[&theirs[0]]));
+    assert_eq!(s.stats(&t).await.unwrap().messages_with_vector, 150);
+    let q = unit(4, 7);
+    let ids: Vec<MessageId> = mine.iter().map(|m| m.id).collect();
+    let got: std::collections::HashMap<MessageId, f32> =
+        s.message_similarities(&t, MODEL, &q, &ids).await.unwrap().into_iter().collect();
+    assert_eq!(got.len(), 150);
+    for (id, v) in rows.iter().filter(|(id, _)| ids.contains(id)) {
+        assert!((got[id] - dot(&q, v)).abs() < 1e-5, "{id:?}: {} against {}", got[id], dot(&q, v));
+    }
+    // The search ranks them by their own vectors.
+    let best = rows
+        .iter()
+        .filter(|(id, _)| ids.contains(id))
+        .max_by(|a, b| dot(&q, &a.1).total_cmp(&dot(&q, &b.1)));
+    assert_eq!(search_ids(&s, &t, &u, MODEL, &q, 1).await, vec![best.unwrap().0]);
+}
+
 /// Storing message vectors never crosses tenants, skips unknown ids, and replaces a vector.
 pub async fn message_vectors_set_per_tenant(s: Arc<dyn Store>) {
     let (t, t2) = (tenant("t"), tenant("t2"));

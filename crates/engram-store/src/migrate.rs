@@ -29,6 +29,7 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
     ),
     (11, "message_context", include_str!("../migrations/sqlite/0011_message_context.sql")),
     (12, "keyword_scopes", include_str!("../migrations/sqlite/0012_keyword_scopes.sql")),
+    (13, "unembedded_messages", include_str!("../migrations/sqlite/0013_unembedded_messages.sql")),
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.
@@ -48,6 +49,11 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
         12,
         "transcript_vector_xid",
         include_str!("../migrations/postgres/0012_transcript_vector_xid.sql"),
+    ),
+    (
+        13,
+        "unembedded_messages",
+        include_str!("../migrations/postgres/0013_unembedded_messages.sql"),
     ),
 ];
 

@@ -754,7 +754,8 @@ pub(crate) async fn user_memories<B: Backend>(
     Ok((memories, events))
 }
 
-/// [`engram_core::store::Store::backlog`].
+/// [`engram_core::store::Store::backlog`]. The messages without a vector are counted
+/// through the partial index `messages_unembedded` (migration 13): only those rows are read.
 pub(crate) async fn backlog<B: Backend>(b: &B, tenant: Option<&TenantId>) -> Result<Backlog> {
     let (scope, args) = match tenant {
         Some(t) => ("tenant_id = ?1 AND ", vec![Text(t.as_str())]),
@@ -794,7 +795,7 @@ pub(crate) async fn stats<B: Backend>(
               (SELECT count(DISTINCT user_id) FROM memories WHERE tenant_id = ?1) AS users, \
               (SELECT count(*) FROM conversations WHERE tenant_id = ?1) AS convs, \
               (SELECT count(*) FROM messages WHERE tenant_id = ?1) AS msgs, \
-              (SELECT count(*) FROM messages WHERE tenant_id = ?1 AND embedding IS NOT NULL) AS msgs_vec, \
+              (SELECT count(*) FROM messages WHERE tenant_id = ?1) - (SELECT count(*) FROM messages WHERE tenant_id = ?1 AND embedding IS NULL) AS msgs_vec, \
               (SELECT CAST(coalesce(sum(last_seq - summarized_seq), 0) AS BIGINT) FROM conversations WHERE tenant_id = ?1) AS unsummarized, \
               (SELECT count(*) FROM summaries WHERE tenant_id = ?1) AS summaries, \
               (SELECT count(*) FROM summaries WHERE tenant_id = ?1 AND embedding IS NOT NULL) AS summaries_vec, \

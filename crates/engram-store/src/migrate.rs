@@ -30,6 +30,7 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
     (11, "message_context", include_str!("../migrations/sqlite/0011_message_context.sql")),
     (12, "keyword_scopes", include_str!("../migrations/sqlite/0012_keyword_scopes.sql")),
     (13, "unembedded_messages", include_str!("../migrations/sqlite/0013_unembedded_messages.sql")),
+    (14, "job_counts", include_str!("../migrations/sqlite/0014_job_counts.sql")),
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.
@@ -55,6 +56,7 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
         "unembedded_messages",
         include_str!("../migrations/postgres/0013_unembedded_messages.sql"),
     ),
+    (14, "job_counts", include_str!("../migrations/postgres/0014_job_counts.sql")),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

@@ -795,7 +795,7 @@ pub(crate) async fn stats<B: Backend>(
               (SELECT count(DISTINCT user_id) FROM memories WHERE tenant_id = ?1) AS users, \
               (SELECT count(*) FROM conversations WHERE tenant_id = ?1) AS convs, \
               (SELECT count(*) FROM messages WHERE tenant_id = ?1) AS msgs, \
-              (SELECT count(*) FROM messages WHERE tenant_id = ?1) - (SELECT count(*) FROM messages WHERE tenant_id = ?1 AND embedding IS NULL) AS msgs_vec, \
+              (SELECT count(*) FROM messages WHERE tenant_id = ?1 AND embedding IS NULL) AS msgs_novec, \
               (SELECT CAST(coalesce(sum(last_seq - summarized_seq), 0) AS BIGINT) FROM conversations WHERE tenant_id = ?1) AS unsummarized, \
               (SELECT count(*) FROM summaries WHERE tenant_id = ?1) AS summaries, \
               (SELECT count(*) FROM summaries WHERE tenant_id = ?1 AND embedding IS NOT NULL) AS summaries_vec, \
@@ -821,7 +821,9 @@ pub(crate) async fn stats<B: Backend>(
         users: g("users")?,
         conversations: g("convs")?,
         messages: g("msgs")?,
-        messages_with_vector: g("msgs_vec")?,
+        // All messages less those without a vector: the latter are counted through the
+        // partial index of migration 13, never by reading every message row.
+        messages_with_vector: g("msgs")?.saturating_sub(g("msgs_novec")?),
         messages_unsummarized: g("unsummarized")?,
         summaries: g("summaries")?,
         summaries_with_vector: g("summaries_vec")?,

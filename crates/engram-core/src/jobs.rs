@@ -45,8 +45,11 @@ pub struct WorkerConfig {
     /// Embedding lanes of this process (each claims and embeds its own group: while one
     /// embeds, the other reads or writes).
     pub embedding_lanes: usize,
-    /// How often expired working memory is deleted ([`sweeper`]).
+    /// How often expired working memory and old finished jobs are deleted ([`sweeper`]).
     pub sweep_every: Duration,
+    /// How long a finished (`done`) job is kept before the sweeper deletes it; `None` keeps
+    /// them all. Failed jobs are kept whatever their age: they wait for an operator.
+    pub job_retention: Option<Duration>,
 }
 
 impl Default for WorkerConfig {
@@ -59,6 +62,7 @@ impl Default for WorkerConfig {
             grace: Duration::from_secs(10),
             embedding_lanes: 2,
             sweep_every: Duration::from_secs(60),
+            job_retention: Some(DEFAULT_JOB_RETENTION),
         }
     }
 }
@@ -66,6 +70,13 @@ impl Default for WorkerConfig {
 fn at(d: Duration) -> OffsetDateTime {
     crate::model::now() + d
 }
+
+/// How long finished jobs are kept by default: a week of history in `engram jobs list`, the
+/// UI and `/v1/stats`, after which they are deleted (every append leaves one job behind).
+pub const DEFAULT_JOB_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// Finished jobs a sweep deletes per statement (one short transaction each).
+pub const PRUNE_BATCH: usize = 5_000;
 
 /// `embed_messages` jobs the embedding lane claims and embeds as one batch.
 pub const LANE_JOBS: usize = 16;
@@ -94,8 +105,9 @@ pub async fn run_workers(engine: Services, cfg: WorkerConfig, shutdown: Cancella
     }
 }
 
-/// Delete expired working memory now and every `cfg.sweep_every` (reads never return it
-/// anyway: this only frees the rows).
+/// Delete expired working memory (reads never return it anyway: this only frees the rows)
+/// and the jobs that finished longer than `cfg.job_retention` ago, now and every
+/// `cfg.sweep_every`.
 pub async fn sweeper(engine: Services, cfg: WorkerConfig, shutdown: CancellationToken) {
     loop {
         match engine.store().sweep_state(crate::model::now()).await {
@@ -103,10 +115,36 @@ pub async fn sweeper(engine: Services, cfg: WorkerConfig, shutdown: Cancellation
             Ok(n) => tracing::debug!(entries = n, "expired working memory swept"),
             Err(e) => tracing::warn!(error = %e, "cannot sweep expired working memory"),
         }
+        if let Some(keep) = cfg.job_retention {
+            prune_jobs(&engine, crate::model::now() - keep, &shutdown).await;
+        }
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep(cfg.sweep_every) => {}
         }
+    }
+}
+
+/// Delete the jobs that finished before `before`, [`PRUNE_BATCH`] per statement, until none
+/// is left or shutdown is asked.
+async fn prune_jobs(engine: &Services, before: OffsetDateTime, shutdown: &CancellationToken) {
+    let mut total = 0;
+    while !shutdown.is_cancelled() {
+        match engine.store().prune_jobs(before, PRUNE_BATCH).await {
+            Ok(n) => {
+                total += n;
+                if n < PRUNE_BATCH as u64 {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot delete old finished jobs");
+                break;
+            }
+        }
+    }
+    if total > 0 {
+        tracing::debug!(jobs = total, "old finished jobs deleted");
     }
 }
 

@@ -743,6 +743,9 @@ pub trait JobStore: Send + Sync {
     ) -> Result<Vec<Job>>;
     /// Put a failed job back in the queue with its attempts reset; `NotFound` unless failed.
     async fn retry_job(&self, tenant: Option<&TenantId>, id: &str) -> Result<()>;
+    /// Delete, in every tenant, up to `limit` jobs that finished (`done`) before `before`,
+    /// oldest first; returns how many. Failed, pending and running jobs are never deleted.
+    async fn prune_jobs(&self, before: OffsetDateTime, limit: usize) -> Result<u64>;
 }
 
 /// The address of a session's working memory inside a tenant.

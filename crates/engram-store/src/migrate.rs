@@ -31,6 +31,7 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
     (12, "keyword_scopes", include_str!("../migrations/sqlite/0012_keyword_scopes.sql")),
     (13, "unembedded_messages", include_str!("../migrations/sqlite/0013_unembedded_messages.sql")),
     (14, "job_counts", include_str!("../migrations/sqlite/0014_job_counts.sql")),
+    (15, "finished_jobs", include_str!("../migrations/sqlite/0015_finished_jobs.sql")),
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.
@@ -57,6 +58,7 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
         include_str!("../migrations/postgres/0013_unembedded_messages.sql"),
     ),
     (14, "job_counts", include_str!("../migrations/postgres/0014_job_counts.sql")),
+    (15, "finished_jobs", include_str!("../migrations/postgres/0015_finished_jobs.sql")),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

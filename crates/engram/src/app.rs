@@ -127,6 +127,7 @@ fn worker_config(settings: &Settings) -> WorkerConfig {
         concurrency: settings.workers,
         lease: settings.job_lease,
         backoff: settings.job_backoff,
+        job_retention: settings.job_retention,
         ..WorkerConfig::default()
     }
 }

@@ -91,6 +91,7 @@ struct FileConfig {
     workers: Option<usize>,
     job_lease_secs: Option<u64>,
     job_backoff_ms: Option<u64>,
+    job_retention_secs: Option<u64>,
     proxy_openai_url: Option<String>,
     proxy_openai_api_key: Option<String>,
     proxy_anthropic_url: Option<String>,
@@ -139,6 +140,8 @@ pub struct Settings {
     pub run_workers: bool,
     pub job_lease: std::time::Duration,
     pub job_backoff: std::time::Duration,
+    /// How long finished jobs are kept (`None`: forever).
+    pub job_retention: Option<std::time::Duration>,
     /// The memory proxy's upstreams.
     pub proxy: ProxySettings,
     /// The OTLP/HTTP collector spans are exported to (`serve` and `worker`); None: off.
@@ -178,6 +181,11 @@ pub struct ServeArgs {
     /// First retry delay of a failed job in milliseconds (doubles per attempt).
     #[arg(long, env = "ENGRAM_JOB_BACKOFF_MS")]
     pub job_backoff_ms: Option<u64>,
+    /// Seconds a finished job is kept (listed by `engram jobs list`, the UI and counted by
+    /// `/v1/stats`) before the workers delete it; 0 keeps them forever. Default 604800 (a
+    /// week). Failed jobs are always kept.
+    #[arg(long, env = "ENGRAM_JOB_RETENTION_SECS")]
+    pub job_retention_secs: Option<u64>,
     /// The memory proxy's OpenAI-compatible upstream (`https://api.openai.com`, a vLLM or
     /// Ollama server…): serves `POST /v1/chat/completions` and `GET /v1/models`.
     #[arg(long, env = "ENGRAM_PROXY_OPENAI_URL")]
@@ -309,6 +317,15 @@ impl Settings {
         if job_backoff_ms > 3_600_000 {
             bail!("job_backoff_ms must be at most 3600000, got {job_backoff_ms}");
         }
+        let job_retention_secs = serve
+            .job_retention_secs
+            .or(file.job_retention_secs)
+            .unwrap_or(engram_core::jobs::DEFAULT_JOB_RETENTION.as_secs());
+        if job_retention_secs > 100 * 365 * 86_400 {
+            bail!(
+                "job_retention_secs must be at most 3153600000 (100 years), got {job_retention_secs}"
+            );
+        }
         let database_pool_size =
             common.database_pool_size.or(file.database_pool_size).unwrap_or(16);
         if !(1..=1000).contains(&database_pool_size) {
@@ -366,6 +383,8 @@ impl Settings {
             run_workers: !serve.no_workers,
             job_lease: std::time::Duration::from_secs(job_lease_secs),
             job_backoff: std::time::Duration::from_millis(job_backoff_ms),
+            job_retention: (job_retention_secs > 0)
+                .then(|| std::time::Duration::from_secs(job_retention_secs)),
             proxy,
             otlp_endpoint,
             warnings,

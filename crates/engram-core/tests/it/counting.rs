@@ -727,6 +727,11 @@ impl JobStore for Counting {
         self.hit("retry_job");
         self.inner.retry_job(tenant, id).await
     }
+
+    async fn prune_jobs(&self, before: OffsetDateTime, limit: usize) -> Result<u64> {
+        self.hit("prune_jobs");
+        self.inner.prune_jobs(before, limit).await
+    }
 }
 
 #[async_trait]

@@ -673,6 +673,10 @@ impl<D: Native> JobStore for SqlStore<D> {
     async fn retry_job(&self, tenant: Option<&TenantId>, id: &str) -> Result<()> {
         jobs::retry(&self.0, tenant, id).await
     }
+
+    async fn prune_jobs(&self, before: OffsetDateTime, limit: usize) -> Result<u64> {
+        jobs::prune(&self.0, before, limit).await
+    }
 }
 
 #[async_trait]

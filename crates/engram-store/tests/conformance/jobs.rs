@@ -347,3 +347,65 @@ pub async fn claim_jobs_takes_a_group_by_the_claim_rules(s: Arc<dyn Store>) {
     want.sort_unstable();
     assert_eq!(again, want);
 }
+
+/// The ids of a tenant's jobs, sorted.
+async fn ids(s: &Arc<dyn Store>, t: &TenantId) -> Vec<String> {
+    let mut out: Vec<String> =
+        s.list_jobs(Some(t), None, 1000).await.unwrap().into_iter().map(|j| j.id).collect();
+    out.sort();
+    out
+}
+
+pub async fn finished_jobs_are_pruned_oldest_first(s: Arc<dyn Store>) {
+    let (a, b) = (tenant("a"), tenant("b"));
+    let base = now();
+    // Two finished jobs (one per tenant), a failed one and a pending one, all before the
+    // cutoff; a running one; a job that finishes after the cutoff.
+    let old_a = job(&a, None, Some("c1"), base - Duration::hours(3));
+    let old_b = job(&b, None, Some("c1"), base - Duration::hours(2));
+    let failed = job(&a, None, Some("c2"), base - Duration::hours(1));
+    let running = job(&a, None, Some("c3"), base - Duration::minutes(30));
+    let recent = job(&a, None, Some("c4"), base - Duration::minutes(20));
+    let pending = job(&a, None, None, base + Duration::hours(1));
+    for j in [&old_a, &old_b, &failed, &running, &recent, &pending] {
+        assert!(s.enqueue_job(j).await.unwrap());
+    }
+    for want in [&old_a, &old_b, &failed, &running, &recent] {
+        assert_eq!(claim(&s, base).await.map(|j| j.id), Some(want.id.clone()));
+    }
+    s.complete_job(&old_a.id).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    s.complete_job(&old_b.id).await.unwrap();
+    s.fail_job(&failed.id, "the LLM refused", None).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let cutoff = OffsetDateTime::now_utc();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    s.complete_job(&recent.id).await.unwrap();
+
+    // Oldest first, `limit` at a time, across tenants.
+    assert_eq!(s.prune_jobs(cutoff, 1).await.unwrap(), 1);
+    assert!(!ids(&s, &a).await.contains(&old_a.id), "the oldest finished job goes first");
+    assert_eq!(ids(&s, &b).await, vec![old_b.id.clone()]);
+    assert_eq!(s.prune_jobs(cutoff, 100).await.unwrap(), 1);
+    assert!(ids(&s, &b).await.is_empty(), "every tenant's finished jobs are pruned");
+    assert_eq!(s.prune_jobs(cutoff, 100).await.unwrap(), 0);
+
+    // What is failed, pending, running or finished since the cutoff stays, as it was.
+    let mut kept = vec![failed.id.clone(), running.id.clone(), recent.id.clone(), pending.id];
+    kept.sort();
+    assert_eq!(ids(&s, &a).await, kept);
+    assert_eq!(get(&s, &a, &failed.id).await.status, JobStatus::Failed);
+    assert_eq!(get(&s, &a, &running.id).await.status, JobStatus::Running);
+    let st = s.stats(&a).await.unwrap();
+    assert_eq!((st.jobs_pending, st.jobs_running, st.jobs_failed, st.jobs_done), (1, 1, 1, 1));
+    // A failed job retried and finished is pruned like any other once it is old enough.
+    s.retry_job(Some(&a), &failed.id).await.unwrap();
+    let soon = OffsetDateTime::now_utc() + Duration::seconds(1);
+    assert_eq!(claim(&s, soon).await.map(|j| j.id), Some(failed.id.clone()));
+    s.complete_job(&failed.id).await.unwrap();
+    assert_eq!(
+        s.prune_jobs(OffsetDateTime::now_utc() + Duration::seconds(1), 100).await.unwrap(),
+        2
+    );
+    assert_eq!(ids(&s, &a).await.len(), 2, "the running and the pending job stay");
+}

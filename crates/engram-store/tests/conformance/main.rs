@@ -105,6 +105,7 @@ conformance! {
         jobs::claim_only_the_kinds_asked_for,
         jobs::complete_jobs_marks_a_group_done,
         jobs::claim_jobs_takes_a_group_by_the_claim_rules,
+        jobs::finished_jobs_are_pruned_oldest_first,
         state::state_is_kept_per_address_and_expires,
         state::state_lists_deletes_and_sweeps,
         extraction::apply_extraction_is_atomic,

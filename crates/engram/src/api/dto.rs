@@ -655,8 +655,12 @@ pub struct StoreStatsDto {
     pub summary_depth: u64,
     pub jobs_pending: u64,
     pub jobs_running: u64,
+    /// Jobs failed for good (kept until `engram jobs retry` runs them again).
     pub jobs_failed: u64,
+    /// Jobs finished within the retention window (`--job-retention-secs`, a week by
+    /// default); older ones are deleted.
     pub jobs_done: u64,
+    /// Extractions finished within the retention window.
     pub extractions_done: u64,
     pub extractions_failed: u64,
     pub embedding_model: Option<String>,

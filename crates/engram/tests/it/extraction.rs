@@ -385,7 +385,7 @@ async fn faults_retry_then_fail_visibly_and_write_nothing(backend: Backend) {
         .status(500)
         .times(1));
     let db = Db::new(backend).await;
-    let s = start(&db, &llm, &[]);
+    let mut s = start(&db, &llm, &[]);
     s.remember("u", "The user lives in Munich.").await;
 
     append(&s, "g", "u", json!([{ "role": "user", "content": "garbage please" }])).await;
@@ -429,6 +429,49 @@ async fn faults_retry_then_fail_visibly_and_write_nothing(backend: Backend) {
         "{jobs:?}"
     );
     assert!(jobs.iter().all(|j| j["attempts"] == 3));
+
+    // Finished jobs are deleted once they are older than the retention window
+    // (`--job-retention-secs`, 0 keeps them); the failed ones stay, whatever their age.
+    let done = stats["jobs_done"].as_u64().unwrap();
+    assert!(done >= 5, "an extraction and an embedding per conversation at least: {stats}");
+    assert!(s.terminate());
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let mut kept = start(&db, &llm, &["--job-retention-secs", "0"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(drained(&kept).await["jobs_done"], done, "0 keeps finished jobs");
+    assert!(kept.terminate());
+    let s = start(&db, &llm, &["--job-retention-secs", "1"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let stats = loop {
+        let stats = drained(&s).await;
+        if stats["jobs_done"] == 0 {
+            break stats;
+        }
+        assert!(std::time::Instant::now() < deadline, "finished jobs never deleted: {stats}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        (stats["jobs_failed"].as_u64(), stats["extraction"]["failed"].as_u64()),
+        (Some(3), Some(3))
+    );
+    let (ok, out, _) = db.cli(&["jobs", "list", "--json"]);
+    assert!(ok);
+    let jobs: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(jobs.len(), 3, "only the failed jobs are left: {jobs:?}");
+    assert!(jobs.iter().all(|j| j["status"] == "failed"), "{jobs:?}");
+    // What the jobs did stays: the facts, and the messages they made searchable.
+    assert_eq!(
+        facts(&active(&s, "u").await),
+        ["The user lives in Munich.", "The user plays the drums."]
+    );
+    let (_, found) = s
+        .post("/v1/search", json!({"user_id": "u", "query": "drums", "sources": ["messages"]}))
+        .await;
+    let said = |r: &Value| r["message"]["content"].as_str().map(str::to_string);
+    assert!(
+        found["results"].as_array().unwrap().iter().filter_map(said).any(|c| c.contains("drums")),
+        "the message is still searchable: {found}"
+    );
 }
 
 async fn the_client_never_waits_for_a_hanging_llm_and_kill_9_mid_batch_reruns_once(

@@ -75,8 +75,10 @@ fn at(d: Duration) -> OffsetDateTime {
 /// UI and `/v1/stats`, after which they are deleted (every append leaves one job behind).
 pub const DEFAULT_JOB_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
-/// Finished jobs a sweep deletes per statement (one short transaction each).
-pub const PRUNE_BATCH: usize = 5_000;
+/// Finished jobs a sweep deletes per statement, one short transaction each: SQLite's one
+/// writer is held ~0.2 s by 1,000 at most (benches/README, "Finished jobs deleted"), and
+/// other writes are served between two statements.
+pub const PRUNE_BATCH: usize = 1_000;
 
 /// `embed_messages` jobs the embedding lane claims and embeds as one batch.
 pub const LANE_JOBS: usize = 16;

@@ -172,12 +172,14 @@ pub(crate) async fn retry<B: Backend>(b: &B, tenant: Option<&TenantId>, id: &str
 }
 
 /// Delete up to `n` jobs that finished before `before`, oldest first (through the partial
-/// index `jobs_done` of migration 15: only finished jobs are read).
+/// index `jobs_done` of migration 15: only finished jobs are read). `done` is a job's last
+/// status (nothing claims, retries or fails a finished job), so the ids chosen stay finished
+/// until they are deleted.
 pub(crate) async fn prune<B: Backend>(b: &B, before: OffsetDateTime, n: usize) -> Result<u64> {
-    b.write(
-        "DELETE FROM jobs WHERE status = 'done' AND id IN (SELECT id FROM jobs \
+    let sql = format!(
+        "DELETE FROM jobs WHERE id IN (SELECT id FROM {} \
          WHERE status = 'done' AND updated_at < ?1 ORDER BY updated_at LIMIT ?2)",
-        &[Ts(before), Int(limit(n))],
-    )
-    .await
+        B::FINISHED_JOBS
+    );
+    b.write(&sql, &[Ts(before), Int(limit(n))]).await
 }

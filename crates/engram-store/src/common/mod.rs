@@ -120,6 +120,8 @@ pub(crate) trait Backend: Send + Sync {
     const LOCK: &'static str;
     /// What follows a column to test it against a bound list ([`Arg::Ids`], [`Arg::Texts`]).
     const IN_LIST: &'static str;
+    /// The jobs table read through its index of finished jobs (`jobs_done`, migration 15).
+    const FINISHED_JOBS: &'static str;
     /// Writers take the user's change counter as the user's lock before anything else
     /// (PostgreSQL), even when they add no row.
     const USER_LOCK: bool;

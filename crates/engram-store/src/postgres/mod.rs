@@ -115,6 +115,7 @@ impl Backend for PgDb {
 
     const BYTE_ORDER: &'static str = " COLLATE \"C\"";
     const IN_LIST: &'static str = " = ANY(?)";
+    const FINISHED_JOBS: &'static str = "jobs";
     const USER_LOCK: bool = true;
     const LOCK: &'static str = " FOR UPDATE";
 

@@ -105,6 +105,9 @@ impl Backend for SqliteDb {
 
     const BYTE_ORDER: &'static str = "";
     const IN_LIST: &'static str = " IN (SELECT value FROM json_each(?))";
+    // Without statistics the planner reads every finished job through `jobs_claim`
+    // (status) and sorts them: ~1 s per sweep at a million jobs, under the write lock.
+    const FINISHED_JOBS: &'static str = "jobs INDEXED BY jobs_done";
     const USER_LOCK: bool = false;
     const LOCK: &'static str = "";
 

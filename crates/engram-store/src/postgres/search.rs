@@ -832,13 +832,16 @@ impl PgDb {
         // the rows match once contexts do, and reading each one's lexemes (`unnest`, the
         // occurrences of every word a term matches, as for memories and summaries) cost
         // 3-4× the search at 100k messages (benches/README, "the keyword index with each
-        // message's context"); a word seldom repeats within one message.
+        // message's context"); a word seldom repeats within one message. The term frequency is
+        // a float8 from the start: as `numeric` (the type of a literal 0.25) its arithmetic
+        // over ~20,000 matches took a fifth of the statement (benches/README, "PostgreSQL:
+        // the same search").
         let lexemes = if context {
             format!(
                 "(SELECT k.idf, CASE WHEN d.fts @@ k.plain THEN 1 ELSE 0 END::float8 AS own, \
-                 CASE WHEN d.fts @@ k.plain THEN 1 ELSE 0 END \
-                 + CASE WHEN d.ctx_fts @@ k.plain THEN {CONTEXT_WEIGHT:?} ELSE 0 END AS tf \
-                 FROM kept k) x WHERE x.tf > 0"
+                 CASE WHEN d.fts @@ k.plain THEN 1::float8 ELSE 0::float8 END \
+                 + CASE WHEN d.ctx_fts @@ k.plain THEN {CONTEXT_WEIGHT:?}::float8 ELSE 0::float8 END \
+                 AS tf FROM kept k) x WHERE x.tf > 0"
             )
         } else {
             "(SELECT y.idf, y.tf AS own, y.tf FROM (SELECT k.idf, \

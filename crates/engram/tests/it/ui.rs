@@ -534,7 +534,9 @@ async fn failed_jobs_are_shown_and_retried(backend: Backend) {
     assert!(drawn[2].contains("ADD") && drawn[2].contains("NONE"), "{drawn:?}");
     b.shoot("health-charts").await;
     assert!(b.page_text().await.contains("last success"));
-    assert!(!b.find("#extraction").await.text().await.unwrap().contains("last success never"));
+    assert!(
+        !b.find("#extraction").await.text().await.unwrap().contains("last success none on record")
+    );
     b.close().await;
 }
 

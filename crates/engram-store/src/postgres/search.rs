@@ -835,13 +835,14 @@ impl PgDb {
         // message's context"); a word seldom repeats within one message. The term frequency is
         // a float8 from the start: as `numeric` (the type of a literal 0.25) its arithmetic
         // over ~20,000 matches took a fifth of the statement (benches/README, "PostgreSQL:
-        // the same search").
+        // the same search"). Each row's two tests per term run once (`OFFSET 0` keeps the
+        // inner select from being folded into the outer one, which repeated them).
         let lexemes = if context {
             format!(
-                "(SELECT k.idf, CASE WHEN d.fts @@ k.plain THEN 1 ELSE 0 END::float8 AS own, \
-                 CASE WHEN d.fts @@ k.plain THEN 1::float8 ELSE 0::float8 END \
-                 + CASE WHEN d.ctx_fts @@ k.plain THEN {CONTEXT_WEIGHT:?}::float8 ELSE 0::float8 END \
-                 AS tf FROM kept k) x WHERE x.tf > 0"
+                "(SELECT m.idf, m.own, m.own + CASE WHEN m.ctx THEN {CONTEXT_WEIGHT:?}::float8 \
+                 ELSE 0::float8 END AS tf FROM (SELECT k.idf, \
+                 CASE WHEN d.fts @@ k.plain THEN 1::float8 ELSE 0::float8 END AS own, \
+                 d.ctx_fts @@ k.plain AS ctx FROM kept k OFFSET 0) m) x WHERE x.tf > 0"
             )
         } else {
             "(SELECT y.idf, y.tf AS own, y.tf FROM (SELECT k.idf, \

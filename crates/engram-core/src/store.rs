@@ -214,6 +214,8 @@ pub struct StoreStats {
     /// Extraction jobs done and failed for good (extraction health).
     pub extractions_done: u64,
     pub extractions_failed: u64,
+    /// When the newest extraction job kept (`--job-retention-secs`) finished.
+    pub last_extraction_at: Option<OffsetDateTime>,
     pub embedding_model: Option<String>,
     pub embedding_dims: Option<u64>,
 }

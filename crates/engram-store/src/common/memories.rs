@@ -808,7 +808,8 @@ pub(crate) async fn stats<B: Backend>(
               (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND status = 'failed') AS failed, \
               (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND status = 'done') AS done, \
               (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND kind = 'extract' AND status = 'done') AS ex_done, \
-              (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND kind = 'extract' AND status = 'failed') AS ex_failed",
+              (SELECT count(*) FROM jobs WHERE tenant_id = ?1 AND kind = 'extract' AND status = 'failed') AS ex_failed, \
+              (SELECT max(updated_at) FROM jobs WHERE tenant_id = ?1 AND kind = 'extract' AND status = 'done') AS ex_last",
             &[Text(tenant.as_str())],
         )
         .await?
@@ -837,6 +838,7 @@ pub(crate) async fn stats<B: Backend>(
         jobs_done: g("done")?,
         extractions_done: g("ex_done")?,
         extractions_failed: g("ex_failed")?,
+        last_extraction_at: r.opt_ts("ex_last")?,
         embedding_model: space.as_ref().map(|s| s.0.clone()),
         embedding_dims: space.map(|s| s.1 as u64),
     })

@@ -66,7 +66,7 @@ fn undo_sqlite_12() -> String {
 /// Migrations 15, 14 and 13 undone (both stores): no index of finished jobs, of job
 /// counts, or of the messages without a vector. Undone first whenever an older migration
 /// is: the runner applies what is past the newest version recorded.
-const UNDO_13_15: &str = "DROP INDEX jobs_done; DROP INDEX jobs_tenant_status; \
+const UNDO_13_15: &str = "DROP INDEX jobs_done; DROP INDEX jobs_done_kind; DROP INDEX jobs_tenant_status; \
     DROP INDEX messages_unembedded; DELETE FROM schema_migrations WHERE version IN (13, 14, 15);";
 
 /// PostgreSQL's migration 12 undone: no writer transaction ids on transcript vectors.

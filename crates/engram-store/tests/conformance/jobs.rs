@@ -366,11 +366,13 @@ pub async fn finished_jobs_are_pruned_oldest_first(s: Arc<dyn Store>) {
     let failed = job(&a, None, Some("c2"), base - Duration::hours(1));
     let running = job(&a, None, Some("c3"), base - Duration::minutes(30));
     let recent = job(&a, None, Some("c4"), base - Duration::minutes(20));
+    let mut embed = job(&a, None, Some("c5"), base - Duration::minutes(10));
+    embed.kind = JobKind::EmbedMessages;
     let pending = job(&a, None, None, base + Duration::hours(1));
-    for j in [&old_a, &old_b, &failed, &running, &recent, &pending] {
+    for j in [&old_a, &old_b, &failed, &running, &recent, &embed, &pending] {
         assert!(s.enqueue_job(j).await.unwrap());
     }
-    for want in [&old_a, &old_b, &failed, &running, &recent] {
+    for want in [&old_a, &old_b, &failed, &running, &recent, &embed] {
         assert_eq!(claim(&s, base).await.map(|j| j.id), Some(want.id.clone()));
     }
     s.complete_job(&old_a.id).await.unwrap();
@@ -381,6 +383,14 @@ pub async fn finished_jobs_are_pruned_oldest_first(s: Arc<dyn Store>) {
     let cutoff = OffsetDateTime::now_utc();
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     s.complete_job(&recent.id).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    s.complete_job(&embed.id).await.unwrap();
+    // The newest finished extraction, not the newest finished job.
+    let extracted = get(&s, &a, &recent.id).await.updated_at;
+    assert!(get(&s, &a, &embed.id).await.updated_at > extracted);
+    assert_eq!(s.stats(&a).await.unwrap().last_extraction_at, Some(extracted));
+    let b_extracted = get(&s, &b, &old_b.id).await.updated_at;
+    assert_eq!(s.stats(&b).await.unwrap().last_extraction_at, Some(b_extracted));
 
     // Oldest first, `limit` at a time, across tenants.
     assert_eq!(s.prune_jobs(cutoff, 1).await.unwrap(), 1);
@@ -388,16 +398,24 @@ pub async fn finished_jobs_are_pruned_oldest_first(s: Arc<dyn Store>) {
     assert_eq!(ids(&s, &b).await, vec![old_b.id.clone()]);
     assert_eq!(s.prune_jobs(cutoff, 100).await.unwrap(), 1);
     assert!(ids(&s, &b).await.is_empty(), "every tenant's finished jobs are pruned");
+    assert_eq!(s.stats(&b).await.unwrap().last_extraction_at, None, "none on record");
     assert_eq!(s.prune_jobs(cutoff, 100).await.unwrap(), 0);
 
     // What is failed, pending, running or finished since the cutoff stays, as it was.
-    let mut kept = vec![failed.id.clone(), running.id.clone(), recent.id.clone(), pending.id];
+    let mut kept = vec![
+        failed.id.clone(),
+        running.id.clone(),
+        recent.id.clone(),
+        embed.id.clone(),
+        pending.id,
+    ];
     kept.sort();
     assert_eq!(ids(&s, &a).await, kept);
     assert_eq!(get(&s, &a, &failed.id).await.status, JobStatus::Failed);
     assert_eq!(get(&s, &a, &running.id).await.status, JobStatus::Running);
     let st = s.stats(&a).await.unwrap();
-    assert_eq!((st.jobs_pending, st.jobs_running, st.jobs_failed, st.jobs_done), (1, 1, 1, 1));
+    assert_eq!((st.jobs_pending, st.jobs_running, st.jobs_failed, st.jobs_done), (1, 1, 1, 2));
+    assert_eq!(st.last_extraction_at, Some(extracted));
     // A failed job retried and finished is pruned like any other once it is old enough.
     s.retry_job(Some(&a), &failed.id).await.unwrap();
     let soon = OffsetDateTime::now_utc() + Duration::seconds(1);
@@ -405,7 +423,7 @@ pub async fn finished_jobs_are_pruned_oldest_first(s: Arc<dyn Store>) {
     s.complete_job(&failed.id).await.unwrap();
     assert_eq!(
         s.prune_jobs(OffsetDateTime::now_utc() + Duration::seconds(1), 100).await.unwrap(),
-        2
+        3
     );
     assert_eq!(ids(&s, &a).await.len(), 2, "the running and the pending job stay");
 }

@@ -371,7 +371,7 @@ async fn keyword_search_same_without_fts_len_or_btree_gin() {
          DROP FUNCTION engram_fts_stats_insert, engram_fts_stats_delete CASCADE; \
          DROP TABLE session_state, speakers; \
          CREATE INDEX messages_fts_user ON messages USING gin (tenant_id, user_id, fts); \
-         DROP INDEX messages_unembedded, jobs_tenant_status, jobs_done; \
+         DROP INDEX messages_unembedded, jobs_tenant_status, jobs_done, jobs_done_kind; \
          DELETE FROM schema_migrations WHERE version >= 4",
     )
     .execute(pg.pool())

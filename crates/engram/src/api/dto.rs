@@ -605,6 +605,7 @@ impl From<engram_core::engine::Stats> for StatsDto {
                 health: s.extraction_health,
                 failed: s.store.extractions_failed,
                 pending: s.backlog.extractions_pending,
+                last_success_at: s.store.last_extraction_at.map(fmt_ts),
             },
             backlog: BacklogDto {
                 embedding: EmbeddingBacklog {
@@ -812,6 +813,9 @@ pub struct ExtractionStats {
     pub failed: u64,
     /// Extraction jobs waiting or running.
     pub pending: u64,
+    /// When the newest extraction finished (RFC 3339); null when none is on record
+    /// (finished jobs are kept for `--job-retention-secs`, a week by default).
+    pub last_success_at: Option<String>,
 }
 
 /// Everything stored about one user (GDPR portability), as `GET /v1/users/{id}/export` and

@@ -9,7 +9,7 @@ use askama::Template;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect};
 use axum_extra::extract::Form;
-use engram_core::model::{EventKind, JobKind, JobStatus};
+use engram_core::model::{EventKind, JobStatus};
 use serde::Deserialize;
 
 use super::session::Viewer;
@@ -76,12 +76,9 @@ pub async fn page(
             at: fmt_ts(j.updated_at),
         })
         .collect();
-    let last_success = engine
-        .jobs(&v.principal, Some(JobStatus::Done), 200)
-        .await?
-        .into_iter()
-        .find(|j| j.kind == JobKind::Extract)
-        .map(|j| fmt_ts(j.updated_at));
+    // From the store's index of finished jobs: the newest 200 finished jobs, read before,
+    // could all be message embeddings in a busy tenant.
+    let last_success = stats.store.last_extraction_at.map(fmt_ts);
     let health = stats.extraction_health.map_or_else(|| "–".to_string(), pct);
     let coverage = pct(stats.embedding_coverage);
     let message_coverage = pct(stats.message_embedding_coverage);

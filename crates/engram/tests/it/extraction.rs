@@ -434,6 +434,7 @@ async fn faults_retry_then_fail_visibly_and_write_nothing(backend: Backend) {
     // (`--job-retention-secs`, 0 keeps them); the failed ones stay, whatever their age.
     let done = stats["jobs_done"].as_u64().unwrap();
     assert!(done >= 5, "an extraction and an embedding per conversation at least: {stats}");
+    assert!(stats["extraction"]["last_success_at"].is_string(), "{stats}");
     assert!(s.terminate());
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let mut kept = start(&db, &llm, &["--job-retention-secs", "0"]);
@@ -454,6 +455,7 @@ async fn faults_retry_then_fail_visibly_and_write_nothing(backend: Backend) {
         (stats["jobs_failed"].as_u64(), stats["extraction"]["failed"].as_u64()),
         (Some(3), Some(3))
     );
+    assert!(stats["extraction"]["last_success_at"].is_null(), "none on record: {stats}");
     let (ok, out, _) = db.cli(&["jobs", "list", "--json"]);
     assert!(ok);
     let jobs: Vec<Value> = serde_json::from_str(&out).unwrap();

@@ -75,9 +75,9 @@ fn at(d: Duration) -> OffsetDateTime {
 /// UI and `/v1/stats`, after which they are deleted (every append leaves one job behind).
 pub const DEFAULT_JOB_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
-/// Finished jobs a sweep deletes per statement, one short transaction each: SQLite's one
-/// writer is held ~0.2 s by 1,000 at most (benches/README, "Finished jobs deleted"), and
-/// other writes are served between two statements.
+/// Finished jobs a sweep deletes per statement, one short transaction each: 1,000 hold
+/// SQLite's one writer ~0.15 s (p50 at a million jobs; benches/README, "Finished jobs
+/// deleted"), and other writes are served between two statements.
 pub const PRUNE_BATCH: usize = 1_000;
 
 /// `embed_messages` jobs the embedding lane claims and embeds as one batch.

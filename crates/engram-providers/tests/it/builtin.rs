@@ -155,3 +155,79 @@ fn token_ids_match_the_tokenizer_on_random_text() {
         assert_eq!(e.token_ids(&text).unwrap(), want, "{text:?}");
     }
 }
+
+/// Random texts over Unicode (accents and combining marks, CJK and its compatibility
+/// ideographs, scripts, punctuation, spaces and control or format characters, emoji, and any
+/// code point), mixed with ASCII words, from a fixed-seed generator: the hand-written Unicode
+/// path must give the tokenizer's ids.
+#[test]
+fn token_ids_match_the_tokenizer_on_random_unicode() {
+    let e = BuiltinEmbedder::new().unwrap();
+    let mut tok = tokenizers::Tokenizer::from_bytes(BuiltinEmbedder::tokenizer_json()).unwrap();
+    tok.with_truncation(None).unwrap();
+    tok.with_padding(None);
+    // Ranges a text is drawn from: Latin-1 and Latin Extended, combining marks (several
+    // canonical classes, so NFD reorders them), Greek with its punctuation that decomposes to
+    // ASCII, Cyrillic, Arabic and Devanagari, general punctuation and spaces (NBSP, en quad,
+    // zero-width and directional marks, line separator), CJK ideographs and compatibility
+    // ideographs, kana and Hangul, ideographic space, private use, U+FFFD, the Kelvin and Ohm
+    // signs, emoji and a supplementary CJK block.
+    let ranges: [(u32, u32); 20] = [
+        (0x80, 0x24F),
+        (0x300, 0x36F),
+        (0x370, 0x3FF),
+        (0x1F00, 0x1FFF),
+        (0x400, 0x4FF),
+        (0x600, 0x6FF),
+        (0x900, 0x97F),
+        (0x2000, 0x206F),
+        (0x3000, 0x303F),
+        (0x3040, 0x30FF),
+        (0xAC00, 0xAC40),
+        (0x4E00, 0x4E40),
+        (0xF900, 0xFAFF),
+        (0xE000, 0xE010),
+        (0xFFF0, 0xFFFF),
+        (0x2120, 0x2130),
+        (0x1F300, 0x1F6FF),
+        (0x20000, 0x20040),
+        (0xFE00, 0xFE6F),
+        (0x1E00, 0x1EFF),
+    ];
+    let words =
+        ["the", "User", "don't", "café", "naïve", "İstanbul", "ΣΊΣΥΦΟΣ", "Straße", "[", "]"];
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    let mut unicode = 0;
+    for _ in 0..30_000 {
+        let mut text = String::new();
+        for _ in 0..next(14) {
+            match next(6) {
+                0 => text.push(char::from(next(128) as u8)),
+                1 => text.push(' '),
+                2 => text.push_str(words[next(words.len())]),
+                3 => {
+                    // Any code point (surrogates skipped).
+                    if let Some(c) = char::from_u32(next(0x3_0000) as u32) {
+                        text.push(c);
+                    }
+                }
+                _ => {
+                    let (lo, hi) = ranges[next(ranges.len())];
+                    if let Some(c) = char::from_u32(lo + next((hi - lo + 1) as usize) as u32) {
+                        text.push(c);
+                    }
+                }
+            }
+        }
+        unicode += usize::from(!text.is_ascii());
+        let want = tok.encode(text.as_str(), false).unwrap().get_ids().to_vec();
+        assert_eq!(e.token_ids(&text).unwrap(), want, "{text:?}");
+    }
+    assert!(unicode > 20_000, "the generator must give mostly non-ASCII texts: {unicode}");
+}

@@ -459,7 +459,7 @@ pub async fn copy(
         let ncols = t.cols.len() + usize::from(!t.fts.is_empty());
         let batch = opts.batch.clamp(1, PG_MAX_BINDS / ncols);
         let select = format!(
-            "SELECT rowid AS engram_rowid, {} FROM {} WHERE rowid > ? ORDER BY rowid LIMIT ?",
+            "SELECT rowid AS engram_rowid, {} FROM {} WHERE rowid > ? ORDER BY rowid LIMIT {batch}",
             t.cols.iter().map(|c| c.0).collect::<Vec<_>>().join(", "),
             t.name
         );
@@ -478,7 +478,6 @@ pub async fn copy(
         loop {
             let rows = sqlx::query(sqlx::AssertSqlSafe(select.clone()))
                 .bind(after)
-                .bind(i64::try_from(batch).unwrap_or(i64::MAX))
                 .fetch_all(&mut *src)
                 .await
                 .map_err(sqlite_err)?;
@@ -565,10 +564,9 @@ pub async fn compare_vectors(
         loop {
             let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
                 "SELECT tenant_id, id, embedding, embedding_model FROM {table} \
-                 WHERE embedding IS NOT NULL AND id > ? ORDER BY id LIMIT ?"
+                 WHERE embedding IS NOT NULL AND id > ? ORDER BY id LIMIT {CHUNK}"
             )))
             .bind(&after)
-            .bind(CHUNK)
             .fetch_all(&source.pool)
             .await
             .map_err(sqlite_err)?;

@@ -132,14 +132,11 @@ pub(crate) async fn list<B: Backend>(
     let sql = format!(
         "SELECT * FROM jobs WHERE (CAST(?1 AS TEXT) IS NULL OR tenant_id = ?1) \
          AND (CAST(?2 AS TEXT) IS NULL OR status = ?2) \
-         ORDER BY created_at DESC, id{} DESC LIMIT ?3",
-        B::BYTE_ORDER
+         ORDER BY created_at DESC, id{} DESC LIMIT {}",
+        B::BYTE_ORDER,
+        limit(n)
     );
-    let args = [
-        OptText(tenant.map(TenantId::as_str)),
-        OptText(status.map(JobStatus::as_str)),
-        Int(limit(n)),
-    ];
+    let args = [OptText(tenant.map(TenantId::as_str)), OptText(status.map(JobStatus::as_str))];
     let rows = b.read_all(&sql, &args).await?;
     rows.iter().map(rows::job).collect()
 }
@@ -178,8 +175,9 @@ pub(crate) async fn retry<B: Backend>(b: &B, tenant: Option<&TenantId>, id: &str
 pub(crate) async fn prune<B: Backend>(b: &B, before: OffsetDateTime, n: usize) -> Result<u64> {
     let sql = format!(
         "DELETE FROM jobs WHERE id IN (SELECT id FROM {} \
-         WHERE status = 'done' AND updated_at < ?1 ORDER BY updated_at LIMIT ?2)",
-        B::FINISHED_JOBS
+         WHERE status = 'done' AND updated_at < ?1 ORDER BY updated_at LIMIT {})",
+        B::FINISHED_JOBS,
+        limit(n)
     );
-    b.write(&sql, &[Ts(before), Int(limit(n))]).await
+    b.write(&sql, &[Ts(before)]).await
 }

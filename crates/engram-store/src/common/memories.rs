@@ -688,14 +688,13 @@ pub(crate) async fn needing_vectors<B: Backend>(
     model_id: &str,
     n: usize,
 ) -> Result<Vec<(MemoryId, String)>> {
-    let rows = b
-        .read_all(
-            "SELECT id, content FROM memories WHERE tenant_id = ? AND kind <> 'profile' \
-             AND (embedding IS NULL OR embedding_model IS NULL OR embedding_model <> ?) \
-             ORDER BY id LIMIT ?",
-            &[Text(tenant.as_str()), Text(model_id), Int(limit(n))],
-        )
-        .await?;
+    let sql = format!(
+        "SELECT id, content FROM memories WHERE tenant_id = ? AND kind <> 'profile' \
+         AND (embedding IS NULL OR embedding_model IS NULL OR embedding_model <> ?) \
+         ORDER BY id LIMIT {}",
+        limit(n)
+    );
+    let rows = b.read_all(&sql, &[Text(tenant.as_str()), Text(model_id)]).await?;
     rows.iter().map(|r| Ok((MemoryId(r.id("id")?), r.text("content")?))).collect()
 }
 

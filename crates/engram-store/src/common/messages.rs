@@ -162,10 +162,13 @@ impl<'a, B: Backend> Conversation<'a, B> {
 
     /// Up to `n` messages after number `after_seq`, in order.
     pub(crate) async fn list(&self, after_seq: i64, n: usize) -> Result<Vec<Message>> {
-        let sql = "SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? \
-                   AND seq > ? ORDER BY seq LIMIT ?";
+        let sql = format!(
+            "SELECT * FROM messages WHERE tenant_id = ? AND conversation_id = ? \
+             AND seq > ? ORDER BY seq LIMIT {}",
+            limit(n)
+        );
         let [tenant, conv] = self.key();
-        let rows = self.b.read_all(sql, &[tenant, conv, Int(after_seq), Int(limit(n))]).await?;
+        let rows = self.b.read_all(&sql, &[tenant, conv, Int(after_seq)]).await?;
         rows.iter().map(rows::message).collect()
     }
 
@@ -198,11 +201,14 @@ impl<'a, B: Backend> Conversation<'a, B> {
         model_id: &str,
         n: usize,
     ) -> Result<Vec<(MessageId, i64)>> {
-        let sql = "SELECT id, seq FROM messages WHERE tenant_id = ? AND conversation_id = ? \
-                   AND content != '' AND (embedding IS NULL OR embedding_model IS DISTINCT FROM ?) \
-                   ORDER BY seq LIMIT ?";
+        let sql = format!(
+            "SELECT id, seq FROM messages WHERE tenant_id = ? AND conversation_id = ? \
+             AND content != '' AND (embedding IS NULL OR embedding_model IS DISTINCT FROM ?) \
+             ORDER BY seq LIMIT {}",
+            limit(n)
+        );
         let [tenant, conv] = self.key();
-        let rows = self.b.read_all(sql, &[tenant, conv, Text(model_id), Int(limit(n))]).await?;
+        let rows = self.b.read_all(&sql, &[tenant, conv, Text(model_id)]).await?;
         rows.iter().map(|r| Ok((MessageId(r.id("id")?), r.int("seq")?))).collect()
     }
 
@@ -259,8 +265,7 @@ pub(crate) async fn list_conversations<B: Backend>(
         ));
         args.extend([Ts(at), Ts(at), Text(id.as_str())]);
     }
-    sql.push_str(&format!(" ORDER BY updated_at DESC, id{} LIMIT ?", B::BYTE_ORDER));
-    args.push(Int(limit(n)));
+    sql.push_str(&format!(" ORDER BY updated_at DESC, id{} LIMIT {}", B::BYTE_ORDER, limit(n)));
     let rows = b.read_all(&sql, &args).await?;
     rows.iter().map(conversation_info).collect()
 }
@@ -329,13 +334,12 @@ pub(crate) async fn conversations_needing_vectors<B: Backend>(
     model_id: &str,
     n: usize,
 ) -> Result<Vec<ConversationId>> {
-    let rows = b
-        .read_all(
-            "SELECT DISTINCT conversation_id FROM messages WHERE tenant_id = ? AND content != '' \
-             AND (embedding IS NULL OR embedding_model IS DISTINCT FROM ?) ORDER BY 1 LIMIT ?",
-            &[Text(tenant.as_str()), Text(model_id), Int(limit(n))],
-        )
-        .await?;
+    let sql = format!(
+        "SELECT DISTINCT conversation_id FROM messages WHERE tenant_id = ? AND content != '' \
+         AND (embedding IS NULL OR embedding_model IS DISTINCT FROM ?) ORDER BY 1 LIMIT {}",
+        limit(n)
+    );
+    let rows = b.read_all(&sql, &[Text(tenant.as_str()), Text(model_id)]).await?;
     rows.iter().map(|r| ConversationId::parse(r.text("conversation_id")?)).collect()
 }
 
@@ -383,8 +387,7 @@ pub(crate) async fn scan<B: Backend>(
         sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
         args.extend([Ts(at), Ts(at), Id(id.0)]);
     }
-    sql.push_str(" ORDER BY created_at DESC, id DESC LIMIT ?");
-    args.push(Int(limit(n)));
+    sql.push_str(&format!(" ORDER BY created_at DESC, id DESC LIMIT {}", limit(n)));
     let rows = b.read_all(&sql, &args).await?;
     rows.iter().map(rows::message).collect()
 }

@@ -11,7 +11,7 @@ use engram_core::model::{AgentId, SessionId, SessionState, StateKey, TenantId, U
 use engram_core::store::StateScope;
 use time::OffsetDateTime;
 
-use super::Arg::{Int, Json, Text, Ts};
+use super::Arg::{Json, Text, Ts};
 use super::Backend;
 use super::rows::Columns;
 
@@ -133,7 +133,7 @@ pub(crate) async fn list<B: Backend>(
         Some(s) => {
             let sql = format!(
                 "SELECT * FROM session_state WHERE tenant_id = ?1 AND user_id = ?2 AND agent_id = ?3 \
-                 AND session_id = ?4 AND expires_at > ?5 ORDER BY key{} LIMIT ?6",
+                 AND session_id = ?4 AND expires_at > ?5 ORDER BY key{} LIMIT {LIST_LIMIT}",
                 B::BYTE_ORDER
             );
             b.read_all(
@@ -144,7 +144,6 @@ pub(crate) async fn list<B: Backend>(
                     Text(agent_col(s.agent.as_ref())),
                     Text(s.session.as_str()),
                     Ts(now),
-                    Int(LIST_LIMIT),
                 ],
             )
             .await?

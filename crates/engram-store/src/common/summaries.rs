@@ -159,8 +159,11 @@ pub(crate) async fn needing_vectors<B: Backend>(
     model_id: &str,
     n: usize,
 ) -> Result<Vec<(SummaryId, String)>> {
-    let sql = "SELECT id, content FROM summaries WHERE tenant_id = ? \
-               AND (embedding IS NULL OR embedding_model IS DISTINCT FROM ?) ORDER BY id LIMIT ?";
-    let rows = b.read_all(sql, &[Text(tenant.as_str()), Text(model_id), Int(limit(n))]).await?;
+    let sql = format!(
+        "SELECT id, content FROM summaries WHERE tenant_id = ? \
+         AND (embedding IS NULL OR embedding_model IS DISTINCT FROM ?) ORDER BY id LIMIT {}",
+        limit(n)
+    );
+    let rows = b.read_all(&sql, &[Text(tenant.as_str()), Text(model_id)]).await?;
     rows.iter().map(|r| Ok((SummaryId(r.id("id")?), r.text("content")?))).collect()
 }

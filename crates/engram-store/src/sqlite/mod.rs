@@ -354,7 +354,7 @@ impl SqliteDb {
             .push(" AND m.tenant_id = ")
             .push_bind(tenant.as_str().to_string());
         narrow(&mut q);
-        q.push(format!(" ORDER BY {table}_fts.rank LIMIT ")).push_bind(k as i64);
+        q.push(format!(" ORDER BY {table}_fts.rank LIMIT {}", common::limit(k)));
         let rows = q.build().fetch_all(&self.read).await.map_err(db)?;
         rows.iter()
             .map(|r| {

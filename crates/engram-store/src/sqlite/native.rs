@@ -35,7 +35,7 @@ impl Native for SqliteDb {
         }
         q.push(s.order);
         if let Some(l) = s.limit {
-            q.push(" LIMIT ").push_bind(l);
+            q.push(format!(" LIMIT {l}"));
         }
         let rows = q.build().fetch_all(&self.read).await.map_err(db)?;
         rows.iter().map(common::rows::memory).collect()

@@ -25,7 +25,7 @@
 //! The fast paths look each word up in the vocabulary before running WordPiece: a word that
 //! is itself a vocabulary entry is one token under WordPiece's longest-match-first rule.
 //! The tokenizers crate alone does ~65k short sentences/s per core; the ASCII path is several
-//! times faster, and the Unicode path about ten times faster than the tokenizer's own
+//! times faster, and the Unicode path about eight times faster than the tokenizer's own
 //! normalizer (numbers in the crate README). A text with no
 //! known token (empty, only emoji, …) gets row 0 — `[PAD]`, which tokenization never emits —
 //! where the table keeps the vector MiniLM gives the empty text, so every output is a unit

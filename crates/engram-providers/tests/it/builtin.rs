@@ -9,6 +9,25 @@ fn embed(e: &BuiltinEmbedder, text: &str) -> Vec<f32> {
     e.embed_one(text).unwrap()
 }
 
+/// MiniLM's tokenizer as the oracle of the tokenization tests: its `tokenizer.json` pads and
+/// truncates to 128, the static embedder does neither.
+fn reference_tokenizer() -> tokenizers::Tokenizer {
+    let mut tok = tokenizers::Tokenizer::from_bytes(BuiltinEmbedder::tokenizer_json()).unwrap();
+    tok.with_truncation(None).unwrap();
+    tok.with_padding(None);
+    tok
+}
+
+/// A fixed-seed xorshift generator: `next(n)` is in `0..n`.
+fn generator(mut state: u64) -> impl FnMut(usize) -> usize {
+    move |n| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    }
+}
+
 #[tokio::test]
 async fn contract_holds() {
     let e = BuiltinEmbedder::new().unwrap();
@@ -65,10 +84,7 @@ fn table_matches_tokenizer() {
 #[test]
 fn token_ids_match_the_tokenizer() {
     let e = BuiltinEmbedder::new().unwrap();
-    let mut tok = tokenizers::Tokenizer::from_bytes(BuiltinEmbedder::tokenizer_json()).unwrap();
-    // MiniLM's tokenizer.json pads and truncates to 128: the static embedder does neither.
-    tok.with_truncation(None).unwrap();
-    tok.with_padding(None);
+    let tok = reference_tokenizer();
     let golden: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -108,9 +124,7 @@ fn token_ids_match_the_tokenizer() {
 #[test]
 fn token_ids_match_the_tokenizer_on_random_text() {
     let e = BuiltinEmbedder::new().unwrap();
-    let mut tok = tokenizers::Tokenizer::from_bytes(BuiltinEmbedder::tokenizer_json()).unwrap();
-    tok.with_truncation(None).unwrap();
-    tok.with_padding(None);
+    let tok = reference_tokenizer();
     let words = [
         "the",
         "User",
@@ -135,13 +149,7 @@ fn token_ids_match_the_tokenizer_on_random_text() {
         "\u{301}",
         "Zoë",
     ];
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = |n: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % n as u64) as usize
-    };
+    let mut next = generator(0x9e37_79b9_7f4a_7c15);
     for _ in 0..20_000 {
         let mut text = String::new();
         for _ in 0..next(12) {
@@ -163,9 +171,7 @@ fn token_ids_match_the_tokenizer_on_random_text() {
 #[test]
 fn token_ids_match_the_tokenizer_on_random_unicode() {
     let e = BuiltinEmbedder::new().unwrap();
-    let mut tok = tokenizers::Tokenizer::from_bytes(BuiltinEmbedder::tokenizer_json()).unwrap();
-    tok.with_truncation(None).unwrap();
-    tok.with_padding(None);
+    let tok = reference_tokenizer();
     // Ranges a text is drawn from: Latin-1 and Latin Extended, combining marks (several
     // canonical classes, so NFD reorders them), Greek with its punctuation that decomposes to
     // ASCII, Cyrillic, Arabic and Devanagari, general punctuation and spaces (NBSP, en quad,
@@ -196,13 +202,7 @@ fn token_ids_match_the_tokenizer_on_random_unicode() {
     ];
     let words =
         ["the", "User", "don't", "café", "naïve", "İstanbul", "ΣΊΣΥΦΟΣ", "Straße", "[", "]"];
-    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut next = |n: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % n as u64) as usize
-    };
+    let mut next = generator(0x2545_f491_4f6c_dd1d);
     let mut unicode = 0;
     for _ in 0..30_000 {
         let mut text = String::new();

@@ -348,23 +348,43 @@ impl Inner {
         Ok(())
     }
 
+    /// One normalised character through MiniLM's BertPreTokenizer: whitespace ends the word,
+    /// punctuation is a word of its own.
+    fn pre_tokenize(
+        &self,
+        c: char,
+        word: &mut String,
+        ids: &mut Vec<u32>,
+    ) -> tokenizers::Result<()> {
+        use unicode_categories::UnicodeCategories;
+        if c.is_whitespace() {
+            self.flush_word(word, ids)
+        } else if c.is_ascii_punctuation() || (!c.is_ascii() && c.is_punctuation()) {
+            self.flush_word(word, ids)?;
+            word.push(c);
+            self.flush_word(word, ids)
+        } else {
+            word.push(c);
+            Ok(())
+        }
+    }
+
+    /// One ASCII byte through MiniLM's BertNormalizer (clean_text maps `\t`, `\n`, `\r` to a
+    /// space and drops every other control character; lowercase; accent stripping and CJK
+    /// spacing are no-ops on ASCII), then the pre-tokenizer.
+    fn ascii_step(&self, b: u8, word: &mut String, ids: &mut Vec<u32>) -> tokenizers::Result<()> {
+        match b {
+            b'\t' | b'\n' | b'\r' => self.pre_tokenize(' ', word, ids),
+            0x00..=0x1f | 0x7f => Ok(()),
+            _ => self.pre_tokenize(char::from(b.to_ascii_lowercase()), word, ids),
+        }
+    }
+
     /// MiniLM's BertNormalizer + BertPreTokenizer on an ASCII text (see the module docs).
     fn ascii_token_ids(&self, text: &str, ids: &mut Vec<u32>) -> tokenizers::Result<()> {
         let mut word = String::with_capacity(24);
         for &b in text.as_bytes() {
-            match b {
-                // clean_text maps these to ' '; the pre-tokenizer splits on whitespace.
-                b'\t' | b'\n' | b'\r' | b' ' => self.flush_word(&mut word, ids)?,
-                // clean_text drops NUL and every other control character (category Cc).
-                0x00..=0x1f | 0x7f => {}
-                // The pre-tokenizer isolates punctuation.
-                _ if b.is_ascii_punctuation() => {
-                    self.flush_word(&mut word, ids)?;
-                    word.push(char::from(b));
-                    self.flush_word(&mut word, ids)?;
-                }
-                _ => word.push(char::from(b.to_ascii_lowercase())),
-            }
+            self.ascii_step(b, &mut word, ids)?;
         }
         self.flush_word(&mut word, ids)
     }
@@ -382,33 +402,20 @@ impl Inner {
         for c in text.chars() {
             if c.is_ascii() {
                 self.flush_run(&mut run, &mut word, ids)?;
-                match c {
-                    '\t' | '\n' | '\r' | ' ' => self.flush_word(&mut word, ids)?,
-                    '\0'..='\x1f' | '\x7f' => {}
-                    _ if c.is_ascii_punctuation() => {
-                        self.flush_word(&mut word, ids)?;
-                        word.push(c);
-                        self.flush_word(&mut word, ids)?;
-                    }
-                    _ => word.push(c.to_ascii_lowercase()),
-                }
-                continue;
-            }
-            match c {
-                '\u{fffd}' => {}
-                _ if c.is_other() => {}
-                _ if c.is_whitespace() => {
-                    self.flush_run(&mut run, &mut word, ids)?;
-                    self.flush_word(&mut word, ids)?;
-                }
-                _ if is_chinese_char(c) => {
-                    self.flush_run(&mut run, &mut word, ids)?;
-                    self.flush_word(&mut word, ids)?;
+                self.ascii_step(c as u8, &mut word, ids)?;
+            } else if c == '\u{fffd}' || c.is_other() {
+                // clean_text drops them.
+            } else if c.is_whitespace() || is_chinese_char(c) {
+                // clean_text maps whitespace to a space; CJK ideographs get a space each side.
+                self.flush_run(&mut run, &mut word, ids)?;
+                self.flush_word(&mut word, ids)?;
+                if !c.is_whitespace() {
                     run.push(c);
                     self.flush_run(&mut run, &mut word, ids)?;
                     self.flush_word(&mut word, ids)?;
                 }
-                _ => run.push(c),
+            } else {
+                run.push(c);
             }
         }
         self.flush_run(&mut run, &mut word, ids)?;
@@ -425,22 +432,10 @@ impl Inner {
     ) -> tokenizers::Result<()> {
         use unicode_categories::UnicodeCategories;
         use unicode_normalization_alignments::UnicodeNormalization;
-        if run.is_empty() {
-            return Ok(());
-        }
         for (c, _) in run.as_str().nfd() {
-            if c.is_mark_nonspacing() {
-                continue;
-            }
-            for c in c.to_lowercase() {
-                if c.is_whitespace() {
-                    self.flush_word(word, ids)?;
-                } else if c.is_ascii_punctuation() || c.is_punctuation() {
-                    self.flush_word(word, ids)?;
-                    word.push(c);
-                    self.flush_word(word, ids)?;
-                } else {
-                    word.push(c);
+            if !c.is_mark_nonspacing() {
+                for c in c.to_lowercase() {
+                    self.pre_tokenize(c, word, ids)?;
                 }
             }
         }

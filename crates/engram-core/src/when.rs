@@ -412,38 +412,137 @@ fn plain_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, Stri
                 return Some((Span::month_of(date), rest(i, 2)));
             }
         }
-        if let Some(m) = month(at(i)) {
-            // March 16, 2022 / March 16th 2022
-            if let (Some(d), Some(y)) = (day_number(at(i + 1)), year_number(at(i + 2)))
-                && let Ok(date) = Date::from_calendar_date(y, m, d)
-            {
-                return Some((Span::day(date), rest(i, 3)));
-            }
-            // 16 March 2022
-            if i > 0
-                && let (Some(d), Some(y)) = (day_number(at(i - 1)), year_number(at(i + 1)))
-                && let Ok(date) = Date::from_calendar_date(y, m, d)
-            {
-                return Some((Span::day(date), rest(i - 1, 3)));
-            }
-            // May 2023 ("may" alone is a verb: only with a year)
-            if let Some(y) = year_number(at(i + 1))
-                && let Ok(date) = Date::from_calendar_date(y, m, 1)
-            {
-                return Some((Span::month_of(date), rest(i, 2)));
-            }
+        if let Some((span, from, n)) = named_date(&w, i) {
+            return Some((span, rest(from, n)));
         }
     }
     let anchor = anchor?;
+    let today = anchor.to_offset(UtcOffset::UTC).date();
+    // "on March 16", "el 16 de marzo": the latest such day up to the anchor.
+    if let Some((m, d, from, n)) = (0..w.len()).find_map(|i| day_without_year(&w, i)) {
+        let year = if (u8::from(m), d) <= (u8::from(today.month()), today.day()) {
+            today.year()
+        } else {
+            today.year() - 1
+        };
+        if let Ok(date) = Date::from_calendar_date(year, m, d) {
+            return Some((Span::day(date), rest(from, n)));
+        }
+    }
     if let Some((span, from, n)) = relative_matches(&w, anchor).into_iter().next() {
         return Some((span, rest(from, n)));
     }
     // "in June": the latest June up to the anchor.
     let (m, i) = bare_month(&w)?;
-    let d = anchor.to_offset(UtcOffset::UTC).date();
-    let year = if u8::from(m) <= u8::from(d.month()) { d.year() } else { d.year() - 1 };
+    let year = if u8::from(m) <= u8::from(today.month()) { today.year() } else { today.year() - 1 };
     let first = Date::from_calendar_date(year, m, 1).ok()?;
     Some((Span::month_of(first), rest(i, 2)))
+}
+
+/// A word that links a day, a month and a year: "16 de marzo de 2023", "16th of March",
+/// "marzo del 2023".
+fn is_date_link(w: &str) -> bool {
+    matches!(w, "de" | "del" | "of" | "do" | "da")
+}
+
+/// The day number written before the month at `i` ("16 March", "16. März", "16 de marzo",
+/// "the 16th of March"): the day and its index.
+fn day_before(w: &[String], i: usize) -> Option<(u8, usize)> {
+    let at = |j: usize| w.get(j).map(String::as_str).unwrap_or("");
+    if i >= 1
+        && let Some(d) = day_number(at(i - 1))
+    {
+        return Some((d, i - 1));
+    }
+    if i >= 2 && is_date_link(at(i - 1)) {
+        return day_number(at(i - 2)).map(|d| (d, i - 2));
+    }
+    None
+}
+
+/// The year written at `j`, or after a linking word there ("de 2023"): the year and the
+/// number of words it took.
+fn year_at(w: &[String], j: usize) -> Option<(i32, usize)> {
+    let at = |j: usize| w.get(j).map(String::as_str).unwrap_or("");
+    if let Some(y) = year_number(at(j)) {
+        return Some((y, 1));
+    }
+    if is_date_link(at(j)) {
+        return year_number(at(j + 1)).map(|y| (y, 2));
+    }
+    None
+}
+
+/// A date with its year whose month name is the word at `i`: "March 16, 2022", "16 March
+/// 2022", "16 de marzo de 2022", "the 16th of March 2022" (a day), "May 2023", "mayo de
+/// 2023" (a month). The span, the index of its first word and its number of words.
+fn named_date(w: &[String], i: usize) -> Option<(Span, usize, usize)> {
+    let m = month(&w[i])?;
+    let at = |j: usize| w.get(j).map(String::as_str).unwrap_or("");
+    // March 16, 2022 / March 16th 2022
+    if let Some(d) = day_number(at(i + 1))
+        && let Some((y, n)) = year_at(w, i + 2)
+        && let Ok(date) = Date::from_calendar_date(y, m, d)
+    {
+        return Some((Span::day(date), i, 2 + n));
+    }
+    // 16 March 2022 / 16 de marzo de 2022
+    if let Some((d, from)) = day_before(w, i)
+        && let Some((y, n)) = year_at(w, i + 1)
+        && let Ok(date) = Date::from_calendar_date(y, m, d)
+    {
+        return Some((Span::day(date), from, i + 1 + n - from));
+    }
+    // May 2023 / mayo de 2023 ("may" alone is a verb: only with a year)
+    if let Some((y, n)) = year_at(w, i + 1)
+        && let Ok(date) = Date::from_calendar_date(y, m, 1)
+    {
+        return Some((Span::month_of(date), i, 1 + n));
+    }
+    None
+}
+
+/// A day and month without a year, after a word that introduces a date ("on March 16",
+/// "on the 16th of March", "el 16 de marzo", "am 16. März", "le 16 mars", "il 16 marzo"):
+/// the month, the day, the index of the first word of the date and its number of words
+/// (the introducing word stays in the query, as with a full date).
+fn day_without_year(w: &[String], i: usize) -> Option<(Month, u8, usize, usize)> {
+    let m = month(&w[i])?;
+    let at = |j: usize| w.get(j).map(String::as_str).unwrap_or("");
+    let intro = |j: Option<usize>| {
+        j.is_some_and(|j| {
+            matches!(
+                at(j),
+                "on" | "the"
+                    | "el"
+                    | "al"
+                    | "del"
+                    | "am"
+                    | "vom"
+                    | "bis"
+                    | "le"
+                    | "du"
+                    | "au"
+                    | "il"
+                    | "em"
+                    | "no"
+                    | "dia"
+                    | "since"
+                    | "until"
+            )
+        })
+    };
+    if let Some(d) = day_number(at(i + 1))
+        && intro(i.checked_sub(1))
+    {
+        return Some((m, d, i, 2));
+    }
+    if let Some((d, from)) = day_before(w, i)
+        && intro(from.checked_sub(1))
+    {
+        return Some((m, d, from, i + 1 - from));
+    }
+    None
 }
 
 /// A month named without a year after a preposition ("in June", "during March", "a giugno",
@@ -645,11 +744,13 @@ fn event_in(w: &[String]) -> Option<(EventTime, usize, usize)> {
     None
 }
 
-/// Does reading the time `query` names need an anchor (a relative time, or a month without
-/// its year)?
+/// Does reading the time `query` names need an anchor (a relative time, or a month or a day
+/// without its year)?
 pub fn needs_anchor(query: &str) -> bool {
     let w = words(query);
-    bare_month(&w).is_some() || !relative_matches(&w, OffsetDateTime::UNIX_EPOCH).is_empty()
+    bare_month(&w).is_some()
+        || (0..w.len()).any(|i| day_without_year(&w, i).is_some())
+        || !relative_matches(&w, OffsetDateTime::UNIX_EPOCH).is_empty()
 }
 
 #[cfg(test)]
@@ -722,6 +823,46 @@ mod tests {
         );
         assert_eq!(q("cosa è successo il 16 marzo 2022"), Some(Span::day(date!(2022 - 03 - 16))));
         assert_eq!(q("May I ask about the trip?"), None);
+        // Dates linked by "de" / "of" (Spanish, Portuguese, English).
+        assert_eq!(q("¿Qué hice el 16 de marzo de 2023?"), Some(Span::day(date!(2023 - 03 - 16))));
+        assert_eq!(q("o que fiz em 16 de março de 2023"), Some(Span::day(date!(2023 - 03 - 16))));
+        assert_eq!(q("on the 16th of March 2023"), Some(Span::day(date!(2023 - 03 - 16))));
+        assert_eq!(
+            q("¿Qué pasó en mayo de 2023?"),
+            Some(span(date!(2023 - 05 - 01), date!(2023 - 05 - 31)))
+        );
+        assert_eq!(q("was war am 16. März 2023"), Some(Span::day(date!(2023 - 03 - 16))));
+        let (_, rest) = query_time("¿Qué hice el 16 de marzo de 2023?", None).unwrap();
+        assert_eq!(rest, "qué hice el");
+        // A day without its year: the latest one up to the anchor, after a word that
+        // introduces a date.
+        assert_eq!(q("What did I do on March 16?"), None);
+        let march_20 = datetime!(2023-03-20 09:00 UTC);
+        for query in [
+            "What did I do on March 16?",
+            "what happened on the 16th of March",
+            "¿Qué hice el 16 de marzo?",
+            "Was habe ich am 16. März gemacht?",
+            "qu'est-ce que j'ai fait le 16 mars",
+            "cosa ho fatto il 16 marzo",
+        ] {
+            assert!(needs_anchor(query), "{query}");
+            assert_eq!(
+                query_span(query, Some(march_20)),
+                Some(Span::day(date!(2023 - 03 - 16))),
+                "{query}"
+            );
+        }
+        // Not yet reached in the anchor's year: the year before.
+        assert_eq!(
+            query_span("What did I do on March 21?", Some(march_20)),
+            Some(Span::day(date!(2022 - 03 - 21)))
+        );
+        let (_, rest) = query_time("¿Qué hice el 16 de marzo?", Some(march_20)).unwrap();
+        assert_eq!(rest, "qué hice el");
+        // A number next to a month name with no word that introduces a date is not one.
+        assert!(!needs_anchor("I bought 3 march tickets"));
+        assert!(!needs_anchor("May 5 people come?"));
         assert_eq!(q("What did I do yesterday?"), None, "relative needs an anchor");
         let anchor = datetime!(2022-03-17 09:00 UTC);
         assert_eq!(

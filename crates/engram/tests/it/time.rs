@@ -144,6 +144,17 @@ async fn a_query_that_names_a_time_finds_what_was_said_about_it(backend: Backend
     );
     assert_eq!(first["explain"]["date_match"], 0.3, "{first}");
     assert_eq!(first["explain"]["date_rank"], 1, "{first}");
+    // The same day named in Spanish ("16 de marzo de 2022"), and without its year (the
+    // latest 16 March up to the conversation's own latest date, 20 March 2022).
+    for q in ["¿Qué hizo James el 16 de marzo de 2022?", "What did James do on March 16?"] {
+        let (_, r) = s.post("/v1/search", ask(q)).await;
+        let first = &r["results"][0];
+        assert_eq!(
+            first["message"]["content"], "James: Yesterday I went bowling with my cousins.",
+            "{q}: {r}"
+        );
+        assert_eq!(first["explain"]["date_rank"], 1, "{q}: {first}");
+    }
     // A week: "last week", said on the 17th, is the week of 7–13 March.
     let (_, r) = s.post("/v1/search", ask("What did James do on 2022-03-09?")).await;
     assert_eq!(contents(&r)[0], "James: Last week we painted the kitchen.", "{r}");

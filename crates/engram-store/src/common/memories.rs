@@ -791,7 +791,8 @@ pub(crate) async fn stats<B: Backend>(
               (SELECT count(*) FROM memories WHERE tenant_id = ?1 AND superseded_at IS NULL) AS active, \
               (SELECT count(*) FROM memories WHERE tenant_id = ?1 AND superseded_at IS NOT NULL) AS superseded, \
               (SELECT count(*) FROM memories WHERE tenant_id = ?1 AND (embedding IS NOT NULL OR kind = 'profile') AND superseded_at IS NULL) AS with_vec, \
-              (SELECT count(DISTINCT user_id) FROM memories WHERE tenant_id = ?1) AS users, \
+              (SELECT count(*) FROM (SELECT user_id FROM memories WHERE tenant_id = ?1 \
+                UNION SELECT user_id FROM conversations WHERE tenant_id = ?1) u) AS users, \
               (SELECT count(*) FROM conversations WHERE tenant_id = ?1) AS convs, \
               (SELECT count(*) FROM messages WHERE tenant_id = ?1) AS msgs, \
               (SELECT count(*) FROM messages WHERE tenant_id = ?1 AND embedding IS NULL) AS msgs_novec, \

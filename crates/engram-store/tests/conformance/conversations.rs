@@ -122,6 +122,8 @@ pub async fn append_seq_ownership(s: Arc<dyn Store>) {
     assert_eq!(s.list_users(&t).await.unwrap(), vec![u.clone()]);
     let st = s.stats(&t).await.unwrap();
     assert_eq!((st.conversations, st.messages, st.messages_unsummarized), (2, 6, 6));
+    // A user with a transcript and no memory is a user, as `list_users` says.
+    assert_eq!(st.users, 1);
 
     // Rolling summary.
     assert_eq!(s.rolling_summary(&t, &c).await.unwrap(), (None, 0));

@@ -647,6 +647,7 @@ pub struct StoreStatsDto {
     pub memories_active: u64,
     pub memories_superseded: u64,
     pub memories_with_vector: u64,
+    /// Users with memories or conversations.
     pub users: u64,
     pub conversations: u64,
     pub messages: u64,

@@ -165,8 +165,9 @@ pub fn opt_bound(field: &str, s: Option<&str>, edge: Edge) -> Result<Option<Offs
     }))
 }
 
-/// `since` and `until` of a request, checked together: a window that ends before it starts
-/// is a mistake, not an empty result.
+/// `since` and `until` of a request, checked together: a window that ends before it starts,
+/// or where it starts (`until` is exclusive: `since: "2023-05-02", until: "2023-05-01"` holds
+/// no instant), is a mistake, not an empty result.
 pub fn window(
     since: Option<&str>,
     until: Option<&str>,
@@ -174,9 +175,12 @@ pub fn window(
     let s = opt_bound("since", since, Edge::Since)?;
     let u = opt_bound("until", until, Edge::Until)?;
     if let (Some(a), Some(b)) = (s, u)
-        && b < a
+        && b <= a
     {
-        return Err(Error::invalid("until", "until must not be before since"));
+        return Err(Error::invalid(
+            "until",
+            "until must be after since (a date as until includes that day): the window is empty",
+        ));
     }
     Ok((s, u))
 }

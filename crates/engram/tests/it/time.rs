@@ -103,6 +103,9 @@ async fn dates_and_times_bound_every_source(backend: Backend) {
         (json!({ "since": "May 2023" }), "since"),
         (json!({ "until": "23-05-01" }), "until"),
         (json!({ "since": "2023-05-03", "until": "2023-05-01" }), "until"),
+        // The day after the last day of the window: no instant in it.
+        (json!({ "since": "2023-05-02", "until": "2023-05-01" }), "until"),
+        (json!({ "since": "2023-05-02T00:00:00Z", "until": "2023-05-02T00:00:00Z" }), "until"),
     ] {
         let mut b = json!({ "query": "bowling", "user_id": "u", "sources": ["messages"] });
         for (k, v) in body.as_object().unwrap() {

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::{Parser, Subcommand, ValueEnum};
-use engram_core::engine::{Engine, ListInput, Operator, RememberInput, SearchInput};
+use engram_core::engine::{Engine, ListInput, Operator, RememberInput, SearchInput, SearchSource};
 use engram_core::model::{
     AgentId, Category, Importance, JobStatus, KeyRole, Kind, MemoryId, Principal, TenantId, UserId,
 };
@@ -93,6 +93,22 @@ pub enum Command {
         /// Drop results scoring under this (relevance, 0 to 1; default 0.05).
         #[arg(long)]
         min_score: Option<f64>,
+        /// What to search, comma-separated: memories, messages, summaries (default
+        /// memories).
+        #[arg(long, value_delimiter = ',')]
+        sources: Option<Vec<String>>,
+        /// From this time: RFC 3339, or a date, month or year (`2023-05-08`, `2023-05`).
+        #[arg(long)]
+        since: Option<String>,
+        /// Up to this time (excluded), or through this date, month or year.
+        #[arg(long)]
+        until: Option<String>,
+        /// hybrid (default), vector, text, or over messages substring / regex.
+        #[arg(long)]
+        mode: Option<String>,
+        /// Show each summary hit's best source messages.
+        #[arg(long)]
+        expand: bool,
         #[command(flatten)]
         out: Out,
     },
@@ -304,20 +320,39 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
         }
-        Command::Recall { query, user, agent, limit, explain, min_score, out } => {
+        Command::Recall {
+            query,
+            user,
+            agent,
+            limit,
+            explain,
+            min_score,
+            sources,
+            since,
+            until,
+            mode,
+            expand,
+            out,
+        } => {
             let engine = open_existing(&cli.common).await?;
+            let (since, until) = dto::window(since.as_deref(), until.as_deref()).map_err(err)?;
             let input = SearchInput {
                 query,
                 user_id: Some(UserId::parse(user).map_err(err)?),
                 agent_id: agent.map(AgentId::parse).transpose().map_err(err)?,
+                sources: dto::sources(sources, &[SearchSource::Memories]).map_err(err)?,
+                since,
+                until,
+                mode: dto::search_mode(mode.as_deref()).map_err(err)?,
                 limit,
                 explain,
                 min_score,
+                expand,
                 ..Default::default()
             };
             let hits = engine.search(&admin(&out.tenant)?, input).await.map_err(err)?;
             let results: Vec<SearchResultDto> =
-                hits.iter().map(|h| SearchResultDto::from_hit(h, explain, false)).collect();
+                hits.iter().map(|h| SearchResultDto::from_hit(h, explain, expand)).collect();
             if out.json {
                 return print_json(&serde_json::json!({ "results": results }));
             }
@@ -327,6 +362,34 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             for r in &results {
                 if let Some(m) = &r.memory {
                     out!("{:.4}  {}  [{}] {}", r.score, m.id, m.category, m.content);
+                }
+                if let Some(m) = &r.message {
+                    out!(
+                        "{:.4}  {}  [message {} #{} {}] {}: {}",
+                        r.score,
+                        m.id,
+                        m.conversation_id,
+                        m.seq,
+                        m.created_at,
+                        m.role,
+                        m.content
+                    );
+                }
+                if let Some(s) = &r.summary {
+                    out!(
+                        "{:.4}  {}  [summary {} depth {} {} to {}] {}",
+                        r.score,
+                        s.id,
+                        s.conversation_id,
+                        s.depth,
+                        s.earliest_at,
+                        s.latest_at,
+                        s.content
+                    );
+                }
+                for e in r.expanded.iter().flatten() {
+                    let m = &e.message;
+                    out!("        {:.4}  {}  #{} {}: {}", e.score, m.id, m.seq, m.role, m.content);
                 }
                 if let Some(e) = &r.explain {
                     out!("        {}", serde_json::to_string(e)?);

@@ -1,4 +1,5 @@
-//! The CLI as a user scripts it: remember / recall / list / forget on a data dir, the JSONL
+//! The CLI as a user scripts it: remember / recall (memories, and transcripts by time and
+//! mode) / list / forget on a data dir, the JSONL
 //! export → import round trip (lossless, idempotent, all-or-nothing), API keys, bad input
 //! refused with a clear message, and the CLI writing beside a running server on one dir.
 
@@ -818,6 +819,102 @@ async fn the_cli_and_a_running_server_share_one_data_dir(backend: Backend) {
     assert_eq!(recalled(&r), ["The user's daughter Maya plays the cello."]);
 }
 
+/// `recall` searches what the REST search does: the transcript archive (`--sources`), a
+/// time window (`--since` / `--until`, dates too) and the literal modes; bad values are
+/// refused with the API's own message.
+async fn recall_searches_the_transcript_archive_from_the_shell(backend: Backend) {
+    let db = Db::new(backend).await;
+    let d = &db;
+    let s = d.serve(&[]);
+    let messages = json!([
+        { "role": "user", "content": "I booked the ferry to Naxos, ticket NX-4471.", "created_at": "2023-05-01T09:00:00Z" },
+        { "role": "user", "content": "The ferry to Paros was cancelled.", "created_at": "2023-06-02T09:00:00Z" },
+    ]);
+    let (st, b) = s
+        .post(
+            "/v1/conversations/trip/messages",
+            json!({ "user_id": "alice", "messages": messages }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{b}");
+    crate::helpers::drained(&s.as_client()).await;
+    let contents = |v: &Value| -> Vec<String> {
+        v["results"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{v}"))
+            .iter()
+            .map(|r| {
+                assert_eq!(r["type"], "message", "{r}");
+                r["message"]["content"].as_str().unwrap().to_string()
+            })
+            .collect()
+    };
+    // Memories alone by default: nothing; the messages on request.
+    assert_eq!(ok(d, &["recall", "ferry", "--user", "alice"]).trim(), "nothing relevant found");
+    let all =
+        ok_json(d, &["recall", "ferry", "--user", "alice", "--sources", "messages", "--json"]);
+    assert_eq!(contents(&all).len(), 2, "{all}");
+    // A date window, as in the API: a month as `--until` includes it.
+    let may = ok_json(
+        d,
+        &[
+            "recall",
+            "ferry",
+            "--user",
+            "alice",
+            "--sources",
+            "messages",
+            "--until",
+            "2023-05",
+            "--json",
+        ],
+    );
+    assert_eq!(contents(&may), ["I booked the ferry to Naxos, ticket NX-4471."]);
+    let june = ok_json(
+        d,
+        &[
+            "recall",
+            "ferry",
+            "--user",
+            "alice",
+            "--sources",
+            "memories,messages",
+            "--since",
+            "2023-06-01",
+            "--json",
+        ],
+    );
+    assert_eq!(contents(&june), ["The ferry to Paros was cancelled."]);
+    // A literal mode, and the plain output names the conversation and the time.
+    let plain = ok(
+        d,
+        &["recall", "NX-\\d+", "--user", "alice", "--sources", "messages", "--mode", "regex"],
+    );
+    assert!(
+        plain.contains("[message trip #1 2023-05-01T09:00:00Z] user: I booked the ferry"),
+        "{plain}"
+    );
+    assert_eq!(plain.lines().count(), 1, "{plain}");
+    // Bad values: the API's messages, nothing printed on stdout.
+    for (args, says) in [
+        (
+            vec!["--sources", "messages", "--mode", "regex", "NX-("],
+            "not a valid regular expression",
+        ),
+        (vec!["--sources", "letters", "ferry"], "unknown source 'letters'"),
+        (vec!["--sources", "messages", "--since", "May 2023", "ferry"], "since must be"),
+        (
+            vec!["--sources", "messages", "--since", "2023-06", "--until", "2023-05", "ferry"],
+            "until must be after since",
+        ),
+    ] {
+        let mut a = vec!["recall", "--user", "alice"];
+        a.extend(args);
+        let err = fails(d, &a);
+        assert!(err.contains(says), "engram {a:?}: {err}");
+    }
+}
+
 on_both_backends!(
     remember_recall_list_and_forget_from_the_shell,
     export_then_import_into_a_fresh_dir_is_lossless_and_idempotent,
@@ -828,4 +925,5 @@ on_both_backends!(
     keys_are_printed_once_listed_without_secret_and_revocable,
     bad_cli_input_fails_with_a_clear_message_and_stores_nothing,
     the_cli_and_a_running_server_share_one_data_dir,
+    recall_searches_the_transcript_archive_from_the_shell,
 );

@@ -132,6 +132,12 @@ pub enum Command {
         cursor: Option<String>,
         #[arg(long)]
         include_superseded: bool,
+        /// Observed from this time: RFC 3339, or a date, month or year (`2023-05`).
+        #[arg(long)]
+        since: Option<String>,
+        /// Observed up to this time (excluded), or through this date, month or year.
+        #[arg(long)]
+        until: Option<String>,
         #[command(flatten)]
         out: Out,
     },
@@ -409,14 +415,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
         }
-        Command::List { user, agent, limit, cursor, include_superseded, out } => {
+        Command::List { user, agent, limit, cursor, include_superseded, since, until, out } => {
             let engine = open_existing(&cli.common).await?;
+            let (since, until) = dto::window(since.as_deref(), until.as_deref()).map_err(err)?;
             let input = ListInput {
                 user_id: user.map(UserId::parse).transpose().map_err(err)?,
                 agent_id: agent.map(AgentId::parse).transpose().map_err(err)?,
                 include_superseded,
-                since: None,
-                until: None,
+                since,
+                until,
                 cursor: cursor.as_deref().map(MemoryId::parse).transpose().map_err(err)?,
                 limit,
                 ..Default::default()

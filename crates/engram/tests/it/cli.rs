@@ -820,8 +820,8 @@ async fn the_cli_and_a_running_server_share_one_data_dir(backend: Backend) {
 }
 
 /// `recall` searches what the REST search does: the transcript archive (`--sources`), a
-/// time window (`--since` / `--until`, dates too) and the literal modes; bad values are
-/// refused with the API's own message.
+/// time window (`--since` / `--until`, dates too) and the literal modes; `list` takes the
+/// same window; bad values are refused with the API's own message.
 async fn recall_searches_the_transcript_archive_from_the_shell(backend: Backend) {
     let db = Db::new(backend).await;
     let d = &db;
@@ -895,6 +895,25 @@ async fn recall_searches_the_transcript_archive_from_the_shell(backend: Backend)
         "{plain}"
     );
     assert_eq!(plain.lines().count(), 1, "{plain}");
+    // `list` takes the same window, over when facts were observed.
+    for (fact, at) in [
+        ("The user sailed to Naxos.", "2023-05-01T12:00:00Z"),
+        ("The user missed the Paros ferry.", "2023-06-02T12:00:00Z"),
+    ] {
+        let body = json!({ "user_id": "alice", "content": fact, "observed_at": at });
+        let (st, b) = s.post("/v1/memories", body).await;
+        assert_eq!(st, StatusCode::CREATED, "{b}");
+    }
+    let listed_in = |args: &[&str]| -> Vec<String> {
+        let mut a = vec!["list", "--user", "alice", "--json"];
+        a.extend_from_slice(args);
+        listed(&ok_json(d, &a)).iter().map(|m| m["content"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(listed_in(&["--since", "2023-06"]), ["The user missed the Paros ferry."]);
+    assert_eq!(listed_in(&["--until", "2023-05-31"]), ["The user sailed to Naxos."]);
+    assert_eq!(listed_in(&[]).len(), 2);
+    let err = fails(d, &["list", "--since", "2023-06-02", "--until", "2023-06-01"]);
+    assert!(err.contains("until must be after since"), "{err}");
     // Bad values: the API's messages, nothing printed on stdout.
     for (args, says) in [
         (

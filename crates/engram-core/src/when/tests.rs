@@ -1,0 +1,192 @@
+//! Tests of `when`: relative dates in messages, times named in queries, times relative to
+//! events.
+
+use super::*;
+use time::macros::{date, datetime};
+
+fn span(a: Date, b: Date) -> Span {
+    Span { start: a, end: b }
+}
+
+#[test]
+fn relative_dates_resolve_against_when_they_were_said() {
+    // Thursday 17 March 2022.
+    let t = datetime!(2022-03-17 20:15 UTC);
+    let one = |s: &str| relative_spans(s, t);
+    assert_eq!(one("Yesterday I went bowling!"), [Span::day(date!(2022 - 03 - 16))]);
+    assert_eq!(one("the day before yesterday"), [Span::day(date!(2022 - 03 - 15))]);
+    assert_eq!(
+        one("I did it today, tomorrow more"),
+        [Span::day(date!(2022 - 03 - 17)), Span::day(date!(2022 - 03 - 18))]
+    );
+    assert_eq!(one("three days ago"), [Span::day(date!(2022 - 03 - 14))]);
+    assert_eq!(one("a couple of weeks ago"), [span(date!(2022 - 02 - 28), date!(2022 - 03 - 06))]);
+    assert_eq!(one("last week we moved"), [span(date!(2022 - 03 - 07), date!(2022 - 03 - 13))]);
+    assert_eq!(one("last month"), [span(date!(2022 - 02 - 01), date!(2022 - 02 - 28))]);
+    assert_eq!(one("Three years ago"), [span(date!(2019 - 01 - 01), date!(2019 - 12 - 31))]);
+    assert_eq!(one("last Friday"), [Span::day(date!(2022 - 03 - 11))]);
+    assert_eq!(one("last Thursday"), [Span::day(date!(2022 - 03 - 10))]);
+    assert_eq!(one("last weekend"), [span(date!(2022 - 03 - 12), date!(2022 - 03 - 13))]);
+    assert_eq!(one("next year"), [span(date!(2023 - 01 - 01), date!(2023 - 12 - 31))]);
+    // Other languages.
+    assert_eq!(one("Ieri sono andato al mare"), [Span::day(date!(2022 - 03 - 16))]);
+    assert_eq!(one("la settimana scorsa"), [span(date!(2022 - 03 - 07), date!(2022 - 03 - 13))]);
+    assert_eq!(one("hace dos días"), [Span::day(date!(2022 - 03 - 15))]);
+    assert_eq!(one("el mes pasado"), [span(date!(2022 - 02 - 01), date!(2022 - 02 - 28))]);
+    assert_eq!(one("il y a trois jours"), [Span::day(date!(2022 - 03 - 14))]);
+    assert_eq!(one("aujourd'hui"), [Span::day(date!(2022 - 03 - 17))]);
+    assert_eq!(one("vor zwei Tagen"), [Span::day(date!(2022 - 03 - 15))]);
+    assert_eq!(one("letzte Woche"), [span(date!(2022 - 03 - 07), date!(2022 - 03 - 13))]);
+    assert_eq!(one("ontem"), [Span::day(date!(2022 - 03 - 16))]);
+    assert_eq!(one("due anni fa"), [span(date!(2020 - 01 - 01), date!(2020 - 12 - 31))]);
+    // Nothing relative.
+    assert!(one("I love bowling with my friends").is_empty());
+    assert!(one("I have two cats").is_empty());
+}
+
+#[test]
+fn queries_name_days_months_and_relative_times() {
+    let q = |s: &str| query_span(s, None);
+    assert_eq!(q("What did James do on March 16, 2022?"), Some(Span::day(date!(2022 - 03 - 16))));
+    assert_eq!(q("what happened on 16th March 2022"), Some(Span::day(date!(2022 - 03 - 16))));
+    assert_eq!(q("events of 2022-03-16"), Some(Span::day(date!(2022 - 03 - 16))));
+    assert_eq!(
+        q("What did we do in May 2023?"),
+        Some(span(date!(2023 - 05 - 01), date!(2023 - 05 - 31)))
+    );
+    assert_eq!(q("notes from 2023-05"), Some(span(date!(2023 - 05 - 01), date!(2023 - 05 - 31))));
+    assert_eq!(q("cosa è successo il 16 marzo 2022"), Some(Span::day(date!(2022 - 03 - 16))));
+    assert_eq!(q("May I ask about the trip?"), None);
+    // Dates linked by "de" / "of" (Spanish, Portuguese, English).
+    assert_eq!(q("¿Qué hice el 16 de marzo de 2023?"), Some(Span::day(date!(2023 - 03 - 16))));
+    assert_eq!(q("o que fiz em 16 de março de 2023"), Some(Span::day(date!(2023 - 03 - 16))));
+    assert_eq!(q("on the 16th of March 2023"), Some(Span::day(date!(2023 - 03 - 16))));
+    assert_eq!(
+        q("¿Qué pasó en mayo de 2023?"),
+        Some(span(date!(2023 - 05 - 01), date!(2023 - 05 - 31)))
+    );
+    assert_eq!(q("was war am 16. März 2023"), Some(Span::day(date!(2023 - 03 - 16))));
+    let (_, rest) = query_time("¿Qué hice el 16 de marzo de 2023?", None).unwrap();
+    assert_eq!(rest, "qué hice el");
+    // A day without its year: the latest one up to the anchor, after a word that
+    // introduces a date.
+    assert_eq!(q("What did I do on March 16?"), None);
+    let march_20 = datetime!(2023-03-20 09:00 UTC);
+    for query in [
+        "What did I do on March 16?",
+        "what happened on the 16th of March",
+        "¿Qué hice el 16 de marzo?",
+        "Was habe ich am 16. März gemacht?",
+        "qu'est-ce que j'ai fait le 16 mars",
+        "cosa ho fatto il 16 marzo",
+    ] {
+        assert!(needs_anchor(query), "{query}");
+        assert_eq!(
+            query_span(query, Some(march_20)),
+            Some(Span::day(date!(2023 - 03 - 16))),
+            "{query}"
+        );
+    }
+    // Not yet reached in the anchor's year: the year before.
+    assert_eq!(
+        query_span("What did I do on March 21?", Some(march_20)),
+        Some(Span::day(date!(2022 - 03 - 21)))
+    );
+    let (_, rest) = query_time("¿Qué hice el 16 de marzo?", Some(march_20)).unwrap();
+    assert_eq!(rest, "qué hice el");
+    // A number next to a month name with no word that introduces a date is not one.
+    assert!(!needs_anchor("I bought 3 march tickets"));
+    assert!(!needs_anchor("May 5 people come?"));
+    assert_eq!(q("What did I do yesterday?"), None, "relative needs an anchor");
+    let anchor = datetime!(2022-03-17 09:00 UTC);
+    assert_eq!(
+        query_span("What did I do yesterday?", Some(anchor)),
+        Some(Span::day(date!(2022 - 03 - 16)))
+    );
+    assert_eq!(
+        query_span("anything last week?", Some(anchor)),
+        Some(span(date!(2022 - 03 - 07), date!(2022 - 03 - 13)))
+    );
+    assert_eq!(Span::day(date!(2022 - 03 - 16)).days(), 1);
+    // The words that named the time are left out of the keyword query.
+    let (_, rest) = query_time("What did James do yesterday?", Some(anchor)).unwrap();
+    assert_eq!(rest, "what did james do");
+    let (_, rest) = query_time("What did James do on March 16, 2022?", None).unwrap();
+    assert_eq!(rest, "what did james do on");
+    // A month without its year: the latest one up to the anchor.
+    assert_eq!(q("When did Melanie go camping in June?"), None);
+    assert!(needs_anchor("When did Melanie go camping in June?"));
+    assert!(needs_anchor("What did I do yesterday?"));
+    assert!(!needs_anchor("May I ask about the trip?"));
+    let later = datetime!(2023-10-20 09:00 UTC);
+    assert_eq!(
+        query_time("When did Melanie go camping in June?", Some(later)),
+        Some((
+            span(date!(2023 - 06 - 01), date!(2023 - 06 - 30)),
+            "when did melanie go camping".to_string()
+        ))
+    );
+    assert_eq!(
+        query_span("what happened in December?", Some(later)),
+        Some(span(date!(2022 - 12 - 01), date!(2022 - 12 - 31)))
+    );
+    assert!(span(date!(2022 - 03 - 07), date!(2022 - 03 - 13)).contains(date!(2022 - 03 - 10)));
+}
+
+#[test]
+fn queries_name_times_relative_to_events() {
+    let e =
+        |s: &str| event_time(s).map(|(t, rest)| (t.offset, format!("{:?}", t.unit), t.event, rest));
+    assert_eq!(
+        e("What did I do two days before the wedding?"),
+        Some((-2, "Day".into(), "the wedding".into(), "what did i do".into()))
+    );
+    assert_eq!(
+        e("the week after my birthday, where was I"),
+        Some((1, "Week".into(), "my birthday".into(), "where was i".into()))
+    );
+    assert_eq!(
+        e("cosa ho fatto tre giorni prima del matrimonio"),
+        Some((-3, "Day".into(), "matrimonio".into(), "cosa ho fatto".into()))
+    );
+    assert_eq!(
+        e("Was habe ich zwei Tage vor der Hochzeit gemacht"),
+        Some((-2, "Day".into(), "der hochzeit gemacht".into(), "was habe ich".into()))
+    );
+    assert_eq!(e("qué hice el día después de la boda").map(|x| x.0), Some(1));
+    // Relative dates and plain text are not events.
+    assert_eq!(e("the day before yesterday"), None);
+    assert_eq!(e("What did I do two days ago?"), None);
+    assert_eq!(e("I have two cats before breakfast"), None);
+    assert_eq!(e("vor zwei Tagen"), None);
+    // A time relative to a date (LoCoMo asks so).
+    assert_eq!(
+        query_time("What did John do the week before August 3, 2023 involving his kids?", None),
+        Some((
+            span(date!(2023 - 07 - 24), date!(2023 - 07 - 30)),
+            "what did john do involving his kids".to_string()
+        ))
+    );
+    assert_eq!(
+        query_span("Where was Tim in the week before 16 November 2023?", None),
+        Some(span(date!(2023 - 11 - 06), date!(2023 - 11 - 12)))
+    );
+    assert_eq!(
+        query_span("three days after 2023-05-08", None),
+        Some(Span::day(date!(2023 - 05 - 11)))
+    );
+    // The names an event is looked up by.
+    let (t, _) = event_time("Was habe ich zwei Tage vor der Hochzeit gemacht").unwrap();
+    assert_eq!(t.names(), ["der hochzeit gemacht", "der hochzeit"]);
+    let (t, _) = event_time("the week after my sister's big wedding party").unwrap();
+    assert_eq!(
+        t.names(),
+        ["my sister s big wedding party", "my sister s big wedding", "my sister s big"]
+    );
+    // The span, from the event's day.
+    let (t, _) = event_time("two days before the wedding").unwrap();
+    assert_eq!(t.span(date!(2023 - 05 - 08)), Span::day(date!(2023 - 05 - 06)));
+    assert_eq!(t.describe(), "2 days before \"the wedding\"");
+    let (t, _) = event_time("the week after the move").unwrap();
+    assert_eq!(t.span(date!(2022 - 03 - 17)), span(date!(2022 - 03 - 21), date!(2022 - 03 - 27)));
+}

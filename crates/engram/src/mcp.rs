@@ -194,6 +194,9 @@ pub struct RecallArgs {
     pub token_budget: Option<usize>,
     /// Your turn id: the recalled facts are recorded so that rating the reply rates them.
     pub turn_id: Option<String>,
+    /// With a query: leave out facts whose relevance (0 to 1, the `score` of
+    /// `memory_search`) is under this (default 0.05: facts with some support).
+    pub min_score: Option<f64>,
 }
 
 /// Arguments of `forget`.
@@ -393,6 +396,12 @@ impl McpServer {
         let user_id = Some(UserId::parse(a.user_id)?);
         let agent_id = a.agent_id.map(AgentId::parse).transpose()?;
         let Some(query) = a.query.filter(|q| !q.trim().is_empty()) else {
+            if a.min_score.is_some() {
+                return Err(Error::invalid(
+                    "min_score",
+                    "min_score needs a query to score facts by",
+                ));
+            }
             let input = ContextInput {
                 user_id,
                 agent_id,
@@ -410,6 +419,7 @@ impl McpServer {
             agent_id,
             limit: a.limit.unwrap_or(5),
             turn_id: a.turn_id,
+            min_score: a.min_score,
             ..Default::default()
         };
         let hits = self.engine.search(p, input).await?;

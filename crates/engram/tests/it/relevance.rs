@@ -8,7 +8,7 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 use crate::helpers::{Backend, Db, Server, append_turns, assert_error, bin};
-use crate::mcp::Mcp;
+use crate::mcp::{Mcp, assert_tool_error};
 
 const FACTS: [&str; 6] = [
     "The user lives in Porto and works as a nurse.",
@@ -158,6 +158,21 @@ async fn unrelated_queries_find_nothing_and_scores_mean_the_same_everywhere(back
     assert_eq!(r["structuredContent"]["results"], json!([]), "{r}");
     let r = m.ok("recall", json!({ "user_id": "u", "query": "food allergies" })).await;
     assert!(r["results"][0]["memory"]["content"] == FACTS[1], "{r}");
+    // `recall` takes a minimum score as `memory_search` does: at 1 nothing is left.
+    let r = m
+        .call("recall", json!({ "user_id": "u", "query": "food allergies", "min_score": 1.0 }))
+        .await;
+    assert!(
+        r["content"][0]["text"].as_str().unwrap().starts_with("Nothing relevant is known"),
+        "{r}"
+    );
+    let r = m
+        .call("recall", json!({ "user_id": "u", "query": "food allergies", "min_score": 1.5 }))
+        .await;
+    assert_tool_error(&r, "invalid_input");
+    let r = m.call("recall", json!({ "user_id": "u", "min_score": 0.2 })).await;
+    assert_tool_error(&r, "invalid_input");
+    assert!(r["content"][0]["text"].as_str().unwrap().contains("min_score needs a query"), "{r}");
 }
 
 /// The same with the built-in embedder, whose cosines sit much higher (its scale differs):

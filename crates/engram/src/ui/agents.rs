@@ -28,18 +28,14 @@ pub struct Pick {
 /// `GET /agents?id=…`: open an agent's settings by its id.
 pub async fn pick(v: Viewer, Query(q): Query<Pick>) -> Page {
     if let Some(a) = v.bound_agent() {
-        return Ok(Redirect::to(&format!("/agents/{}", enc(&a))).into_response());
+        return Ok(Redirect::to(&format!("/agents/{}", super::path_segment(&a))).into_response());
     }
     let id = q.id.trim();
     if id.is_empty() {
         return Ok(render(&PickPage { v: &v }));
     }
     let id = AgentId::parse(id)?;
-    Ok(Redirect::to(&format!("/agents/{}", enc(id.as_str()))).into_response())
-}
-
-fn enc(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+    Ok(Redirect::to(&format!("/agents/{}", super::path_segment(id.as_str()))).into_response())
 }
 
 #[derive(Template)]
@@ -216,5 +212,6 @@ pub async fn save(
         settings,
     };
     engine.put_agent(&v.principal, id.clone(), input).await?;
-    Ok(Redirect::to(&format!("/agents/{}?saved=1", enc(id.as_str()))).into_response())
+    Ok(Redirect::to(&format!("/agents/{}?saved=1", super::path_segment(id.as_str())))
+        .into_response())
 }

@@ -98,7 +98,7 @@ pub async fn list(
         .iter()
         .map(|c| Listed {
             id: c.id.to_string(),
-            link: format!("/conversations/{}", enc(c.id.as_str())),
+            link: format!("/conversations/{}", super::path_segment(c.id.as_str())),
             user: c.user_id.to_string(),
             agent: c.agent_id.as_ref().map(ToString::to_string),
             messages: c.messages,
@@ -166,7 +166,7 @@ pub async fn page(
         .memories;
     let next = (messages.len() == PAGE).then(|| {
         let last = messages.last().map_or(after, |m| m.seq);
-        format!("/conversations/{}?after={last}", enc(conv.as_str()))
+        format!("/conversations/{}?after={last}", super::path_segment(conv.as_str()))
     });
     let messages = messages.iter().map(MessageDto::from).collect();
     let facts = facts.iter().map(MemoryDto::from).collect();

@@ -161,6 +161,13 @@ pub trait Dates {
     }
 }
 
+/// `s` as one path segment of a link (`/conversations/{id}`): percent-encoded, a space as
+/// `%20` (a `+` is a plus sign in a path) and a `/` as `%2F`, so any id a client chose
+/// leads back to its own page.
+pub fn path_segment(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>().replace('+', "%20")
+}
+
 /// Render a template to an HTML response (a template error is a 500 with a plain message).
 pub fn render(t: &impl Template) -> Response {
     match t.render() {

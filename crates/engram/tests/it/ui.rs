@@ -540,4 +540,72 @@ async fn failed_jobs_are_shown_and_retried(backend: Backend) {
     b.close().await;
 }
 
-on_both_backends!(the_memory_screen, failed_jobs_are_shown_and_retried);
+/// Every link to a conversation leads to it, whatever its id holds: a space (`%20`, never
+/// `+`, which is a plus sign in a path), a slash, `?` and `#` — from the list, from a fact
+/// that came from it, and from its history page. Plain HTTP with the session cookie.
+async fn links_to_conversations_with_any_id_lead_to_them(backend: Backend) {
+    let db = Db::new(backend).await;
+    let admin = create_key(&db, &["--tenant", "default", "--role", "admin"]);
+    let s = db.serve(&[]);
+    let api = s.with_key(&admin);
+    let ids = ["trip 2", "a/b?x#y", "plus+sign", "café"];
+    for id in ids {
+        let path = format!(
+            "/v1/conversations/{}/messages",
+            form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>().replace('+', "%20")
+        );
+        let body = json!({ "user_id": "alice", "messages": [{ "role": "user", "content": format!("hello from {id}") }] });
+        let (st, b) = api.post(&path, body).await;
+        assert_eq!(st, StatusCode::ACCEPTED, "{b}");
+        assert_eq!(b["conversation_id"], id, "{b}");
+        let fact = json!({ "user_id": "alice", "content": format!("A fact from {id}."), "source_conversation_id": id });
+        let (st, b) = api.post("/v1/memories", fact).await;
+        assert_eq!(st, StatusCode::CREATED, "{b}");
+    }
+    let http = reqwest::Client::new();
+    let page = |path: String| {
+        let (http, base, admin) = (&http, &s.base, &admin);
+        async move {
+            let r = http
+                .get(format!("{base}{path}"))
+                .header("cookie", format!("engram_key={admin}"))
+                .send()
+                .await
+                .unwrap();
+            (r.status(), r.text().await.unwrap())
+        }
+    };
+    let links = |html: &str| -> Vec<String> {
+        html.split("href=\"")
+            .skip(1)
+            .filter_map(|h| h.split('"').next())
+            .filter(|h| h.starts_with("/conversations/"))
+            .map(|h| h.replace("&amp;", "&"))
+            .collect()
+    };
+    let (st, list) = page("/conversations".to_string()).await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, memories) = page("/?user=alice".to_string()).await;
+    assert_eq!(st, StatusCode::OK);
+    for (from, html) in [("the list", &list), ("the memory screen", &memories)] {
+        let found = links(html);
+        assert_eq!(found.len(), ids.len(), "links on {from}: {found:?}");
+        let mut shown = Vec::new();
+        for link in found {
+            let (st, html) = page(link.clone()).await;
+            assert_eq!(st, StatusCode::OK, "{link} from {from}");
+            let id = ids.iter().find(|id| html.contains(&format!("hello from {id}")));
+            shown.push(*id.unwrap_or_else(|| panic!("{link} from {from} shows no transcript")));
+        }
+        shown.sort();
+        let mut want = ids.to_vec();
+        want.sort();
+        assert_eq!(shown, want, "every conversation reached once from {from}");
+    }
+}
+
+on_both_backends!(
+    the_memory_screen,
+    failed_jobs_are_shown_and_retried,
+    links_to_conversations_with_any_id_lead_to_them,
+);

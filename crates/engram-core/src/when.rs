@@ -416,6 +416,9 @@ fn plain_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, Stri
             return Some((span, rest(from, n)));
         }
     }
+    if let Some((span, from)) = bare_year(&w) {
+        return Some((span, rest(from, 2)));
+    }
     let anchor = anchor?;
     let today = anchor.to_offset(UtcOffset::UTC).date();
     // "on March 16", "el 16 de marzo": the latest such day up to the anchor.
@@ -543,6 +546,41 @@ fn day_without_year(w: &[String], i: usize) -> Option<(Month, u8, usize, usize)>
         return Some((m, d, from, i + 1 - from));
     }
     None
+}
+
+/// A year alone after a preposition where the query or its clause ends ("What did we do in
+/// 2023?", "durante 2022 con los niños"): the year and the preposition's index. A number
+/// that goes on with a noun ("in 2000 words") is no year.
+fn bare_year(w: &[String]) -> Option<(Span, usize)> {
+    (0..w.len().saturating_sub(1)).find_map(|i| {
+        let prep = matches!(
+            w[i].as_str(),
+            "in" | "during" | "throughout" | "en" | "durante" | "im" | "nel" | "em" | "pendant"
+        );
+        let ends = matches!(
+            w.get(i + 2).map(String::as_str),
+            None | Some(
+                "and"
+                    | "or"
+                    | "with"
+                    | "when"
+                    | "while"
+                    | "for"
+                    | "at"
+                    | "to"
+                    | "as"
+                    | "y"
+                    | "e"
+                    | "und"
+                    | "et"
+                    | "con"
+                    | "mit"
+                    | "avec"
+                    | "com"
+            )
+        );
+        if prep && ends { Span::year_of(year_number(&w[i + 1])?).map(|s| (s, i)) } else { None }
+    })
 }
 
 /// A month named without a year after a preposition ("in June", "during March", "a giugno",

@@ -57,6 +57,15 @@ fn queries_name_days_months_and_relative_times() {
     assert_eq!(q("notes from 2023-05"), Some(span(date!(2023 - 05 - 01), date!(2023 - 05 - 31))));
     assert_eq!(q("cosa è successo il 16 marzo 2022"), Some(Span::day(date!(2022 - 03 - 16))));
     assert_eq!(q("May I ask about the trip?"), None);
+    // A year alone after a preposition, at the end of the query or of a clause.
+    let y2023 = Some(span(date!(2023 - 01 - 01), date!(2023 - 12 - 31)));
+    assert_eq!(q("What did we do in 2023?"), y2023);
+    assert_eq!(q("what trips did we take in 2023 with the kids"), y2023);
+    assert_eq!(q("¿Qué hicimos durante 2023?"), y2023);
+    assert_eq!(q("Write the summary in 2000 words"), None);
+    assert_eq!(q("room 2023 booking"), None);
+    let (_, rest) = query_time("What did we do in 2023?", None).unwrap();
+    assert_eq!(rest, "what did we do");
     // Dates linked by "de" / "of" (Spanish, Portuguese, English).
     assert_eq!(q("¿Qué hice el 16 de marzo de 2023?"), Some(Span::day(date!(2023 - 03 - 16))));
     assert_eq!(q("o que fiz em 16 de março de 2023"), Some(Span::day(date!(2023 - 03 - 16))));

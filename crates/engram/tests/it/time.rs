@@ -166,6 +166,9 @@ async fn a_query_that_names_a_time_finds_what_was_said_about_it(backend: Backend
     let (_, r) = s.post("/v1/search", ask("What did James do yesterday?")).await;
     assert_eq!(contents(&r)[0], "James: I visited the aquarium.", "{r}");
     assert_eq!(r["results"][0]["explain"]["date_match"], 0.15, "{r}");
+    // A year alone: the messages sent in it (all of them here), "yesterday" read in it.
+    let (_, r) = s.post("/v1/search", ask("What did James do in 2022?")).await;
+    assert_eq!(r["results"][0]["explain"]["time"], "2022-01-01 to 2022-12-31", "{r}");
     let (_, r) = s.post("/v1/search", ask("notes from February 2022")).await;
     let all = contents(&r);
     assert!(all.iter().filter(|c| c.contains("note")).count() >= 9, "{all:?}");

@@ -140,6 +140,7 @@ fn is_last(w: &str) -> bool {
             | "letzter"
             | "vergangene"
             | "vergangenen"
+            | "vergangenes"
             | "passado"
             | "passada"
     )
@@ -251,7 +252,21 @@ fn relative_matches(w: &[String], anchor: OffsetDateTime) -> Vec<(Span, usize, u
         if found.is_none() && is_this(a) && matches!(b, "morning" | "afternoon" | "evening") {
             found = Some((Span::day(d), 2));
         }
-        // "last week", "next month", "this year", "last friday", "last weekend"
+        // "last weekend", "letztes Wochenende", "le dernier week-end" (before "last week"
+        // takes "last week-end"); "el fin de semana pasado", "le week-end dernier".
+        if found.is_none()
+            && is_last(a)
+            && let Some(k) = weekend_words(w, i + 1)
+        {
+            found = Some((last_weekend(d), 1 + k));
+        }
+        if found.is_none()
+            && let Some(k) = weekend_words(w, i)
+            && is_last(at(i + k))
+        {
+            found = Some((last_weekend(d), k + 1));
+        }
+        // "last week", "next month", "this year", "last friday"
         if found.is_none() && (is_last(a) || is_next(a) || is_this(a)) {
             let n = if is_last(a) {
                 -1
@@ -264,11 +279,6 @@ fn relative_matches(w: &[String], anchor: OffsetDateTime) -> Vec<(Span, usize, u
                 found = Some((shift(d, u, n), 2));
             } else if let Some(wd) = weekday(b).filter(|_| n == -1) {
                 found = Some((Span::day(previous_weekday(d, wd)), 2));
-            } else if b == "weekend" && n == -1 {
-                let sat = previous_weekday(d, Weekday::Saturday);
-                let sat =
-                    if d.weekday() == Weekday::Sunday { sat - Duration::days(7) } else { sat };
-                found = Some((Span { start: sat, end: sat + Duration::days(1) }, 2));
             }
         }
         // "la settimana scorsa", "le mois dernier", "el año pasado": unit then "last".
@@ -317,6 +327,25 @@ fn relative_matches(w: &[String], anchor: OffsetDateTime) -> Vec<(Span, usize, u
         }
     }
     out
+}
+
+/// The words of "weekend" at `i` ("weekend", "week-end", "Wochenende", "fine settimana",
+/// "fin de semana", "fim de semana"): how many.
+fn weekend_words(w: &[String], i: usize) -> Option<usize> {
+    let at = |j: usize| w.get(j).map(String::as_str).unwrap_or("");
+    match (at(i), at(i + 1), at(i + 2)) {
+        ("weekend" | "wochenende", _, _) => Some(1),
+        ("week", "end", _) | ("fine", "settimana", _) => Some(2),
+        ("fin" | "fim", "de", "semana") => Some(3),
+        _ => None,
+    }
+}
+
+/// The last weekend before `d` (Saturday and Sunday; said on a Sunday, the one before).
+fn last_weekend(d: Date) -> Span {
+    let sat = previous_weekday(d, Weekday::Saturday);
+    let sat = if d.weekday() == Weekday::Sunday { sat - Duration::days(7) } else { sat };
+    Span { start: sat, end: sat + Duration::days(1) }
 }
 
 fn month(w: &str) -> Option<Month> {

@@ -27,6 +27,24 @@ fn relative_dates_resolve_against_when_they_were_said() {
     assert_eq!(one("last Friday"), [Span::day(date!(2022 - 03 - 11))]);
     assert_eq!(one("last Thursday"), [Span::day(date!(2022 - 03 - 10))]);
     assert_eq!(one("last weekend"), [span(date!(2022 - 03 - 12), date!(2022 - 03 - 13))]);
+    for said in [
+        "last week-end",
+        "letztes Wochenende",
+        "vergangenes Wochenende",
+        "le week-end dernier",
+        "le dernier week-end",
+        "el fin de semana pasado",
+        "no fim de semana passado",
+        "lo scorso fine settimana",
+        "il fine settimana scorso",
+    ] {
+        assert_eq!(one(said), [span(date!(2022 - 03 - 12), date!(2022 - 03 - 13))], "{said}");
+    }
+    // Said on a Sunday: the weekend before, not the one under way.
+    assert_eq!(
+        relative_spans("el fin de semana pasado", datetime!(2022-03-20 10:00 UTC)),
+        [span(date!(2022 - 03 - 12), date!(2022 - 03 - 13))]
+    );
     assert_eq!(one("next year"), [span(date!(2023 - 01 - 01), date!(2023 - 12 - 31))]);
     // Other languages.
     assert_eq!(one("Ieri sono andato al mare"), [Span::day(date!(2022 - 03 - 16))]);

@@ -396,15 +396,11 @@ impl McpServer {
         let user_id = Some(UserId::parse(a.user_id)?);
         let agent_id = a.agent_id.map(AgentId::parse).transpose()?;
         let Some(query) = a.query.filter(|q| !q.trim().is_empty()) else {
-            if a.min_score.is_some() {
-                return Err(Error::invalid(
-                    "min_score",
-                    "min_score needs a query to score facts by",
-                ));
-            }
+            // The context block refuses a minimum score without a query to score by.
             let input = ContextInput {
                 user_id,
                 agent_id,
+                min_score: a.min_score,
                 token_budget: a.token_budget,
                 turn_id: a.turn_id,
                 ..Default::default()

@@ -838,7 +838,11 @@ async fn recall_searches_the_transcript_archive_from_the_shell(backend: Backend)
         .await;
     assert_eq!(st, StatusCode::ACCEPTED, "{b}");
     crate::helpers::drained(&s.as_client()).await;
-    let contents = |v: &Value| -> Vec<String> {
+    // `recall ferry --user alice --json` with `args`: the message contents found.
+    let found = |args: &[&str]| -> Vec<String> {
+        let mut a = vec!["recall", "ferry", "--user", "alice", "--json"];
+        a.extend_from_slice(args);
+        let v = ok_json(d, &a);
         v["results"]
             .as_array()
             .unwrap_or_else(|| panic!("{v}"))
@@ -851,40 +855,16 @@ async fn recall_searches_the_transcript_archive_from_the_shell(backend: Backend)
     };
     // Memories alone by default: nothing; the messages on request.
     assert_eq!(ok(d, &["recall", "ferry", "--user", "alice"]).trim(), "nothing relevant found");
-    let all =
-        ok_json(d, &["recall", "ferry", "--user", "alice", "--sources", "messages", "--json"]);
-    assert_eq!(contents(&all).len(), 2, "{all}");
+    assert_eq!(found(&["--sources", "messages"]).len(), 2);
     // A date window, as in the API: a month as `--until` includes it.
-    let may = ok_json(
-        d,
-        &[
-            "recall",
-            "ferry",
-            "--user",
-            "alice",
-            "--sources",
-            "messages",
-            "--until",
-            "2023-05",
-            "--json",
-        ],
+    assert_eq!(
+        found(&["--sources", "messages", "--until", "2023-05"]),
+        ["I booked the ferry to Naxos, ticket NX-4471."]
     );
-    assert_eq!(contents(&may), ["I booked the ferry to Naxos, ticket NX-4471."]);
-    let june = ok_json(
-        d,
-        &[
-            "recall",
-            "ferry",
-            "--user",
-            "alice",
-            "--sources",
-            "memories,messages",
-            "--since",
-            "2023-06-01",
-            "--json",
-        ],
+    assert_eq!(
+        found(&["--sources", "memories,messages", "--since", "2023-06-01"]),
+        ["The ferry to Paros was cancelled."]
     );
-    assert_eq!(contents(&june), ["The ferry to Paros was cancelled."]);
     // A literal mode, and the plain output names the conversation and the time.
     let plain = ok(
         d,

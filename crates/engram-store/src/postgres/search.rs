@@ -102,8 +102,9 @@
 //! length, document frequencies) of the user's corpus — every row of the tenant and user, or
 //! of the tenant when the search names no user — rather than the SQLite store's global FTS5
 //! vocabulary, which mixes tenants. Terms found in half of the corpus or more (when it has at
-//! least 4 rows) are dropped, as in the SQLite store; for a prefix term both count the rows
-//! of each word the prefix starts and add them up (an upper bound; a search that names no
+//! least 4 rows) are dropped, as in the SQLite store, unless every term of the query is
+//! (then they are the query, and stay with an IDF of 1e-6); for a prefix term both count the
+//! rows of each word the prefix starts and add them up (an upper bound; a search that names no
 //! user counts the distinct rows, which differs only for a prefix near the 50 % line).
 //!
 //! A search of one user reads nothing of other users (migration 4). The row count, mean
@@ -763,8 +764,10 @@ impl PgDb {
             .push(
                 "ELSE m.total END AS df FROM sums m CROSS JOIN stats s), \
                  kept AS MATERIALIZED (SELECT df.lexeme, df.prefix, df.quoted, \
-                   greatest(ln((s.n - df.df + 0.5) / (df.df + 0.5)), 1e-6) AS idf \
-                   FROM df CROSS JOIN stats s WHERE df.total > 0 AND NOT (s.n >= 4 AND df.total * 2 >= s.n)), ",
+                   CASE WHEN s.n >= 4 AND df.total * 2 >= s.n THEN 1e-6 \
+                   ELSE greatest(ln((s.n - df.df + 0.5) / (df.df + 0.5)), 1e-6) END AS idf \
+                   FROM df CROSS JOIN stats s WHERE df.total > 0 AND (NOT (s.n >= 4 AND df.total * 2 >= s.n) \
+                   OR NOT EXISTS (SELECT 1 FROM df o WHERE NOT (s.n >= 4 AND o.total * 2 >= s.n)))), ",
             );
         } else {
             // Memories of a whole tenant are counted from the rows; a transcript's statistics
@@ -809,8 +812,10 @@ impl PgDb {
                 " LIMIT (CASE WHEN s.n >= 4 THEN ceil(s.n / 2) ELSE s.n END)::bigint) c)::float8 AS df \
                  FROM lex l CROSS JOIN stats s), \
                  kept AS MATERIALIZED (SELECT df.lexeme, df.prefix, df.quoted, df.plain, \
-                   greatest(ln((s.n - df.df + 0.5) / (df.df + 0.5)), 1e-6) AS idf \
-                   FROM df CROSS JOIN stats s WHERE df.df > 0 AND NOT (s.n >= 4 AND df.df * 2 >= s.n)), ",
+                   CASE WHEN s.n >= 4 AND df.df * 2 >= s.n THEN 1e-6 \
+                   ELSE greatest(ln((s.n - df.df + 0.5) / (df.df + 0.5)), 1e-6) END AS idf \
+                   FROM df CROSS JOIN stats s WHERE df.df > 0 AND (NOT (s.n >= 4 AND df.df * 2 >= s.n) \
+                   OR NOT EXISTS (SELECT 1 FROM df o WHERE NOT (s.n >= 4 AND o.df * 2 >= s.n)))), ",
             );
         }
         // Each matching row is scored on its own (its lexemes against the kept terms, a

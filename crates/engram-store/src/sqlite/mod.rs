@@ -368,7 +368,8 @@ impl SqliteDb {
     /// ([`match_terms`]: words, or prefixes of longer words) minus those found in half the
     /// scope's indexed rows or more (when the scope has at least 4 rows): FTS5 gives such
     /// terms an IDF of 1e-6, so a row matching only them would enter the fusion with a
-    /// meaningless rank. A term's rows are counted by the row's own words (a message's
+    /// meaningless rank. Unless every term is common: then they are the query ("Miso"
+    /// where most memories speak of Miso) and stay. A term's rows are counted by the row's own words (a message's
     /// content and tool name, not its context). Returns the FTS5 query and the weight of every
     /// term (dropped ones included, with their IDF of 1e-6), or None when nothing can match
     /// (no term kept, or no indexed row in the scope).
@@ -441,8 +442,16 @@ impl SqliteDb {
                 })
                 .collect(),
         };
-        let keep: Vec<String> =
-            terms.iter().enumerate().filter(|(i, _)| !common(*i)).map(|(_, t)| t.fts5()).collect();
+        // The informative terms, or every term when all are common: a query made only of
+        // words most rows hold ("Miso" in a store about the user's dog) asks for exactly
+        // those rows, and dropping its words would find nothing at all.
+        let all_common = (0..terms.len()).all(common);
+        let keep: Vec<String> = terms
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| all_common || !common(*i))
+            .map(|(_, t)| t.fts5())
+            .collect();
         if keep.is_empty() {
             return Ok(None);
         }

@@ -243,7 +243,11 @@ impl PgDb {
         }
         let opts = PgConnectOptions::from_str(url)
             .map_err(|e| Error::Unprocessable(format!("invalid PostgreSQL URL: {e}")))?
-            .application_name("engram");
+            .application_name("engram")
+            // The server's notices ("relation schema_migrations already exists, skipping" on
+            // every start) are no news to an operator: sqlx logs each at INFO, so every CLI
+            // command on PostgreSQL printed one. Warnings and errors still come through.
+            .options([("client_min_messages", "warning")]);
         let target = format!(
             "{}:{}/{}",
             opts.get_host(),

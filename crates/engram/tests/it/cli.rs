@@ -855,6 +855,13 @@ async fn recall_searches_the_transcript_archive_from_the_shell(backend: Backend)
     };
     // Memories alone by default: nothing; the messages on request.
     assert_eq!(ok(d, &["recall", "ferry", "--user", "alice"]).trim(), "nothing relevant found");
+    // At the default log level no command repeats the database's notices: PostgreSQL's
+    // "relation schema_migrations already exists, skipping" came with each one.
+    let mut info = d.engram();
+    let o = info.env_remove("ENGRAM_LOG").args(["recall", "ferry", "--user", "alice"]);
+    let o = o.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && !err.contains("already exists"), "{err}");
     assert_eq!(found(&["--sources", "messages"]).len(), 2);
     // A date window, as in the API: a month as `--until` includes it.
     assert_eq!(

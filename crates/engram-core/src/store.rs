@@ -503,6 +503,16 @@ pub trait MessageStore: Send + Sync {
         tenant: &TenantId,
         conversation: &ConversationId,
     ) -> Result<Option<ConversationInfo>>;
+    /// Conversations of `agent` with more than `unsummarized` messages no summary covers,
+    /// most recently updated first, at most `limit` (what a lowered compaction threshold
+    /// now applies to).
+    async fn conversations_to_compact(
+        &self,
+        tenant: &TenantId,
+        agent: &AgentId,
+        unsummarized: i64,
+        limit: usize,
+    ) -> Result<Vec<ConversationInfo>>;
     /// Conversations of the tenant (of one user with `user`), most recently updated first,
     /// after `before` (the `updated_at` and id of the last one of the previous page).
     async fn list_conversations(

@@ -8,6 +8,10 @@ use crate::store::{Activity, EraseCounts};
 
 use super::{AgentInput, Engine, Stats, UserExport};
 
+/// Most conversations one agent save queues for compaction (the most recently updated; the
+/// others compact at their next append).
+const COMPACT_ON_SAVE: usize = 1_000;
+
 impl Engine {
     /// An agent's settings: for admin keys and for the agent's own key. A user key (an
     /// end-user's memory panel) has no business with how agents are configured.
@@ -41,7 +45,7 @@ impl Engine {
         if !input.settings.is_object() {
             return Err(Error::invalid("settings", "settings must be a JSON object"));
         }
-        MemoryPolicy::from_settings(input.memory_enabled, threshold, &input.settings)?;
+        let policy = MemoryPolicy::from_settings(input.memory_enabled, threshold, &input.settings)?;
         if let Some(c) = &input.cluster_id
             && (c.is_empty() || c.len() > 256)
         {
@@ -61,6 +65,20 @@ impl Engine {
             updated_at: now,
         };
         self.svc.store.put_agent(&agent).await?;
+        // A threshold set or lowered applies to the agent's conversations now, not at their
+        // next append: those over it are queued (the job itself re-reads the policy and
+        // summarizes only what extraction has read, so a queued one may do nothing).
+        if self.svc.llm.is_some() && policy.memory_enabled && policy.compaction_threshold > 0 {
+            let over = self.svc.store.conversations_to_compact(
+                &p.tenant,
+                &agent.id,
+                policy.compaction_threshold,
+                COMPACT_ON_SAVE,
+            );
+            for c in over.await? {
+                self.svc.enqueue_compaction(&p.tenant, &c.user_id, &c.id).await?;
+            }
+        }
         Ok(agent)
     }
 

@@ -444,6 +444,16 @@ impl MessageStore for Counting {
         self.hit("list_conversations");
         self.inner.list_conversations(tenant, user, before, limit).await
     }
+    async fn conversations_to_compact(
+        &self,
+        tenant: &TenantId,
+        agent: &AgentId,
+        unsummarized: i64,
+        limit: usize,
+    ) -> Result<Vec<ConversationInfo>> {
+        self.hit("conversations_to_compact");
+        self.inner.conversations_to_compact(tenant, agent, unsummarized, limit).await
+    }
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Option<Message>> {
         self.hit("get_message");
         self.inner.get_message(tenant, id).await

@@ -270,6 +270,26 @@ pub(crate) async fn list_conversations<B: Backend>(
     rows.iter().map(conversation_info).collect()
 }
 
+/// Conversations of `agent` with more than `unsummarized` messages no summary covers, most
+/// recently updated first.
+pub(crate) async fn conversations_to_compact<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    agent: &AgentId,
+    unsummarized: i64,
+    n: usize,
+) -> Result<Vec<ConversationInfo>> {
+    let sql = format!(
+        "SELECT {CONVERSATION_COLS} FROM conversations WHERE tenant_id = ? AND agent_id = ? \
+         AND last_seq - summarized_seq > ? ORDER BY updated_at DESC, id{} LIMIT {}",
+        B::BYTE_ORDER,
+        limit(n)
+    );
+    let args = [Text(tenant.as_str()), Text(agent.as_str()), Int(unsummarized)];
+    let rows = b.read_all(&sql, &args).await?;
+    rows.iter().map(conversation_info).collect()
+}
+
 /// The columns of a conversation listed by [`CONVERSATION_COLS`].
 fn conversation_info<R: Columns>(r: &R) -> Result<ConversationInfo> {
     Ok(ConversationInfo {

@@ -372,6 +372,16 @@ impl<D: Native> MessageStore for SqlStore<D> {
         messages::list_conversations(&self.0, tenant, user, before, limit).await
     }
 
+    async fn conversations_to_compact(
+        &self,
+        tenant: &TenantId,
+        agent: &AgentId,
+        unsummarized: i64,
+        limit: usize,
+    ) -> Result<Vec<ConversationInfo>> {
+        messages::conversations_to_compact(&self.0, tenant, agent, unsummarized, limit).await
+    }
+
     async fn speakers(&self, tenant: &TenantId, user: &UserId) -> Result<Vec<String>> {
         messages::speakers(&self.0, tenant, user).await
     }

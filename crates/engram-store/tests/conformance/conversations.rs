@@ -341,6 +341,34 @@ pub async fn listing_agents_and_conversations(s: Arc<dyn Store>) {
     assert_eq!(mine.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["c3", "c1"]);
 }
 
+/// The conversations a lowered compaction threshold applies to: the agent's, in the tenant,
+/// with more messages than the threshold that no summary covers.
+pub async fn conversations_to_compact_are_the_agents_over_its_threshold(s: Arc<dyn Store>) {
+    let (t, other) = (tenant("t"), tenant("other"));
+    let (u, a, b) = (user("u"), AgentId::parse("a").unwrap(), AgentId::parse("b").unwrap());
+    for (tenant, agent, conv, n) in
+        [(&t, &a, "big", 30), (&t, &a, "small", 5), (&t, &b, "theirs", 30), (&other, &a, "far", 30)]
+    {
+        let msgs = (0..n).map(|i| {
+            let mut m = message(tenant, &u, conv, MessageRole::User, &format!("m{i}"));
+            m.agent_id = Some(agent.clone());
+            m
+        });
+        s.append_messages(tenant, msgs.collect()).await.unwrap();
+    }
+    let over = |n: i64| {
+        let s = s.clone();
+        let (t, a) = (t.clone(), a.clone());
+        async move {
+            let found = s.conversations_to_compact(&t, &a, n, 10).await.unwrap();
+            found.into_iter().map(|c| c.id.to_string()).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(over(20).await, ["big"]);
+    assert_eq!(over(4).await.len(), 2);
+    assert!(over(30).await.is_empty(), "30 messages are not more than 30");
+}
+
 /// The speakers of a user's transcripts: recorded as labelled messages are appended, once
 /// each, per tenant and user; a refused append records nothing; erased with the user.
 pub async fn speakers_are_recorded_per_user(s: Arc<dyn Store>) {

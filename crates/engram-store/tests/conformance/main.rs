@@ -83,6 +83,7 @@ conformance! {
         conversations::append_seq_ownership,
         conversations::append_with_its_jobs,
         conversations::listing_agents_and_conversations,
+        conversations::conversations_to_compact_are_the_agents_over_its_threshold,
         conversations::recalls,
         conversations::context_sessions,
         conversations::agents,

@@ -356,10 +356,41 @@ async fn without_an_llm_nothing_is_compacted_and_stats_say_so(backend: Backend) 
     assert!(r["error"]["message"].as_str().unwrap().contains("summaries"), "{r}");
 }
 
+/// An agent's compaction threshold set after its conversations grew applies to them at
+/// once, not at their next append; other agents' conversations are left as they are.
+/// Found by a session: lowering the threshold to 20 left a conversation of 120 messages at
+/// 100 unsummarized, compaction "idle".
+async fn a_lowered_threshold_compacts_the_agents_conversations(backend: Backend) {
+    let llm = echoing_llm().await;
+    let db = Db::new(backend).await;
+    let s = start(&db, &llm);
+    append(&s, "mine", Some("slow"), 1, 60).await;
+    append(&s, "theirs", Some("other"), 1, 60).await;
+    let stats = drained(&s).await;
+    assert_eq!(stats["compaction"]["summaries"], 0, "under the default threshold: {stats}");
+
+    let settings = json!({ "settings": { "compaction": { "threshold": 20 } } });
+    let (st, b) = s.req("PUT", "/v1/agents/slow", Some(settings)).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    let stats = drained(&s).await;
+    let (_, mine) = s.get("/v1/conversations/mine").await;
+    // 60 messages over a threshold of 20: the oldest 40 in two leaves.
+    assert_eq!(mine["summarized_through"], 40, "{mine}");
+    assert_eq!(of_depth(mine["summaries"].as_array().unwrap(), 0).len(), 2, "{mine}");
+    let (_, theirs) = s.get("/v1/conversations/theirs").await;
+    assert_eq!(
+        (theirs["summarized_through"].clone(), theirs["summaries"].clone()),
+        (json!(0), json!([]))
+    );
+    assert_eq!(stats["compaction"]["unsummarized_messages"], 80, "{stats}");
+    assert_eq!(stats["compaction"]["failed"], 0, "{stats}");
+}
+
 on_both_backends!(
     a_long_conversation_compacts_into_a_dag_that_search_expands,
     extraction_goes_on_after_its_cursor_is_summarized_and_a_killed_compaction_reruns_once,
     without_an_llm_nothing_is_compacted_and_stats_say_so,
+    a_lowered_threshold_compacts_the_agents_conversations,
 );
 
 async fn synthesis_answers_from_the_results_and_cites_them(backend: Backend) {

@@ -59,6 +59,11 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
     ),
     (14, "job_counts", include_str!("../migrations/postgres/0014_job_counts.sql")),
     (15, "finished_jobs", include_str!("../migrations/postgres/0015_finished_jobs.sql")),
+    (
+        16,
+        "context_next_by_key",
+        include_str!("../migrations/postgres/0016_context_next_by_key.sql"),
+    ),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

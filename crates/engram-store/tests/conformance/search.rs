@@ -436,14 +436,13 @@ pub async fn a_query_of_common_words_alone_finds_their_rows(s: Arc<dyn Store>) {
     let said = facts.iter().map(|f| message(&t, &u, "c", MessageRole::User, f)).collect();
     let said = s.append_messages(&t, said).await.unwrap();
     let mine = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+    // `matches` lists hits in id order.
+    let mut want: Vec<_> = rows[..4].iter().map(|r| r.memory.id).collect();
+    want.sort();
     for filter in [mine.clone(), MemoryFilter::default()] {
         let hits = matches(&s, &t, &filter, "Miso").await;
-        let want: Vec<_> = rows[..4].iter().map(|r| r.memory.id).collect();
-        let mut got: Vec<_> = hits.iter().map(|h| h.0).collect();
-        got.sort();
-        let mut want_sorted = want.clone();
-        want_sorted.sort();
-        assert_eq!(got, want_sorted, "every fact naming Miso ({filter:?}): {hits:?}");
+        let got: Vec<_> = hits.iter().map(|h| h.0).collect();
+        assert_eq!(got, want, "every fact naming Miso ({filter:?}): {hits:?}");
         assert!(hits.iter().all(|h| h.1 == 1.0), "each holds the whole query: {hits:?}");
     }
     let transcript = TranscriptFilter::user(u.clone());

@@ -6,7 +6,7 @@ use crate::model::{Agent, AgentId, ConversationId, Job, JobStatus, KeyRole, Prin
 use crate::pipeline::policy::MemoryPolicy;
 use crate::store::{Activity, EraseCounts};
 
-use super::{AgentInput, Engine, Stats, UserExport};
+use super::{AgentInput, CompactionStatus, Engine, Stats, UserExport};
 
 /// Most conversations one agent save queues for compaction (the most recently updated; the
 /// others compact at their next append).
@@ -135,6 +135,7 @@ impl Engine {
                 |l| l.describe(),
             ),
             extraction_health: (finished > 0).then(|| s.extractions_done as f64 / finished as f64),
+            compaction: CompactionStatus::of(llm.is_some(), &s),
             store: s,
             backlog,
             at: crate::model::now(),

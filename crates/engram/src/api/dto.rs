@@ -4,7 +4,7 @@
 //! Timestamps are RFC 3339 strings in UTC. Enumerations travel as strings and are parsed by
 //! the core types, so an unknown category gets the same message everywhere.
 
-use engram_core::engine::{ContextBlock, Decision, SearchMode, SearchSource};
+use engram_core::engine::{CompactionStatus, ContextBlock, Decision, SearchMode, SearchSource};
 use engram_core::model::{
     Agent, AgentId, Category, ConversationId, EventKind, Importance, Kind, Memory, MemoryEvent,
     MemoryId, Message, MessageId, Source, SourceKind, Summary, TenantId, UserId, micros,
@@ -623,11 +623,13 @@ impl From<engram_core::engine::Stats> for StatsDto {
             },
             compaction: CompactionStats {
                 enabled: s.extraction_enabled,
-                status: match (s.extraction_enabled, s.store.compactions_pending) {
-                    (false, _) => "off: no LLM configured".into(),
-                    (true, 0) => "idle".into(),
-                    (true, _) => "running".into(),
-                },
+                status: match s.compaction {
+                    CompactionStatus::Off => "off: no LLM configured",
+                    CompactionStatus::Running => "running",
+                    CompactionStatus::WaitingForExtraction => "waiting for extraction",
+                    CompactionStatus::Idle => "idle",
+                }
+                .into(),
                 unsummarized_messages: s.store.messages_unsummarized,
                 summaries: s.store.summaries,
                 tree_depth: s.store.summary_depth,
@@ -793,7 +795,10 @@ pub struct ExtractionBacklog {
 pub struct CompactionStats {
     /// Compaction runs (an LLM is configured); without one, nothing is compacted.
     pub enabled: bool,
-    /// `idle`, `running` (jobs waiting or running), or `off: no LLM configured`.
+    /// `idle`; `running` (jobs waiting or running); `waiting for extraction` (messages are
+    /// unsummarized and extraction jobs failed for good: a conversation is summarized only as
+    /// far as extraction has read it, so theirs wait until the failed jobs are retried with
+    /// `engram jobs retry` or on the health page); or `off: no LLM configured`.
     pub status: String,
     /// Messages no summary covers yet.
     pub unsummarized_messages: u64,

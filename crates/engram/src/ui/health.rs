@@ -1,6 +1,7 @@
 //! Health and stats (admin keys): the extraction-health card of seed 002 — queue depth,
 //! failed jobs with their error and a retry button, the last successful extraction — with
-//! embedding coverage, the tenant's counts, and charts (memories by category, memories and
+//! embedding coverage, the summary DAG (summaries, depth, unsummarized messages, and why
+//! compaction waits), the tenant's counts, and charts (memories by category, memories and
 //! messages over time, the extraction's ADD/UPDATE/DELETE/NONE decisions).
 
 use std::sync::Arc;

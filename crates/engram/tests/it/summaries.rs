@@ -2,7 +2,8 @@
 //! compacts into leaves, branches and a root that link their sources and keep their
 //! timestamps; summaries are searched, a root hit expands to the right messages; extraction
 //! goes on after its cursor message was summarized; a compaction killed mid-job leaves no
-//! duplicate; erasure removes summaries; with no LLM nothing is compacted and stats say so.
+//! duplicate; erasure removes summaries; with no LLM nothing is compacted and stats say so;
+//! a failed extraction holds its conversation's compaction back, and stats say that too.
 
 use std::time::Duration;
 
@@ -386,8 +387,49 @@ async fn a_lowered_threshold_compacts_the_agents_conversations(backend: Backend)
     assert_eq!(stats["compaction"]["failed"], 0, "{stats}");
 }
 
+/// A conversation is summarized only as far as extraction has read it: when its extraction
+/// failed for good, stats say compaction waits for extraction (not "idle"), and retrying the
+/// failed job compacts it. Found by a session: stats said "idle" with 120 messages waiting.
+async fn a_failed_extraction_holds_compaction_back_and_stats_say_so(backend: Backend) {
+    let llm = echoing_llm().await;
+    let broken = llm.on(Rule::system_contains(EXTRACT).reply("I cannot do JSON today"));
+    let db = Db::new(backend).await;
+    let s = start(&db, &llm);
+    let settings = json!({ "settings": { "compaction": { "threshold": 10 } } });
+    let (st, b) = s.req("PUT", "/v1/agents/a", Some(settings)).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    append(&s, "held", Some("a"), 1, 40).await;
+    let stats = drained(&s).await;
+    assert_eq!(stats["extraction"]["failed"], 1, "{stats}");
+    assert_eq!(stats["compaction"]["status"], "waiting for extraction", "{stats}");
+    assert_eq!(stats["compaction"]["unsummarized_messages"], 40, "{stats}");
+    assert_eq!(stats["compaction"]["summaries"], 0, "{stats}");
+
+    // The LLM answers now: the failed job is retried from the shell, and the conversation
+    // is extracted, then compacted.
+    llm.remove(&broken);
+    let (ok, out, err) = db.cli(&["jobs", "list", "--status", "failed", "--json"]);
+    assert!(ok, "{err}");
+    let jobs: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let (ok, _, err) = db.cli(&["jobs", "retry", jobs[0]["id"].as_str().unwrap()]);
+    assert!(ok, "{err}");
+    let mut stats = Value::Null;
+    for _ in 0..600 {
+        stats = drained(&s).await;
+        if stats["compaction"]["summaries"] == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(stats["compaction"]["summaries"], 2, "two leaves of 20: {stats}");
+    assert_eq!(stats["compaction"]["status"], "idle", "{stats}");
+    assert_eq!(stats["compaction"]["unsummarized_messages"], 0, "{stats}");
+}
+
 on_both_backends!(
     a_long_conversation_compacts_into_a_dag_that_search_expands,
+    a_failed_extraction_holds_compaction_back_and_stats_say_so,
     extraction_goes_on_after_its_cursor_is_summarized_and_a_killed_compaction_reruns_once,
     without_an_llm_nothing_is_compacted_and_stats_say_so,
     a_lowered_threshold_compacts_the_agents_conversations,

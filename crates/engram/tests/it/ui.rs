@@ -401,8 +401,9 @@ async fn row_id(b: &Browser, content: &str) -> String {
     panic!("no row shows {content:?}");
 }
 
-/// A failed extraction is shown on the health page with its error, and the retry button
-/// runs it again; the agent page warns about failed jobs.
+/// A failed extraction is shown on the health page with its error (and the summaries card
+/// says compaction waits for it), and the retry button runs it again; the agent page warns
+/// about failed jobs.
 async fn failed_jobs_are_shown_and_retried(backend: Backend) {
     const EXTRACT: &str = "memory extraction system";
     let llm = testkit::ScriptedLlm::start().await;
@@ -453,6 +454,10 @@ async fn failed_jobs_are_shown_and_retried(backend: Backend) {
         "{card}"
     );
     assert!(b.find("#extraction").await.text().await.unwrap().contains("1 failed"));
+    // The conversation's summaries wait for its extraction, and the card says so.
+    let summaries = b.find("#compaction").await.text().await.unwrap();
+    assert!(summaries.contains("Waiting for extraction"), "{summaries}");
+    assert!(summaries.contains("unsummarized messages 1"), "{summaries}");
     b.shoot("health").await;
     b.goto("/agents/any-agent").await;
     assert!(b.texts("p.warning").await.join(" ").contains("1 extraction job(s) failed"));
@@ -522,6 +527,11 @@ async fn failed_jobs_are_shown_and_retried(backend: Backend) {
     b.shoot("conversation-facts").await;
     b.goto("/health").await;
     assert!(b.all("#failed li").await.is_empty(), "no failed job left");
+    let summaries = b.find("#compaction").await.text().await.unwrap();
+    assert!(
+        summaries.contains("compaction idle") && summaries.contains("tree depth 1"),
+        "{summaries}"
+    );
     // The charts: by category, per day, and the extraction's decisions.
     let charts = b.all("figure.chart svg").await;
     assert_eq!(charts.len(), 3, "three charts drawn");

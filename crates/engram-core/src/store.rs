@@ -29,9 +29,7 @@
 //!   an `Unprocessable` error.
 
 use async_trait::async_trait;
-use std::collections::{BTreeMap, HashSet};
 
-use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::error::Result;
@@ -257,47 +255,8 @@ pub struct ExtractionBatch {
     pub cursor: String,
 }
 
-/// What [`Store::backup`] reads: the whole store, one tenant, or one user of a tenant.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BackupScope {
-    Store,
-    Tenant(TenantId),
-    /// The user's rows only (no keys, no agents).
-    User(TenantId, UserId),
-}
-
-/// One row of a backup: the table and its columns in the backend-neutral representation
-/// (timestamps RFC 3339, ids as strings, JSON as JSON, booleans as booleans, vectors as
-/// base64 of little-endian f32). Backend-internal columns (change counters) are left out.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BackupRow {
-    pub table: String,
-    pub row: serde_json::Map<String, serde_json::Value>,
-}
-
-/// What a restore did, per table.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RestoreReport {
-    /// Rows written.
-    pub restored: BTreeMap<String, u64>,
-    /// Rows already present (same key), left as they are; with them, the events of a
-    /// memory that was already present.
-    pub skipped: BTreeMap<String, u64>,
-    /// API keys not copied because the rows were restored into another tenant (a key
-    /// belongs to the tenant it was made for).
-    pub keys_not_copied: u64,
-}
-
-/// Carried across the batches of one restore.
-#[derive(Debug, Clone, Default)]
-pub struct RestoreState {
-    /// Every row goes into this tenant instead of its own.
-    pub target: Option<TenantId>,
-    pub report: RestoreReport,
-    /// `(tenant, memory id)` of memories skipped as already present: their events are too.
-    pub skipped_memories: HashSet<(String, String)>,
-}
+mod backup;
+pub use backup::{BackupRow, BackupScope, RestoreReport, RestoreState};
 
 /// Persistence for the engine: the sum of the five parts below, each implemented by each
 /// backend in a file of its own. See the module docs for the contract.
@@ -552,6 +511,21 @@ pub trait MessageStore: Send + Sync {
         before: Option<(OffsetDateTime, MessageId)>,
         limit: usize,
     ) -> Result<Vec<Message>>;
+    /// Up to `limit` of a user's messages in the filter's time window whose own relative
+    /// dates ("three years ago", "last summer": [`crate::when::relative_spans`], recorded
+    /// when a message is appended) reach into the days `from` to `to` (both included, as
+    /// midnights UTC), newest first. Candidates: the caller checks each message's dates.
+    async fn messages_said_about(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        from: OffsetDateTime,
+        to: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<Message>>;
+    /// Record the relative dates of messages appended before the store recorded them
+    /// (`engram backfill dates`); idempotent. The number of messages newly recorded.
+    async fn index_message_dates(&self, tenant: &TenantId, messages: &[Message]) -> Result<u64>;
     /// A search returned these messages and summaries at `at`: count it (access
     /// reinforcement). Unknown ids are skipped.
     async fn touch_transcript(

@@ -11,6 +11,8 @@
 
 use time::{Date, Duration, Month, OffsetDateTime, UtcOffset, Weekday};
 
+mod season;
+
 /// A span of whole days, both ends included (UTC).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
@@ -266,6 +268,15 @@ fn relative_matches(w: &[String], anchor: OffsetDateTime) -> Vec<(Span, usize, u
         {
             found = Some((last_weekend(d), k + 1));
         }
+        // "the week before last", "the weekend before last", "vorletzte Woche", "la semana
+        // antepasada", "o mês retrasado"
+        if found.is_none() {
+            found = before_last(w, i, d);
+        }
+        // "last summer", "this winter", "l'estate scorsa", "el verano pasado"
+        if found.is_none() {
+            found = season::relative(w, i, d);
+        }
         // "last week", "next month", "this year", "last friday"
         if found.is_none() && (is_last(a) || is_next(a) || is_this(a)) {
             let n = if is_last(a) {
@@ -327,6 +338,42 @@ fn relative_matches(w: &[String], anchor: OffsetDateTime) -> Vec<(Span, usize, u
         }
     }
     out
+}
+
+/// A unit or a weekend "before last" at word `i`: its span two back from `d`, and its
+/// number of words.
+fn before_last(w: &[String], i: usize, d: Date) -> Option<(Span, usize)> {
+    let at = |j: usize| w.get(j).map(String::as_str).unwrap_or("");
+    let second_last =
+        |x: &str| matches!(x, "antepasado" | "antepasada" | "retrasado" | "retrasada");
+    let weekend_back = |span: Span| Span {
+        start: span.start - Duration::days(7),
+        end: span.end - Duration::days(7),
+    };
+    // "vorletzte Woche", "vorletztes Wochenende"
+    if matches!(at(i), "vorletzte" | "vorletzten" | "vorletztes" | "vorletzter") {
+        if let Some(u) = unit(at(i + 1)) {
+            return Some((shift(d, u, -2), 2));
+        }
+        if let Some(k) = weekend_words(w, i + 1) {
+            return Some((weekend_back(last_weekend(d)), 1 + k));
+        }
+    }
+    // "week before last", "la semana antepasada"
+    if let Some(u) = unit(at(i)) {
+        if at(i + 1) == "before" && is_last(at(i + 2)) {
+            return Some((shift(d, u, -2), 3));
+        }
+        if second_last(at(i + 1)) {
+            return Some((shift(d, u, -2), 2));
+        }
+    }
+    // "weekend before last", "el fin de semana antepasado"
+    let k = weekend_words(w, i)?;
+    if at(i + k) == "before" && is_last(at(i + k + 1)) {
+        return Some((weekend_back(last_weekend(d)), k + 2));
+    }
+    second_last(at(i + k)).then(|| (weekend_back(last_weekend(d)), k + 1))
 }
 
 /// The words of "weekend" at `i` ("weekend", "week-end", "Wochenende", "fine settimana",
@@ -444,6 +491,9 @@ fn plain_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, Stri
         if let Some((span, from, n)) = named_date(&w, i) {
             return Some((span, rest(from, n)));
         }
+        if let Some((span, from, n)) = season::with_year(&w, i) {
+            return Some((span, rest(from, n)));
+        }
     }
     if let Some((span, from)) = bare_year(&w) {
         return Some((span, rest(from, 2)));
@@ -462,6 +512,12 @@ fn plain_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, Stri
         }
     }
     if let Some((span, from, n)) = relative_matches(&w, anchor).into_iter().next() {
+        return Some((span, rest(from, n)));
+    }
+    // "in the summer": the one in progress at the anchor, or the latest before it.
+    if let Some((season, from, n)) = season::bare(&w)
+        && let Some(span) = season.latest(today)
+    {
         return Some((span, rest(from, n)));
     }
     // "in June": the latest June up to the anchor.
@@ -805,6 +861,10 @@ fn event_in(w: &[String]) -> Option<(EventTime, usize, usize)> {
         if !named || !relative_matches(event, OffsetDateTime::UNIX_EPOCH).is_empty() {
             continue;
         }
+        // "the week before last" is a relative date too.
+        if relative_matches(&w[i..to], OffsetDateTime::UNIX_EPOCH).iter().any(|m| m.1 <= 1) {
+            continue;
+        }
         let time = EventTime { offset: sign * n, unit: u, event: event.join(" ") };
         return Some((time, i, to));
     }
@@ -816,6 +876,7 @@ fn event_in(w: &[String]) -> Option<(EventTime, usize, usize)> {
 pub fn needs_anchor(query: &str) -> bool {
     let w = words(query);
     bare_month(&w).is_some()
+        || season::bare(&w).is_some()
         || (0..w.len()).any(|i| day_without_year(&w, i).is_some())
         || !relative_matches(&w, OffsetDateTime::UNIX_EPOCH).is_empty()
 }

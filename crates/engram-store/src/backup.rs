@@ -72,6 +72,7 @@ fn order_by(table: &str) -> &'static str {
         "context_sessions" => "tenant_id, session_id, user_id, pool",
         "session_state" => "tenant_id, user_id, agent_id, session_id, key",
         "speakers" => "tenant_id, user_id, name",
+        "message_dates" => "tenant_id, message_id",
         _ => "tenant_id, id",
     }
 }

@@ -32,6 +32,7 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
     (13, "unembedded_messages", include_str!("../migrations/sqlite/0013_unembedded_messages.sql")),
     (14, "job_counts", include_str!("../migrations/sqlite/0014_job_counts.sql")),
     (15, "finished_jobs", include_str!("../migrations/sqlite/0015_finished_jobs.sql")),
+    (16, "message_dates", include_str!("../migrations/sqlite/0016_message_dates.sql")),
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.
@@ -64,6 +65,7 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
         "context_next_by_key",
         include_str!("../migrations/postgres/0016_context_next_by_key.sql"),
     ),
+    (17, "message_dates", include_str!("../migrations/postgres/0017_message_dates.sql")),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

@@ -180,6 +180,18 @@ pub(crate) const TABLES: &[Table] = &[
         overriding: false,
     },
     Table {
+        name: "message_dates",
+        cols: &[
+            ("tenant_id", Text),
+            ("message_id", Uuid),
+            ("user_id", Text),
+            ("said_from", Ts),
+            ("said_to", Ts),
+        ],
+        fts: &[],
+        overriding: false,
+    },
+    Table {
         name: "speakers",
         cols: &[("tenant_id", Text), ("user_id", Text), ("name", Text)],
         fts: &[],

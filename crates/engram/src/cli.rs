@@ -227,6 +227,12 @@ pub enum BackfillCommand {
         #[arg(long, default_value = "default")]
         tenant: String,
     },
+    /// Record the relative dates ("three years ago") of messages appended before engram
+    /// recorded them, so a query that names the time they point to finds them (idempotent).
+    Dates {
+        #[arg(long, default_value = "default")]
+        tenant: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -475,6 +481,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let engine = open_existing(&cli.common).await?;
             let n = engine.backfill_tool_calls(&admin(&tenant)?).await.map_err(err)?;
             out!("enqueued {n} tool-call messages for synthesis");
+            Ok(())
+        }
+        Command::Backfill(BackfillCommand::Dates { tenant }) => {
+            let engine = open_existing(&cli.common).await?;
+            let n = engine.backfill_dates(&admin(&tenant)?).await.map_err(err)?;
+            out!("recorded the dates of {n} messages");
             Ok(())
         }
         Command::Reembed { batch } => {

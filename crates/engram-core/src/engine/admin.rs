@@ -6,7 +6,7 @@ use crate::model::{Agent, AgentId, ConversationId, Job, JobStatus, KeyRole, Prin
 use crate::pipeline::policy::MemoryPolicy;
 use crate::store::{Activity, EraseCounts};
 
-use super::{AgentInput, CompactionStatus, Engine, Stats, UserExport};
+use super::{AgentInput, Engine, Stats, UserExport};
 
 /// Most conversations one agent save queues for compaction (the most recently updated; the
 /// others compact at their next append).
@@ -176,5 +176,35 @@ impl Engine {
     pub async fn retry_job(&self, p: &Principal, id: &str) -> Result<()> {
         Self::require_admin(p, "retrying a job")?;
         self.svc.store.retry_job(Some(&p.tenant), id).await
+    }
+}
+
+/// What the compactor (the summary DAG) is doing, as `/v1/stats` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactionStatus {
+    /// No LLM is configured: nothing is compacted.
+    Off,
+    /// Compaction jobs wait or run.
+    Running,
+    /// No compaction job waits, messages are unsummarized, and extraction jobs failed for
+    /// good: a conversation is summarized only as far as extraction has read it, so theirs
+    /// wait until the failed jobs are retried (`engram jobs retry`, or the health page).
+    WaitingForExtraction,
+    /// Nothing to do.
+    Idle,
+}
+
+impl CompactionStatus {
+    /// The status from the tenant's counters.
+    pub fn of(llm: bool, s: &crate::store::StoreStats) -> Self {
+        if !llm {
+            CompactionStatus::Off
+        } else if s.compactions_pending > 0 {
+            CompactionStatus::Running
+        } else if s.extractions_failed > 0 && s.messages_unsummarized > 0 {
+            CompactionStatus::WaitingForExtraction
+        } else {
+            CompactionStatus::Idle
+        }
     }
 }

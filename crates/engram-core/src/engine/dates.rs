@@ -1,8 +1,10 @@
 //! Time in search: the time a query names (`crate::when`: a date, a month, a time relative
 //! to an event the user's messages name, or a relative time read against the user's latest
-//! message — the conversation's own "now", never the server clock), and the date list it adds to a message search: the messages whose own
-//! relative dates point into that time (said up to [`SAID_AFTER_DAYS`] later) first, then
-//! those sent within it.
+//! message — the conversation's own "now", never the server clock), and the date list it
+//! adds to a message search: the messages whose own relative dates point into that time
+//! first (those said up to [`SAID_AFTER_DAYS`] later read from the messages sent then, those
+//! said any time later from the store's record of each message's dates), then those sent
+//! within it.
 
 use crate::error::Result;
 use crate::model::{Message, MessageId};
@@ -130,10 +132,23 @@ impl Engine {
         }))
     }
 
+    /// Record the relative dates of the tenant's messages appended before the store
+    /// recorded them (`engram backfill dates`; idempotent): the number newly recorded.
+    pub async fn backfill_dates(&self, p: &crate::model::Principal) -> Result<u64> {
+        Self::require_admin(p, "backfill")?;
+        let mut n = 0;
+        for user in self.svc.store.list_users(&p.tenant).await? {
+            let messages = self.svc.store.user_messages(&p.tenant, &user).await?;
+            for chunk in messages.chunks(1_000) {
+                n += self.svc.store.index_message_dates(&p.tenant, chunk).await?;
+            }
+        }
+        Ok(n)
+    }
+
     /// The date list of a query that names `span`: the user's messages (in the search's
-    /// window) whose own relative dates point into it — said up to [`SAID_AFTER_DAYS`]
-    /// later — first, then those sent within it, each group oldest first; with their date
-    /// support.
+    /// window) whose own relative dates point into it, whenever they were said, first, then
+    /// those sent within it, each group oldest first; with their date support.
     pub(super) async fn date_list(
         &self,
         v: &View,
@@ -148,7 +163,16 @@ impl Engine {
             since: Some(window.since.map_or(start, |s| s.max(start))),
             until: Some(window.until.map_or(end, |u| u.min(end))),
         };
-        let rows = self.svc.store.scan_messages(&v.tenant, &scan, None, DATE_SCAN).await?;
+        // The messages sent in the span or just after it, and those that spoke of it any
+        // time later ("three years ago", "last summer"), from the store's record of the days
+        // each message's relative dates point to.
+        let (from, to) = (span.start.midnight().assume_utc(), span.end.midnight().assume_utc());
+        let (mut rows, later) = tokio::try_join!(
+            self.svc.store.scan_messages(&v.tenant, &scan, None, DATE_SCAN),
+            self.svc.store.messages_said_about(&v.tenant, window, from, to, DATE_SCAN),
+        )?;
+        let seen: std::collections::HashSet<MessageId> = rows.iter().map(|m| m.id).collect();
+        rows.extend(later.into_iter().filter(|m| !seen.contains(&m.id)));
         let mut found: Vec<(u8, time::OffsetDateTime, MessageId, f64)> = Vec::new();
         for m in rows {
             let said =

@@ -51,6 +51,7 @@ pub use crate::model::{actor_name, actor_name_system};
 pub use crate::services::EngineConfig;
 pub use crate::services::Services;
 pub use access::Operator;
+pub use admin::CompactionStatus;
 use scope::{View, ViewKey};
 pub use state::{DEFAULT_STATE_TTL, MAX_STATE_BYTES, MAX_STATE_TTL, StateAddress};
 pub use synthesis::{Citation, Synthesis};

@@ -366,41 +366,11 @@ pub struct Stats {
     /// Extraction jobs done / (done + failed for good); None before the first one.
     pub extraction_health: Option<f64>,
     /// What the compactor is doing.
-    pub compaction: CompactionStatus,
+    pub compaction: super::admin::CompactionStatus,
     /// What background work has not caught up with yet.
     pub backlog: crate::store::Backlog,
     /// When the figures were read (backlog ages are measured from it).
     pub at: time::OffsetDateTime,
-}
-
-/// What the compactor (the summary DAG) is doing, as `/v1/stats` reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CompactionStatus {
-    /// No LLM is configured: nothing is compacted.
-    Off,
-    /// Compaction jobs wait or run.
-    Running,
-    /// No compaction job waits, messages are unsummarized, and extraction jobs failed for
-    /// good: a conversation is summarized only as far as extraction has read it, so theirs
-    /// wait until the failed jobs are retried (`engram jobs retry`, or the health page).
-    WaitingForExtraction,
-    /// Nothing to do.
-    Idle,
-}
-
-impl CompactionStatus {
-    /// The status from the tenant's counters.
-    pub fn of(llm: bool, s: &crate::store::StoreStats) -> Self {
-        if !llm {
-            CompactionStatus::Off
-        } else if s.compactions_pending > 0 {
-            CompactionStatus::Running
-        } else if s.extractions_failed > 0 && s.messages_unsummarized > 0 {
-            CompactionStatus::WaitingForExtraction
-        } else {
-            CompactionStatus::Idle
-        }
-    }
 }
 
 /// A relation to record: `from label to` ("Maya" "is the sister of" "the user").

@@ -217,3 +217,95 @@ fn queries_name_times_relative_to_events() {
     let (t, _) = event_time("the week after the move").unwrap();
     assert_eq!(t.span(date!(2022 - 03 - 17)), span(date!(2022 - 03 - 21), date!(2022 - 03 - 27)));
 }
+
+#[test]
+fn the_one_before_last_is_two_back() {
+    // Thursday 17 March 2022.
+    let t = datetime!(2022-03-17 20:15 UTC);
+    let one = |s: &str| relative_spans(s, t);
+    let week = [span(date!(2022 - 02 - 28), date!(2022 - 03 - 06))];
+    for said in
+        ["the week before last", "vorletzte Woche", "la semana antepasada", "a semana retrasada"]
+    {
+        assert_eq!(one(said), week, "{said}");
+    }
+    let weekend = [span(date!(2022 - 03 - 05), date!(2022 - 03 - 06))];
+    for said in ["the weekend before last", "vorletztes Wochenende", "el fin de semana antepasado"]
+    {
+        assert_eq!(one(said), weekend, "{said}");
+    }
+    assert_eq!(one("the month before last"), [span(date!(2022 - 01 - 01), date!(2022 - 01 - 31))]);
+    assert_eq!(one("the year before last"), [span(date!(2020 - 01 - 01), date!(2020 - 12 - 31))]);
+    // Not an event named "last", and the query keeps its other words.
+    assert_eq!(event_time("what did I do the week before last"), None);
+    assert_eq!(
+        query_time("what did I do the week before last?", Some(t)),
+        Some((week[0], "what did i do the".to_string()))
+    );
+    // "before" with anything else is unchanged.
+    assert_eq!(one("the week before the wedding"), []);
+    assert_eq!(one("last week"), [span(date!(2022 - 03 - 07), date!(2022 - 03 - 13))]);
+}
+
+#[test]
+fn seasons_are_read_in_words_with_a_year_and_alone() {
+    // Said on 20 October 2023: last summer is the one just over.
+    let oct = datetime!(2023-10-20 09:00 UTC);
+    let summer_2023 = span(date!(2023 - 06 - 01), date!(2023 - 08 - 31));
+    for said in [
+        "last summer we went to Crete",
+        "l'estate scorsa",
+        "el verano pasado",
+        "l'été dernier",
+        "letzten Sommer",
+        "o verão passado",
+        "this summer",
+        "cet été",
+    ] {
+        assert_eq!(relative_spans(said, oct), [summer_2023], "{said}");
+    }
+    // Said in July, last summer is the year before; this summer the one under way.
+    let july = datetime!(2023-07-10 09:00 UTC);
+    assert_eq!(
+        relative_spans("last summer", july),
+        [span(date!(2022 - 06 - 01), date!(2022 - 08 - 31))]
+    );
+    assert_eq!(relative_spans("this summer", july), [summer_2023]);
+    // Winter spans the new year.
+    let winter = span(date!(2022 - 12 - 01), date!(2023 - 02 - 28));
+    assert_eq!(relative_spans("last winter", oct), [winter]);
+    assert_eq!(relative_spans("this winter", datetime!(2023-01-15 09:00 UTC)), [winter]);
+    assert_eq!(
+        relative_spans("next winter", oct),
+        [span(date!(2023 - 12 - 01), date!(2024 - 02 - 29))]
+    );
+    assert_eq!(
+        relative_spans("last fall", oct),
+        [span(date!(2022 - 09 - 01), date!(2022 - 11 - 30))]
+    );
+    assert_eq!(
+        relative_spans("la prossima primavera", oct),
+        [span(date!(2024 - 03 - 01), date!(2024 - 05 - 31))]
+    );
+    // English season words are verbs and nouns too: read only after last / this / next.
+    assert!(relative_spans("I do not want to fall next to him", oct).is_empty());
+    assert!(relative_spans("the spring in my step", oct).is_empty());
+    // With a year, in a query: no anchor needed.
+    let q = |s: &str| query_span(s, None);
+    assert_eq!(q("What did we do in the summer of 2023?"), Some(summer_2023));
+    assert_eq!(q("trips in summer 2023"), Some(summer_2023));
+    assert_eq!(q("¿Qué hicimos en el verano de 2023?"), Some(summer_2023));
+    assert_eq!(q("winter 2022"), Some(winter));
+    let (_, rest) = query_time("What did we do in the summer of 2023?", None).unwrap();
+    assert_eq!(rest, "what did we do in the");
+    // Alone after a preposition: the one under way at the anchor, or the latest.
+    assert!(needs_anchor("What did Melanie paint in the summer?"));
+    assert!(!needs_anchor("a summer dress"));
+    assert_eq!(
+        query_time("What did Melanie paint in the summer?", Some(oct)),
+        Some((summer_2023, "what did melanie paint".to_string()))
+    );
+    assert_eq!(query_span("cosa abbiamo fatto in inverno", Some(oct)), Some(winter));
+    assert_eq!(query_span("im Sommer", Some(july)), Some(summer_2023));
+    assert_eq!(query_span("a summer dress", Some(oct)), None);
+}

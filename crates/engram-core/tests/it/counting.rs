@@ -533,6 +533,21 @@ impl MessageStore for Counting {
         self.hit("scan_messages");
         self.inner.scan_messages(tenant, filter, before, limit).await
     }
+    async fn messages_said_about(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        from: OffsetDateTime,
+        to: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<Message>> {
+        self.hit("messages_said_about");
+        self.inner.messages_said_about(tenant, filter, from, to, limit).await
+    }
+    async fn index_message_dates(&self, tenant: &TenantId, messages: &[Message]) -> Result<u64> {
+        self.hit("index_message_dates");
+        self.inner.index_message_dates(tenant, messages).await
+    }
     async fn vector_search_messages(
         &self,
         tenant: &TenantId,

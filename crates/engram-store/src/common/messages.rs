@@ -92,6 +92,8 @@ async fn insert_after<B: Backend>(
         })?;
         out.push(m);
     }
+    // The days the batch's relative dates point to (`engram_core::when`).
+    record_dates::<B>(tx, tenant, &out).await?;
     // The speakers the batch names, once each (`engram_core::speaker`).
     let mut speakers: Vec<&str> =
         out.iter().filter_map(|m| engram_core::speaker::label(&m.content)).collect();
@@ -114,6 +116,72 @@ async fn insert_after<B: Backend>(
     .await
     .map_err(B::fault)?;
     Ok(out)
+}
+
+/// The first and last day message `m`'s relative dates point to, as midnights UTC.
+fn said_days(m: &Message) -> Option<(OffsetDateTime, OffsetDateTime)> {
+    let spans = engram_core::when::relative_spans(&m.content, m.created_at);
+    let from = spans.iter().map(|s| s.start).min()?;
+    let to = spans.iter().map(|s| s.end).max()?;
+    Some((from.midnight().assume_utc(), to.midnight().assume_utc()))
+}
+
+/// Record in `message_dates` the days each of `messages` names (those that name none have
+/// no row); rows already there are kept. The number of rows written.
+async fn record_dates<B: Backend>(
+    tx: &mut B::Tx,
+    tenant: &TenantId,
+    messages: &[Message],
+) -> Result<u64> {
+    let mut n = 0;
+    for m in messages {
+        let Some((from, to)) = said_days(m) else { continue };
+        n += B::tx_run(
+            tx,
+            "INSERT INTO message_dates (tenant_id, message_id, user_id, said_from, said_to) \
+             VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            &[Text(tenant.as_str()), Id(m.id.0), Text(m.user_id.as_str()), Ts(from), Ts(to)],
+        )
+        .await
+        .map_err(B::fault)?;
+    }
+    Ok(n)
+}
+
+/// [`MessageStore::index_message_dates`].
+///
+/// [`MessageStore::index_message_dates`]: engram_core::store::MessageStore::index_message_dates
+pub(crate) async fn index_dates<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    messages: &[Message],
+) -> Result<u64> {
+    let mut tx = b.begin_write().await?;
+    let n = record_dates::<B>(&mut tx, tenant, messages).await?;
+    B::commit(tx).await?;
+    Ok(n)
+}
+
+/// [`MessageStore::messages_said_about`].
+///
+/// [`MessageStore::messages_said_about`]: engram_core::store::MessageStore::messages_said_about
+pub(crate) async fn said_about<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    f: &TranscriptFilter,
+    from: OffsetDateTime,
+    to: OffsetDateTime,
+    n: usize,
+) -> Result<Vec<Message>> {
+    let mut sql = "SELECT m.* FROM message_dates d JOIN messages m \
+                   ON m.tenant_id = d.tenant_id AND m.id = d.message_id \
+                   WHERE d.tenant_id = ? AND d.user_id = ? AND d.said_from <= ? AND d.said_to >= ?"
+        .to_string();
+    let mut args = vec![Text(tenant.as_str()), Text(f.user.as_str()), Ts(to), Ts(from)];
+    in_window(&mut sql, &mut args, f);
+    sql.push_str(&format!(" ORDER BY m.created_at DESC, m.id DESC LIMIT {}", limit(n)));
+    let rows = b.read_all(&sql, &args).await?;
+    rows.iter().map(rows::message).collect()
 }
 
 /// The values of [`INSERT_COLS`] for message `m`, appended to conversation `conv` of `user`

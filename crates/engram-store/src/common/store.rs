@@ -439,6 +439,21 @@ impl<D: Native> MessageStore for SqlStore<D> {
         messages::scan(&self.0, tenant, filter, before, limit).await
     }
 
+    async fn messages_said_about(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        from: OffsetDateTime,
+        to: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<Message>> {
+        messages::said_about(&self.0, tenant, filter, from, to, limit).await
+    }
+
+    async fn index_message_dates(&self, tenant: &TenantId, messages: &[Message]) -> Result<u64> {
+        messages::index_dates(&self.0, tenant, messages).await
+    }
+
     async fn messages_needing_vectors(
         &self,
         tenant: &TenantId,

@@ -63,11 +63,12 @@ fn undo_sqlite_12() -> String {
     format!("{drop} {messages} DELETE FROM schema_migrations WHERE version = 12;")
 }
 
-/// Migrations 16 (PostgreSQL) to 13 undone: no index of finished jobs, of job
-/// counts, or of the messages without a vector. Undone first whenever an older migration
-/// is: the runner applies what is past the newest version recorded.
-const UNDO_13_16: &str = "DROP INDEX jobs_done; DROP INDEX jobs_done_kind; DROP INDEX jobs_tenant_status; \
-    DROP INDEX messages_unembedded; DELETE FROM schema_migrations WHERE version IN (13, 14, 15, 16);";
+/// Migrations 17 (PostgreSQL; 16 on SQLite) to 13 undone: no index of finished jobs, of job
+/// counts, or of the messages without a vector (the record of the messages' dates is kept:
+/// its migration creates it only if absent). Undone first whenever an older migration is:
+/// the runner applies what is past the newest version recorded.
+const UNDO_13_17: &str = "DROP INDEX jobs_done; DROP INDEX jobs_done_kind; DROP INDEX jobs_tenant_status; \
+    DROP INDEX messages_unembedded; DELETE FROM schema_migrations WHERE version IN (13, 14, 15, 16, 17);";
 
 /// PostgreSQL's migration 12 undone: no writer transaction ids on transcript vectors.
 const UNDO_PG_12: &str = "\
@@ -128,14 +129,14 @@ async fn speakers_of_earlier_messages_are_backfilled(backend: Backend) {
             sqlite_raw(
                 &f,
                 &format!(
-                    "{UNDO_13_16} {} {UNDO_SQLITE_11} {UNDO_SQLITE_10} {undo}",
+                    "{UNDO_13_17} {} {UNDO_SQLITE_11} {UNDO_SQLITE_10} {undo}",
                     undo_sqlite_12()
                 ),
             )
             .await;
         }
         Backend::Postgres => {
-            let sql = format!("{UNDO_13_16} {UNDO_PG_12} {UNDO_PG_11} {UNDO_PG_10} {undo}");
+            let sql = format!("{UNDO_13_17} {UNDO_PG_12} {UNDO_PG_11} {UNDO_PG_10} {undo}");
             sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(f.pg().pool()).await.unwrap();
         }
     }
@@ -171,7 +172,7 @@ async fn message_vectors_from_before_their_counter_are_searched_on_sqlite() {
     let mut f = Fixture::new(Backend::Sqlite).await;
     let (t, u) = (tenant("t"), user("u"));
     f.store.ensure_embedding_space(MODEL, 4).await.unwrap();
-    sqlite_raw(&f, &format!("{UNDO_13_16} {} {UNDO_SQLITE_11} {UNDO_SQLITE_10}", undo_sqlite_12()))
+    sqlite_raw(&f, &format!("{UNDO_13_17} {} {UNDO_SQLITE_11} {UNDO_SQLITE_10}", undo_sqlite_12()))
         .await;
     let say = |text: &str| message(&t, &u, "c", MessageRole::User, text);
     let ms = f.store.append_messages(&t, vec![say("one"), say("two")]).await.unwrap();
@@ -202,10 +203,10 @@ async fn message_context_of_earlier_messages_is_backfilled(backend: Backend) {
     f.store.append_messages(&t, filler).await.unwrap();
     match backend {
         Backend::Sqlite => {
-            sqlite_raw(&f, &format!("{UNDO_13_16} {} {UNDO_SQLITE_11}", undo_sqlite_12())).await
+            sqlite_raw(&f, &format!("{UNDO_13_17} {} {UNDO_SQLITE_11}", undo_sqlite_12())).await
         }
         Backend::Postgres => {
-            let sql = format!("{UNDO_13_16} {UNDO_PG_12} {UNDO_PG_11} {UNDO_PG_10}");
+            let sql = format!("{UNDO_13_17} {UNDO_PG_12} {UNDO_PG_11} {UNDO_PG_10}");
             sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(f.pg().pool()).await.unwrap();
         }
     }
@@ -261,7 +262,7 @@ async fn keyword_scopes_of_earlier_rows_are_backfilled_on_sqlite() {
     use engram_core::store::MemoryFilter;
     let mut f = Fixture::new(Backend::Sqlite).await;
     let (t, a, b) = (tenant("t"), user("a"), user("b"));
-    sqlite_raw(&f, &format!("{UNDO_13_16} {}", undo_sqlite_12())).await;
+    sqlite_raw(&f, &format!("{UNDO_13_17} {}", undo_sqlite_12())).await;
     let facts = ["I bought a red kayak", "My sister lives in Lyon", "Night shifts", "Tea"];
     let mine: Vec<_> = facts.iter().map(|x| new_row(memory(&t, &a, x), None)).collect();
     f.store.insert_memories(&t, mine.clone()).await.unwrap();
@@ -312,4 +313,42 @@ async fn keyword_scopes_of_earlier_rows_are_backfilled_on_sqlite() {
         vec![row("", "", 4, 1), row("t", "", 4, 0), row("t", "a", 4, 1)],
         "b's scope is gone"
     );
+}
+
+/// Messages appended before their dates were recorded (migration 16 on SQLite, 17 on
+/// PostgreSQL; simulated by emptying the record) are found by the days they name once
+/// `index_message_dates` (what `engram backfill dates` calls) has read them, once.
+async fn dates_of_earlier_messages_are_backfilled(backend: Backend) {
+    use time::macros::datetime;
+    let mut f = Fixture::new(backend).await;
+    let (t, u) = (tenant("t"), user("u"));
+    let mut m = message(&t, &u, "c", MessageRole::User, "Three years ago I moved to Lisbon.");
+    m.created_at = datetime!(2023-10-02 19:00 UTC);
+    let other = message(&t, &u, "c", MessageRole::User, "Nothing dated.");
+    let stored = f.store.append_messages(&t, vec![m, other]).await.unwrap();
+    let empty = "DELETE FROM message_dates";
+    match backend {
+        Backend::Sqlite => sqlite_raw(&f, empty).await,
+        Backend::Postgres => {
+            sqlx::raw_sql(empty).execute(f.pg().pool()).await.unwrap();
+        }
+    }
+    let s = f.reopen().await;
+    let all = TranscriptFilter::user(u.clone());
+    let day = datetime!(2020-06-01 0:00 UTC);
+    assert!(s.messages_said_about(&t, &all, day, day, 10).await.unwrap().is_empty());
+    assert_eq!(s.index_message_dates(&t, &stored).await.unwrap(), 1);
+    let found = s.messages_said_about(&t, &all, day, day, 10).await.unwrap();
+    assert_eq!(found.iter().map(|m| m.id).collect::<Vec<_>>(), [stored[0].id]);
+    assert_eq!(s.index_message_dates(&t, &stored).await.unwrap(), 0, "idempotent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dates_backfilled_on_sqlite() {
+    dates_of_earlier_messages_are_backfilled(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dates_backfilled_on_postgres() {
+    dates_of_earlier_messages_are_backfilled(Backend::Postgres).await;
 }

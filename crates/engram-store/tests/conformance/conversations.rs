@@ -405,3 +405,61 @@ pub async fn speakers_are_recorded_per_user(s: Arc<dyn Store>) {
     assert_eq!(s.speakers(&t, &u2).await.unwrap(), ["Zoë"]);
     assert_eq!(s.speakers(&t2, &u).await.unwrap(), ["Pierre"]);
 }
+
+/// The days a message's relative dates point to are recorded when it is appended, per
+/// tenant and user: a message that spoke of a time years later is found by that time,
+/// within the filter's window, and erased with its user.
+pub async fn message_dates_are_recorded_per_user(s: Arc<dyn Store>) {
+    use engram_core::store::TranscriptFilter;
+    use time::macros::datetime;
+    let (t, t2) = (tenant("t"), tenant("t2"));
+    let (u, u2) = (user("u"), user("u2"));
+    let said = |t: &engram_core::model::TenantId, u: &engram_core::model::UserId, text: &str| {
+        let mut m = message(t, u, "c", MessageRole::User, text);
+        m.created_at = datetime!(2023-10-02 19:00 UTC);
+        m
+    };
+    let mine = s
+        .append_messages(
+            &t,
+            vec![
+                said(&t, &u, "Three years ago I moved to Lisbon."),
+                said(&t, &u, "Last summer we sailed around Crete."),
+                said(&t, &u, "No date in this one."),
+            ],
+        )
+        .await
+        .unwrap();
+    let mut theirs = said(&t, &u2, "Three years ago I moved to Oslo.");
+    theirs.conversation_id = ConversationId::parse("c2").unwrap();
+    s.append_messages(&t, vec![theirs]).await.unwrap();
+    s.append_messages(&t2, vec![said(&t2, &u, "Three years ago I moved to Rome.")]).await.unwrap();
+
+    let about = async |t: &engram_core::model::TenantId, f: &TranscriptFilter, day| {
+        let day: time::OffsetDateTime = day;
+        let rows = s.messages_said_about(t, f, day, day, 10).await.unwrap();
+        rows.into_iter().map(|m| m.content).collect::<Vec<_>>()
+    };
+    let all = TranscriptFilter::user(u.clone());
+    let in_2020 = datetime!(2020-03-01 0:00 UTC);
+    assert_eq!(about(&t, &all, in_2020).await, ["Three years ago I moved to Lisbon."]);
+    assert_eq!(
+        about(&t, &all, datetime!(2023-07-04 0:00 UTC)).await,
+        ["Last summer we sailed around Crete."]
+    );
+    assert!(about(&t, &all, datetime!(2021-03-01 0:00 UTC)).await.is_empty());
+    // The window bounds when the message was sent, not the days it names.
+    let before = TranscriptFilter { until: Some(datetime!(2023-01-01 0:00 UTC)), ..all.clone() };
+    assert!(about(&t, &before, in_2020).await.is_empty());
+    // Another user's and another tenant's are their own.
+    let theirs_f = TranscriptFilter::user(u2.clone());
+    assert_eq!(about(&t, &theirs_f, in_2020).await, ["Three years ago I moved to Oslo."]);
+    assert_eq!(about(&t2, &all, in_2020).await, ["Three years ago I moved to Rome."]);
+    // Recording them again changes nothing.
+    assert_eq!(s.index_message_dates(&t, &mine).await.unwrap(), 0);
+    assert_eq!(about(&t, &all, in_2020).await.len(), 1);
+    s.erase_user(&t, &u).await.unwrap();
+    assert!(about(&t, &all, in_2020).await.is_empty());
+    assert_eq!(about(&t, &theirs_f, in_2020).await.len(), 1);
+    assert_eq!(about(&t2, &all, in_2020).await.len(), 1);
+}

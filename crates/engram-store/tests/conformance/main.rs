@@ -90,6 +90,7 @@ conformance! {
         conversations::batched_reads,
         conversations::api_keys,
         conversations::speakers_are_recorded_per_user,
+        conversations::message_dates_are_recorded_per_user,
         message_vectors::message_vectors_needed_by_seq_and_model,
         message_vectors::message_vectors_set_per_tenant,
         message_vectors::message_vectors_set_many_in_one_call,

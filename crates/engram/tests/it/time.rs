@@ -1,6 +1,7 @@
 //! Time in search: `since` / `until` on every source, as RFC 3339 times or as calendar
 //! dates, months and years; a date as `until` includes that whole day. A query that names a
-//! time finds the messages sent in it and those whose relative dates point into it.
+//! time finds the messages sent in it and those whose relative dates point into it,
+//! seasons and "the weekend before last" included.
 
 use serde_json::{Value, json};
 
@@ -223,8 +224,54 @@ async fn a_time_named_by_an_event_is_read_from_the_conversation(backend: Backend
     }
 }
 
+/// Seasons ("last summer", "the summer of 2023", "in the summer") and the one before last
+/// ("the weekend before last"), said in messages and named in queries; a relative date said
+/// long after the time it names ("three years ago", "last summer" in October) is found by
+/// that time.
+async fn seasons_and_the_one_before_last_are_read(backend: Backend) {
+    let s = Server::on(backend).await;
+    // Monday 2 October 2023: last summer is June to August 2023, the weekend before last
+    // 23–24 September.
+    let mut msgs = vec![
+        json!({ "role": "user", "content": "Nadia: Last summer we sailed around Crete.", "created_at": "2023-10-02T19:00:00Z" }),
+        json!({ "role": "user", "content": "Nadia: The weekend before last I ran a half marathon.", "created_at": "2023-10-02T19:05:00Z" }),
+        json!({ "role": "user", "content": "Nadia: Three years ago I moved to Lisbon.", "created_at": "2023-10-02T19:10:00Z" }),
+    ];
+    for d in 1..=9 {
+        msgs.push(json!({ "role": "user", "content": format!("Nadia: note {d} about the office"), "created_at": format!("2023-10-0{d}T10:00:00Z") }));
+    }
+    let (st, b) =
+        s.post("/v1/conversations/n/messages", json!({ "user_id": "u", "messages": msgs })).await;
+    assert_eq!(st, 202, "{b}");
+    let ask =
+        |q: &str| json!({ "user_id": "u", "query": q, "sources": ["messages"], "explain": true });
+    for q in [
+        "What did Nadia do in the summer of 2023?",
+        "¿Qué hizo Nadia en el verano de 2023?",
+        "What did Nadia do in the summer?",
+    ] {
+        let (_, r) = s.post("/v1/search", ask(q)).await;
+        let first = &r["results"][0];
+        assert_eq!(
+            first["message"]["content"], "Nadia: Last summer we sailed around Crete.",
+            "{q}: {r}"
+        );
+        let how = first["explain"]["time"].as_str().unwrap_or_default();
+        assert!(how.starts_with("2023-06-01 to 2023-08-31"), "{q}: {first}");
+        assert_eq!(first["explain"]["date_rank"], 1, "{q}: {first}");
+    }
+    // Said years after the time it names: found by that time.
+    let (_, r) = s.post("/v1/search", ask("Where did Nadia move in 2020?")).await;
+    assert_eq!(contents(&r)[0], "Nadia: Three years ago I moved to Lisbon.", "{r}");
+    assert_eq!(r["results"][0]["explain"]["date_rank"], 1, "{r}");
+    let (_, r) = s.post("/v1/search", ask("What did Nadia do on September 23, 2023?")).await;
+    assert_eq!(contents(&r)[0], "Nadia: The weekend before last I ran a half marathon.", "{r}");
+    assert_eq!(r["results"][0]["explain"]["date_rank"], 1, "{r}");
+}
+
 on_both_backends!(
     dates_and_times_bound_every_source,
+    seasons_and_the_one_before_last_are_read,
     a_query_that_names_a_time_finds_what_was_said_about_it,
     a_time_named_by_an_event_is_read_from_the_conversation,
 );

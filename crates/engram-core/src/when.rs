@@ -463,7 +463,15 @@ pub fn query_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, 
 /// [`query_time`] without times relative to a date.
 fn plain_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, String)> {
     let w = words(query);
+    // The query without the time's words and the (at most two) words that introduce it
+    // ("on the", "in", "le", "em"): alone, they would be the whole keyword query.
     let rest = |from: usize, n: usize| -> String {
+        let mut start = from;
+        while start > 0 && from - start < 2 && is_intro(&w[start - 1]) {
+            start -= 1;
+        }
+        let n = n + (from - start);
+        let from = start;
         w.iter()
             .enumerate()
             .filter(|(i, _)| *i < from || *i >= from + n)
@@ -525,6 +533,40 @@ fn plain_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, Stri
     let year = if u8::from(m) <= u8::from(today.month()) { today.year() } else { today.year() - 1 };
     let first = Date::from_calendar_date(year, m, 1).ok()?;
     Some((Span::month_of(first), rest(i, 2)))
+}
+
+/// A word that introduces a time ("on", "in the", "during", "el", "le", "am", "em", "nel").
+fn is_intro(w: &str) -> bool {
+    matches!(
+        w,
+        "on" | "the"
+            | "in"
+            | "during"
+            | "throughout"
+            | "over"
+            | "el"
+            | "al"
+            | "del"
+            | "en"
+            | "durante"
+            | "am"
+            | "im"
+            | "vom"
+            | "le"
+            | "la"
+            | "l"
+            | "du"
+            | "au"
+            | "pendant"
+            | "il"
+            | "nel"
+            | "nell"
+            | "em"
+            | "no"
+            | "na"
+            | "dia"
+            | "o"
+    )
 }
 
 /// A word that links a day, a month and a year: "16 de marzo de 2023", "16th of March",

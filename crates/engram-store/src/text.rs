@@ -2,8 +2,8 @@
 //!
 //! A free-text query becomes a list of terms the same way for SQLite and PostgreSQL
 //! ([`query_terms`]): words are runs of alphanumeric characters (Unicode, any script),
-//! lowercased, deduplicated, at most 64, without English function words unless nothing else
-//! is left. Each term then matches its word forms by truncation ([`match_term`]): a word
+//! lowercased, deduplicated, at most 64, without English function words (a query of
+//! function words alone has no keyword: it names no topic). Each term then matches its word forms by truncation ([`match_term`]): a word
 //! of more than four characters loses up to three final characters (never going under four)
 //! and matches every indexed word that starts with what is left, so "painting" finds
 //! "painted" and "paints" — in any language with suffixes, with no stemmer and no word list.
@@ -34,7 +34,7 @@ pub const STOPWORDS: &[&str] = &[
 ];
 
 /// The words of a query as FTS5 sees them (lowercased, deduplicated, at most 64), without
-/// English function words unless nothing else is left.
+/// English function words (none left: no terms, and the keyword list is empty).
 pub fn query_terms(q: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
     for t in words(q).filter(|t| !is_clitic_tail(q, t)) {
@@ -46,9 +46,8 @@ pub fn query_terms(q: &str) -> Vec<String> {
             break;
         }
     }
-    let content: Vec<String> =
-        terms.iter().filter(|t| !STOPWORDS.contains(&t.as_str())).cloned().collect();
-    if content.is_empty() { terms } else { content }
+    terms.retain(|t| !STOPWORDS.contains(&t.as_str()));
+    terms
 }
 
 /// Words of at most this many characters match only themselves; longer words are cut, never
@@ -238,7 +237,10 @@ mod tests {
     #[test]
     fn terms_drop_function_words_unless_nothing_is_left() {
         assert_eq!(query_terms("What is the user's favourite Tea?"), ["user", "favourite", "tea"]);
-        assert_eq!(query_terms("what is it"), ["what", "is", "it"]);
+        // Function words alone name no topic: no keyword ("is" alone found every row with
+        // it, at full coverage).
+        assert!(query_terms("what is it").is_empty());
+        assert!(query_terms("in").is_empty());
         // Apostrophe tails go, in either apostrophe; a real word after one stays.
         assert_eq!(
             query_terms("Maya’s cat doesn't bite, I'll see"),

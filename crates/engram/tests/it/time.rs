@@ -238,7 +238,7 @@ async fn seasons_and_the_one_before_last_are_read(backend: Backend) {
         json!({ "role": "user", "content": "Nadia: Three years ago I moved to Lisbon.", "created_at": "2023-10-02T19:10:00Z" }),
     ];
     for d in 1..=9 {
-        msgs.push(json!({ "role": "user", "content": format!("Nadia: note {d} about the office"), "created_at": format!("2023-10-0{d}T10:00:00Z") }));
+        msgs.push(json!({ "role": "user", "content": format!("Nadia: note {d}, in the office"), "created_at": format!("2023-10-0{d}T10:00:00Z") }));
     }
     let (st, b) =
         s.post("/v1/conversations/n/messages", json!({ "user_id": "u", "messages": msgs })).await;
@@ -264,6 +264,19 @@ async fn seasons_and_the_one_before_last_are_read(backend: Backend) {
     let (_, r) = s.post("/v1/search", ask("Where did Nadia move in 2020?")).await;
     assert_eq!(contents(&r)[0], "Nadia: Three years ago I moved to Lisbon.", "{r}");
     assert_eq!(r["results"][0]["explain"]["date_rank"], 1, "{r}");
+    // A query that is only a time leaves no keyword: no message is matched by "on" or "in"
+    // (found by a session: every message with "in" scored 1.0 for "in May 2023").
+    for q in ["on September 23, 2023", "in September 2023"] {
+        let (_, r) = s.post("/v1/search", ask(q)).await;
+        assert_eq!(
+            contents(&r)[0],
+            "Nadia: The weekend before last I ran a half marathon.",
+            "{q}: {r}"
+        );
+        for h in r["results"].as_array().unwrap() {
+            assert!(h["explain"]["text_rank"].is_null(), "{q}: {h}");
+        }
+    }
     let (_, r) = s.post("/v1/search", ask("What did Nadia do on September 23, 2023?")).await;
     assert_eq!(contents(&r)[0], "Nadia: The weekend before last I ran a half marathon.", "{r}");
     assert_eq!(r["results"][0]["explain"]["date_rank"], 1, "{r}");

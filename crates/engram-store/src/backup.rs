@@ -368,8 +368,11 @@ fn copied_job_id(target: &str, old: &str) -> String {
         .to_string()
 }
 
-fn sqlite_p(_: usize) -> String {
-    "?".to_string()
+/// Numbered, as PostgreSQL's: a scope's WHERE clause may use a bind twice (a user's
+/// summary sources name the tenant twice; with bare `?` the user's value went to the
+/// second tenant and the sources of a per-user backup were lost).
+fn sqlite_p(i: usize) -> String {
+    format!("?{i}")
 }
 
 fn pg_p(i: usize) -> String {

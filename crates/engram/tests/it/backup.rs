@@ -143,6 +143,12 @@ async fn every_table_round_trips_through_an_empty_store(backend: Backend) {
     // One tenant into another tenant of the same store: ids kept, keys not copied.
     let acme = cli_ok(&a, &["export", "--tenant", "acme"]);
     let acme_rows = rows(&acme);
+    // One user: the summary sources of the user's summaries come along (on SQLite they
+    // were lost: the clause that names the tenant twice took the user as its second one).
+    let alice = rows(&cli_ok(&a, &["export", "--tenant", "acme", "--user", "alice"]));
+    let sources = table(&acme_rows, "summary_sources");
+    assert!(!sources.is_empty());
+    assert_eq!(table(&alice, "summary_sources"), sources, "the user's summary sources");
     assert!(acme_rows.iter().all(|(_, r)| r["tenant_id"] == "acme"));
     let file = a.dir().join("acme.jsonl");
     std::fs::write(&file, &acme).unwrap();

@@ -271,6 +271,31 @@ async fn the_proxy_keeps_users_apart_and_passes_upstream_faults(backend: Backend
         metrics.contains(&format!("engram_http_request_seconds_count{{{route}}} 8\n")),
         "{metrics}"
     );
+
+    // Bob cannot start the proxy's conversation of carol (it would silently keep the proxy
+    // from saving her turns); carol's proxied turns are saved in it.
+    let (st, b) = s
+        .with_key(&bob)
+        .post(
+            "/v1/conversations/proxy:carol:-/messages",
+            json!({ "user_id": "bob", "messages": [{ "role": "user", "content": "mine now" }] }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().contains("proxy:<user>:<agent>"), "{b}");
+    let carol = [("authorization", bearer(&admin)), ("x-engram-user-id", "carol".to_string())];
+    let carol: Vec<(&str, &str)> = carol.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    assert_eq!(call(&url, &carol, &with("hello from carol")).await.0, StatusCode::OK);
+    let mut saved = Value::Null;
+    for _ in 0..100 {
+        saved = s.with_key(&admin).get("/v1/conversations/proxy:carol:-/messages").await.1;
+        if saved["messages"].as_array().is_some_and(|m| m.len() == 2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(saved["messages"][0]["content"], "hello from carol", "{saved}");
+    assert_eq!(saved["messages"][0]["user_id"], "carol", "{saved}");
 }
 
 async fn the_anthropic_proxy_adds_memory_and_streams_events(backend: Backend) {

@@ -27,6 +27,10 @@ const CONTENT_PATTERN: &str = r"^[^\x00]*[^\x00\s][^\x00]*$";
 /// RFC 3339 timestamps within the years both stores keep (1678–2261, rounded inwards).
 const TIMESTAMP_PATTERN: &str = r"^(1[7-9]\d\d|2[01]\d\d|22[0-5]\d)-";
 
+/// A calendar date, month or year within the years both stores keep.
+const DATE_PATTERN: &str =
+    r"^(1[7-9]\d\d|2[01]\d\d|22[0-5]\d)(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?$";
+
 /// The rating filter's values (`api::dto::rating_filter`).
 const RATINGS: &[&str] = &["up", "down", "none"];
 
@@ -51,6 +55,12 @@ fn ident() -> Value {
 
 fn timestamp() -> Value {
     json!({ "type": "string", "format": "date-time", "pattern": TIMESTAMP_PATTERN })
+}
+
+/// A window's bound (`api::dto::opt_bound`): a timestamp, or a calendar date, month or
+/// year meaning the whole period.
+fn bound() -> Value {
+    json!({ "anyOf": [timestamp(), { "type": "string", "pattern": DATE_PATTERN }] })
 }
 
 fn names(values: &[&str]) -> Value {
@@ -90,10 +100,9 @@ fn field_rule(schema: &str, prop: &str, max_content_bytes: usize) -> Option<Valu
         (_, "categories") => json!({ "type": "array", "items": names(CATEGORIES) }),
         (_, "kind") => names(KINDS),
         (_, "kinds") => json!({ "type": "array", "items": names(KINDS) }),
-        (_, "sources") => {
-            json!({ "type": "array", "minItems": 1, "items": names(&["memories", "messages"]) })
-        }
-        (_, "mode") => names(&["hybrid", "vector", "text"]),
+        (_, "sources") => json!({ "type": "array", "minItems": 1,
+            "items": names(&["memories", "messages", "summaries"]) }),
+        (_, "mode") => names(&["hybrid", "fts", "vector", "text", "substring", "regex"]),
         (_, "rating") => names(RATINGS),
         (_, "importance") => json!({ "type": "integer", "minimum": 1, "maximum": 10 }),
         // Working memory keeps any JSON value (top-level strings NUL-free, as every text).
@@ -108,7 +117,8 @@ fn field_rule(schema: &str, prop: &str, max_content_bytes: usize) -> Option<Valu
         (_, "dedup_threshold") => json!({ "type": "number", "minimum": 0.5, "maximum": 1.0 }),
         (_, "token_budget") => json!({ "type": "integer", "minimum": 1, "maximum": 1_000_000 }),
         ("SearchRequest", "limit") => json!({ "type": "integer", "minimum": 1, "maximum": 200 }),
-        (_, "observed_at" | "since" | "until" | "created_at") => timestamp(),
+        (_, "since" | "until") => bound(),
+        (_, "observed_at" | "created_at") => timestamp(),
         // A time in the future; null clears it on PATCH.
         (_, "expires_at") => json!({ "type": ["string", "null"], "format": "date-time",
             "pattern": r"^2(0[3-9]\d|[12]\d\d|2[0-5]\d)-" }),

@@ -983,7 +983,48 @@ async fn default_limits_refuse_oversized_content_and_bodies(backend: Backend) {
     assert_eq!(st, StatusCode::CREATED, "{b}");
 }
 
+/// What `/openapi.json` documents for a search is what the server takes: every source and
+/// mode it lists, and every form of bound (found by a session: the document listed neither
+/// `summaries` nor `substring` / `regex`, and declared `since` a timestamp only).
+async fn the_documented_search_values_are_accepted(backend: Backend) {
+    let s = Server::on(backend).await;
+    s.remember("u", "The user lives in Bengaluru.").await;
+    let (st, doc) = s.get("/openapi.json").await;
+    assert_eq!(st, StatusCode::OK);
+    let props = &doc["components"]["schemas"]["SearchRequest"]["properties"];
+    // The rule of an optional field sits in an `anyOf` beside `null`.
+    let rule = |field: &str| props[field]["anyOf"][0].clone();
+    let listed = |v: &Value| -> Vec<String> {
+        v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect()
+    };
+    let sources = listed(&rule("sources")["items"]["enum"]);
+    assert_eq!(sources, ["memories", "messages", "summaries"]);
+    let modes = listed(&rule("mode")["enum"]);
+    assert_eq!(modes.len(), 6, "{modes:?}");
+    for source in &sources {
+        for mode in &modes {
+            // Literal modes read messages only, as the field's description says.
+            let literal = mode == "substring" || mode == "regex";
+            if literal && source != "messages" {
+                continue;
+            }
+            let body =
+                json!({ "user_id": "u", "query": "Bengaluru", "sources": [source], "mode": mode });
+            let (st, b) = s.post("/v1/search", body).await;
+            assert_eq!(st, StatusCode::OK, "{source} {mode}: {b}");
+        }
+    }
+    let forms = rule("since")["anyOf"].as_array().unwrap().len();
+    assert_eq!(forms, 2, "a timestamp or a date: {}", props["since"]);
+    for bound in ["2023", "2023-05", "2023-05-08"] {
+        let body = json!({ "user_id": "u", "query": "Bengaluru", "since": bound, "until": "2260" });
+        let (st, b) = s.post("/v1/search", body).await;
+        assert_eq!(st, StatusCode::OK, "{bound}: {b}");
+    }
+}
+
 on_both_backends!(
+    the_documented_search_values_are_accepted,
     every_bad_request_gets_a_clear_error_and_changes_nothing,
     positional_array_bodies_are_refused,
     a_wrong_method_gets_405_with_an_error_body,

@@ -45,6 +45,14 @@ fn days(span: Span) -> String {
     }
 }
 
+/// Whether a time a message names (`said`, overlapping `span`) is fine enough to point
+/// into `span`: at most twice as long as it, or as a fortnight. "Next year" does not point
+/// into one day of that year, nor "last month" into a day of it; "three years ago" points
+/// into a year, "last weekend" into a day.
+fn points_into(said: Span, span: Span) -> bool {
+    said.days() <= 2 * span.days().max(7)
+}
+
 impl Engine {
     /// The time a query names: a date or month as written; a time relative to an event of
     /// the conversation ("two days before the wedding": the event's day is read from the
@@ -175,8 +183,9 @@ impl Engine {
         rows.extend(later.into_iter().filter(|m| !seen.contains(&m.id)));
         let mut found: Vec<(u8, time::OffsetDateTime, MessageId, f64)> = Vec::new();
         for m in rows {
-            let said =
-                when::relative_spans(&m.content, m.created_at).iter().any(|s| s.overlaps(&span));
+            let said = when::relative_spans(&m.content, m.created_at)
+                .iter()
+                .any(|s| s.overlaps(&span) && points_into(*s, span));
             if said {
                 found.push((0, m.created_at, m.id, retrieval::DATE_SAID));
             } else if span.contains(m.created_at.date()) {

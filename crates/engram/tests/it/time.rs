@@ -236,6 +236,7 @@ async fn seasons_and_the_one_before_last_are_read(backend: Backend) {
         json!({ "role": "user", "content": "Nadia: Last summer we sailed around Crete.", "created_at": "2023-10-02T19:00:00Z" }),
         json!({ "role": "user", "content": "Nadia: The weekend before last I ran a half marathon.", "created_at": "2023-10-02T19:05:00Z" }),
         json!({ "role": "user", "content": "Nadia: Three years ago I moved to Lisbon.", "created_at": "2023-10-02T19:10:00Z" }),
+        json!({ "role": "user", "content": "Nadia: Next year I will study in Porto.", "created_at": "2023-10-02T19:15:00Z" }),
     ];
     for d in 1..=9 {
         msgs.push(json!({ "role": "user", "content": format!("Nadia: note {d}, in the office"), "created_at": format!("2023-10-0{d}T10:00:00Z") }));
@@ -263,6 +264,15 @@ async fn seasons_and_the_one_before_last_are_read(backend: Backend) {
     // Said years after the time it names: found by that time.
     let (_, r) = s.post("/v1/search", ask("Where did Nadia move in 2020?")).await;
     assert_eq!(contents(&r)[0], "Nadia: Three years ago I moved to Lisbon.", "{r}");
+    assert_eq!(r["results"][0]["explain"]["date_rank"], 1, "{r}");
+    // A time named coarsely does not point into one day of it: "next year" is all of 2024,
+    // not 3 March 2024 (but it is 2024).
+    let (_, r) = s.post("/v1/search", ask("What will Nadia do on March 3, 2024?")).await;
+    for h in r["results"].as_array().unwrap() {
+        assert!(h["explain"]["date_rank"].is_null(), "{h}");
+    }
+    let (_, r) = s.post("/v1/search", ask("What will Nadia do in 2024?")).await;
+    assert_eq!(contents(&r)[0], "Nadia: Next year I will study in Porto.", "{r}");
     assert_eq!(r["results"][0]["explain"]["date_rank"], 1, "{r}");
     // A query that is only a time leaves no keyword: no message is matched by "on" or "in"
     // (found by a session: every message with "in" scored 1.0 for "in May 2023").

@@ -45,6 +45,7 @@ impl Engine {
         if !input.settings.is_object() {
             return Err(Error::invalid("settings", "settings must be a JSON object"));
         }
+        MemoryPolicy::check_names(&input.settings)?;
         let policy = MemoryPolicy::from_settings(input.memory_enabled, threshold, &input.settings)?;
         if let Some(c) = &input.cluster_id
             && (c.is_empty() || c.len() > 256)

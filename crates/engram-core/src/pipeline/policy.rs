@@ -57,36 +57,35 @@ impl MemoryPolicy {
                 "settings.extraction must be an object",
             ));
         }
-        let mode = match ex.get("mode").and_then(|v| v.as_str()).unwrap_or("post-turn") {
-            "post-turn" => ExtractionMode::PostTurn,
-            "batched" => {
-                let n = ex.get("min_turns").and_then(serde_json::Value::as_i64).unwrap_or(3);
-                if !(1..=1000).contains(&n) {
-                    return Err(Error::invalid(
-                        "settings.extraction.min_turns",
-                        "min_turns must be 1 to 1000",
-                    ));
-                }
-                ExtractionMode::Batched { min_turns: n }
-            }
-            "off" => ExtractionMode::Off,
-            other => {
-                return Err(Error::invalid(
-                    "settings.extraction.mode",
-                    format!(
-                        "unknown extraction mode '{other}'; expected post-turn, batched or off"
-                    ),
-                ));
+        // A number of `ex` within `lo..=hi`; absent or null: `default`. Checked whatever
+        // the mode, so what is stored is always valid.
+        let int = |key: &str, lo: i64, hi: i64, default: i64| -> Result<i64, Error> {
+            match ex.get(key) {
+                None | Some(serde_json::Value::Null) => Ok(default),
+                Some(v) => v.as_i64().filter(|n| (lo..=hi).contains(n)).ok_or_else(|| {
+                    Error::invalid(
+                        format!("settings.extraction.{key}"),
+                        format!("{key} must be an integer from {lo} to {hi}"),
+                    )
+                }),
             }
         };
-        let max_tokens =
-            ex.get("max_tokens_per_extraction").and_then(serde_json::Value::as_u64).unwrap_or(1024);
-        if !(64..=32_000).contains(&max_tokens) {
-            return Err(Error::invalid(
-                "settings.extraction.max_tokens_per_extraction",
-                "max_tokens_per_extraction must be 64 to 32000",
-            ));
-        }
+        let min_turns = int("min_turns", 1, 1000, 3)?;
+        let max_tokens = int("max_tokens_per_extraction", 64, 32_000, 1024)?;
+        let mode = match ex.get("mode") {
+            None | Some(serde_json::Value::Null) => ExtractionMode::PostTurn,
+            Some(v) => match v.as_str() {
+                Some("post-turn") => ExtractionMode::PostTurn,
+                Some("batched") => ExtractionMode::Batched { min_turns },
+                Some("off") => ExtractionMode::Off,
+                _ => {
+                    return Err(Error::invalid(
+                        "settings.extraction.mode",
+                        format!("unknown extraction mode {v}; expected post-turn, batched or off"),
+                    ));
+                }
+            },
+        };
         let prompt = match ex.get("prompt") {
             None | Some(serde_json::Value::Null) => None,
             Some(serde_json::Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
@@ -150,6 +149,38 @@ impl MemoryPolicy {
             fast_model,
             compaction_threshold,
         })
+    }
+
+    /// Refuse names `settings` does not know, in the sections engram reads (a misspelled
+    /// `"thresh"` was stored and silently had no effect). Only when settings are saved: an
+    /// agent stored by another version keeps its policy.
+    pub fn check_names(settings: &serde_json::Value) -> Result<(), Error> {
+        const SECTIONS: &[(&str, &[&str])] = &[
+            ("extraction", &["mode", "min_turns", "max_tokens_per_extraction", "prompt"]),
+            ("llm", &["model", "fast_model"]),
+            ("compaction", &["threshold"]),
+        ];
+        const TOP: &[&str] = &["extraction", "pii_policy", "llm", "compaction"];
+        let unknown = |at: &str, key: &str, known: &[&str]| {
+            Error::invalid(
+                format!("{at}.{key}"),
+                format!("unknown setting '{at}.{key}'; expected one of: {}", known.join(", ")),
+            )
+        };
+        let Some(top) = settings.as_object() else { return Ok(()) };
+        for key in top.keys() {
+            if !TOP.contains(&key.as_str()) {
+                return Err(unknown("settings", key, TOP));
+            }
+        }
+        for (section, known) in SECTIONS {
+            if let Some(obj) = top.get(*section).and_then(serde_json::Value::as_object)
+                && let Some(key) = obj.keys().find(|k| !known.contains(&k.as_str()))
+            {
+                return Err(unknown(&format!("settings.{section}"), key, known));
+            }
+        }
+        Ok(())
     }
 
     /// The policy of an agent (defaults for no agent or an agent without settings).

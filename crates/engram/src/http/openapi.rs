@@ -126,9 +126,41 @@ fn field_rule(schema: &str, prop: &str, max_content_bytes: usize) -> Option<Valu
             "maxItems": 10_000, "items": { "$ref": "#/components/schemas/CreateMemory" } }),
         ("AppendRequest", "messages") => json!({ "type": "array", "minItems": 1,
             "items": { "$ref": "#/components/schemas/NewMessage" } }),
-        (_, "metadata" | "settings") => nul_free_object(),
+        (_, "metadata") => nul_free_object(),
+        (_, "settings") => agent_settings(),
         (_, "tool_args") => json!({}),
         _ => return None,
+    })
+}
+
+/// An agent's `settings` (`MemoryPolicy::check_names` and `from_settings`): the sections
+/// engram reads, nothing else.
+fn agent_settings() -> Value {
+    // Every setting may be absent or null (its default).
+    let or_null = |v: Value| json!({ "anyOf": [v, { "type": "null" }] });
+    let section = |props: Value| {
+        or_null(json!({ "type": "object", "additionalProperties": false, "properties": props }))
+    };
+    let int =
+        |lo: i64, hi: i64| or_null(json!({ "type": "integer", "minimum": lo, "maximum": hi }));
+    let model = or_null(json!({ "type": "string", "pattern": CONTENT_PATTERN }));
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "extraction": section(json!({
+                "mode": or_null(names(&["post-turn", "batched", "off"])),
+                "min_turns": int(1, 1000),
+                "max_tokens_per_extraction": int(64, 32_000),
+                "prompt": or_null(json!({ "type": "string", "pattern": CONTENT_PATTERN })),
+            })),
+            "pii_policy": or_null(names(&["allow", "redact", "reject"])),
+            "llm": section(json!({ "model": model.clone(), "fast_model": model })),
+            "compaction": section(json!({ "threshold": or_null(json!({ "anyOf": [
+                { "type": "integer", "enum": [0] },
+                { "type": "integer", "minimum": 10, "maximum": 1_000_000 }
+            ] })) })),
+        }
     })
 }
 

@@ -159,7 +159,7 @@ async fn seed(s: &Server) -> (String, String, String) {
         .req(
             "PUT",
             "/v1/agents/a1",
-            Some(json!({ "dedup_threshold": 0.92, "settings": { "pii": "redact" } })),
+            Some(json!({ "dedup_threshold": 0.92, "settings": { "pii_policy": "redact" } })),
         )
         .await;
     assert_eq!(st, StatusCode::OK, "{b}");
@@ -786,6 +786,18 @@ async fn every_bad_request_gets_a_clear_error_and_changes_nothing(backend: Backe
         a(json!({ "settings": [1] })).says(&["settings"]),
         a(json!({ "memory_enabled": "yes" })).says(&["memory_enabled"]),
         a(json!({ "cluster_id": "" })).says(&["cluster_id"]),
+        // Misspelled or mistyped settings are refused, never stored without effect.
+        a(json!({ "settings": { "compaction": { "thresh": 3 } } }))
+            .says(&["settings.compaction.thresh", "threshold"]),
+        a(json!({ "settings": { "extraction": { "min_turn": 3 } } }))
+            .says(&["settings.extraction.min_turn", "min_turns"]),
+        a(json!({ "settings": { "pii": "redact" } })).says(&["settings.pii", "pii_policy"]),
+        a(json!({ "settings": { "extraction": { "min_turns": "4" } } })).says(&["min_turns"]),
+        a(json!({ "settings": { "extraction": { "mode": "off", "min_turns": 0 } } }))
+            .says(&["min_turns"]),
+        a(json!({ "settings": { "extraction": { "max_tokens_per_extraction": "lots" } } }))
+            .says(&["max_tokens_per_extraction"]),
+        a(json!({ "settings": { "extraction": { "mode": 5 } } })).says(&["mode"]),
         js("PUT", "/v1/agents/%20a1", json!({}), 400, "invalid_input").says(&["agent_id"]),
         nobody("GET", "/v1/agents/nobody", 404, "not_found").says(&["nobody"]),
     ]);

@@ -658,6 +658,15 @@ pub trait SummaryStore: Send + Sync {
         query: &str,
         k: usize,
     ) -> Result<Vec<(SummaryId, f64)>>;
+    /// Up to `limit` of a user's summaries that overlap the filter's time window, the finest
+    /// first (by depth, then the shortest span, then the earliest): what a query that names
+    /// a time reads ("on April 5, 2023": the leaf of that day before its branch).
+    async fn summaries_in(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        limit: usize,
+    ) -> Result<Vec<Summary>>;
     /// Exact nearest neighbours among a user's summaries embedded by `model_id` that overlap
     /// the filter's time window, best first.
     async fn vector_search_summaries(

@@ -339,8 +339,25 @@ impl Engine {
                 store.text_search_summaries(&v.tenant, window, l.query, l.k).await
             }
         };
-        let (vec_list, text_list) = tokio::try_join!(vector, text)?;
-        let fused = retrieval::fuse(&vec_list, &text_list);
+        // A query that names a time: the summaries that overlap it, the finest first, as a
+        // third list (as messages have theirs, `dates.rs`).
+        let dates = async {
+            match l.when {
+                None => Ok(vec![]),
+                Some(span) => {
+                    let since = Some(span.start.midnight().assume_utc()).max(window.since);
+                    let end = span.end.next_day().unwrap_or(span.end).midnight().assume_utc();
+                    let until = Some(window.until.map_or(end, |u| u.min(end)));
+                    let f = TranscriptFilter { since, until, ..window.clone() };
+                    store.summaries_in(&v.tenant, &f, l.k).await
+                }
+            }
+        };
+        let (vec_list, text_list, dated) = tokio::try_join!(vector, text, dates)?;
+        let mut fused = retrieval::fuse(&vec_list, &text_list);
+        let dated: Vec<(SummaryId, f64)> =
+            dated.iter().map(|s| (s.id, retrieval::DATE_WITHIN)).collect();
+        retrieval::fuse_dates(&mut fused, &dated);
         let ids: Vec<SummaryId> = fused.iter().map(|(id, _)| *id).collect();
         let mut rows: HashMap<SummaryId, Summary> =
             store.get_summaries(&v.tenant, &ids).await?.into_iter().map(|s| (s.id, s)).collect();

@@ -662,6 +662,15 @@ impl SummaryStore for Counting {
         self.hit("text_search_summaries");
         self.inner.text_search_summaries(tenant, filter, query, k).await
     }
+    async fn summaries_in(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        limit: usize,
+    ) -> Result<Vec<Summary>> {
+        self.hit("summaries_in");
+        self.inner.summaries_in(tenant, filter, limit).await
+    }
     async fn vector_search_summaries(
         &self,
         tenant: &TenantId,

@@ -607,6 +607,15 @@ impl<D: Native> SummaryStore for SqlStore<D> {
         Ok(typed(hits, SummaryId))
     }
 
+    async fn summaries_in(
+        &self,
+        tenant: &TenantId,
+        filter: &TranscriptFilter,
+        limit: usize,
+    ) -> Result<Vec<Summary>> {
+        summaries::in_window(&self.0, tenant, filter, limit).await
+    }
+
     async fn vector_search_summaries(
         &self,
         tenant: &TenantId,

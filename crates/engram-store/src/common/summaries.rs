@@ -5,7 +5,7 @@
 
 use engram_core::error::{Error, Result};
 use engram_core::model::{ConversationId, Summary, SummaryId, TenantId};
-use engram_core::store::{NewSummary, SummaryClaim};
+use engram_core::store::{NewSummary, SummaryClaim, TranscriptFilter};
 use uuid::Uuid;
 
 use super::Arg::{Id, Int, OptId, OptText, OptTs, OptVector, Owned, Text, Ts};
@@ -149,6 +149,33 @@ pub(crate) async fn of_conversation<B: Backend>(
         sql.push_str(" AND parent_id IS NULL");
     }
     sql.push_str(" ORDER BY earliest_at, depth, id");
+    let rows = b.read_all(&sql, &args).await?;
+    rows.iter().map(rows::summary).collect()
+}
+
+/// [`SummaryStore::summaries_in`].
+///
+/// [`SummaryStore::summaries_in`]: engram_core::store::SummaryStore::summaries_in
+pub(crate) async fn in_window<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    f: &TranscriptFilter,
+    n: usize,
+) -> Result<Vec<Summary>> {
+    let mut sql = "SELECT * FROM summaries WHERE tenant_id = ? AND user_id = ?".to_string();
+    let mut args = vec![Text(tenant.as_str()), Text(f.user.as_str())];
+    if let Some(t) = f.since {
+        sql.push_str(" AND latest_at >= ?");
+        args.push(Ts(t));
+    }
+    if let Some(t) = f.until {
+        sql.push_str(" AND earliest_at < ?");
+        args.push(Ts(t));
+    }
+    sql.push_str(&format!(
+        " ORDER BY depth, latest_at - earliest_at, earliest_at, id LIMIT {}",
+        limit(n)
+    ));
     let rows = b.read_all(&sql, &args).await?;
     rows.iter().map(rows::summary).collect()
 }

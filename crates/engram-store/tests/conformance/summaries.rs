@@ -210,6 +210,14 @@ pub async fn summaries_are_searched_reembedded_and_erased(s: Arc<dyn Store>) {
         assert_eq!(found(hits.clone()), want, "{since:?}..{until:?}");
         assert!(hits.iter().all(|h| h.1 > 0.0 && h.1 <= 1.0), "coverage in 0..=1: {hits:?}");
     }
+    // By time alone: the user's summaries overlapping the window, the finest first.
+    let in_window = async |since, until| {
+        let rows = s.summaries_in(&t, &window(since, until), 10).await.unwrap();
+        rows.iter().map(|x| written.iter().position(|w| w.id == x.id).unwrap()).collect::<Vec<_>>()
+    };
+    assert_eq!(in_window(None, None).await, vec![0, 1, 2]);
+    assert_eq!(in_window(Some(11), Some(21)).await, vec![1, 2]);
+    assert_eq!(in_window(Some(13), Some(20)).await, Vec::<usize>::new());
     // Vectors: the exact nearest first, only the user's, only in the window.
     let hits =
         s.vector_search_summaries(&t, &window(None, None), MODEL, &unit(4, 2), 3).await.unwrap();

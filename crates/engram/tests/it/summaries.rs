@@ -427,8 +427,61 @@ async fn a_failed_extraction_holds_compaction_back_and_stats_say_so(backend: Bac
     assert_eq!(stats["compaction"]["unsummarized_messages"], 0, "{stats}");
 }
 
+/// A query that names a day finds the summaries covering it, the leaf of that stretch
+/// before the branch above it (found by a session: "on April 5, 2023" ranked the leaf of
+/// April 3-6 13th among summaries, after others that only shared the month).
+async fn a_query_that_names_a_day_finds_the_summaries_covering_it(backend: Backend) {
+    let llm = echoing_llm().await;
+    let db = Db::new(backend).await;
+    let s = start(&db, &llm);
+    let settings = json!({ "settings": { "compaction": { "threshold": 10 } } });
+    let (st, b) = s.req("PUT", "/v1/agents/diary", Some(settings)).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    // One message a day from 1 March 2023: five leaves of 20 days, a branch over four.
+    let day = |i: i64| time::macros::datetime!(2023-03-01 20:00 UTC) + time::Duration::days(i - 1);
+    let msgs: Vec<Value> = (1..=100)
+        .map(|i| json!({ "role": "user", "content": text_of(i), "created_at": day(i).format(&Rfc3339).unwrap() }))
+        .collect();
+    let body = json!({ "user_id": "u", "agent_id": "diary", "messages": msgs });
+    let (st, b) = s.post("/v1/conversations/diary/messages", body).await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{b}");
+    let stats = drained(&s).await;
+    assert_eq!(stats["compaction"]["summaries"], 6, "{stats}");
+    let (st, r) = s
+        .post(
+            "/v1/search",
+            json!({ "user_id": "u", "query": "What happened on April 5, 2023?", "sources": ["summaries"], "explain": true }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{r}");
+    let hits = r["results"].as_array().unwrap();
+    let brief = |h: &Value| {
+        let x = &h["summary"];
+        (
+            x["earliest_at"].as_str().unwrap()[..10].to_string(),
+            x["depth"].clone(),
+            h["explain"]["date_rank"].clone(),
+        )
+    };
+    let got: Vec<_> = hits.iter().map(brief).collect();
+    // Leaf 2 covers 21 March to 9 April (date rank 1), the branch 1 March to 19 May (date
+    // rank 2): the top two, in either order; no other leaf has date support.
+    let mut top: Vec<_> = got.iter().take(2).cloned().collect();
+    top.sort_by_key(|x| x.1.as_i64());
+    assert_eq!(
+        top,
+        [
+            ("2023-03-21".to_string(), json!(0), json!(1)),
+            ("2023-03-01".to_string(), json!(1), json!(2))
+        ],
+        "{got:?}"
+    );
+    assert!(got.iter().skip(2).all(|x| x.2.is_null()), "{got:?}");
+}
+
 on_both_backends!(
     a_long_conversation_compacts_into_a_dag_that_search_expands,
+    a_query_that_names_a_day_finds_the_summaries_covering_it,
     a_failed_extraction_holds_compaction_back_and_stats_say_so,
     extraction_goes_on_after_its_cursor_is_summarized_and_a_killed_compaction_reruns_once,
     without_an_llm_nothing_is_compacted_and_stats_say_so,

@@ -90,6 +90,30 @@ string_id!(
     "conversation_id"
 );
 
+/// The prefix of the memory proxy's conversation ids, `proxy:<user>:<agent or ->`.
+pub const PROXY_CONVERSATION_PREFIX: &str = "proxy:";
+
+impl ConversationId {
+    /// Refuse `proxy:<other user>:…` for `user`: the memory proxy's conversation of a user
+    /// takes only that user's messages (another user who started it would keep the proxy
+    /// from saving that user's turns).
+    pub fn check_proxy_owner(&self, user: &UserId) -> Result<()> {
+        match self.as_str().strip_prefix(PROXY_CONVERSATION_PREFIX) {
+            Some(rest) if !rest.strip_prefix(user.as_str()).is_some_and(|r| r.starts_with(':')) => {
+                Err(Error::invalid(
+                    "conversation_id",
+                    format!(
+                        "ids that start with '{PROXY_CONVERSATION_PREFIX}' are the memory \
+                         proxy's conversations, 'proxy:<user>:<agent>'; this one is not user \
+                         '{user}''s"
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 string_id!(
     /// A working-memory session (a run or task of an agent), chosen by the client.
     SessionId,

@@ -11,7 +11,10 @@
 
 use time::{Date, Duration, Month, OffsetDateTime, UtcOffset, Weekday};
 
+mod event;
 mod season;
+
+pub use event::{EventTime, event_time};
 
 /// A span of whole days, both ends included (UTC).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,6 +302,15 @@ fn relative_matches(w: &[String], anchor: OffsetDateTime) -> Vec<(Span, usize, u
         {
             found = Some((shift(d, u, if is_last(b) { -1 } else { 1 }), 2));
         }
+        // "two weekends ago"
+        if found.is_none()
+            && let Some(n) = number(a)
+            && let Some(k) = weekend_words(w, i + 1)
+            && at(i + 1 + k) == "ago"
+        {
+            let (back, last) = (Duration::days(7 * (n - 1)), last_weekend(d));
+            found = Some((Span { start: last.start - back, end: last.end - back }, k + 2));
+        }
         // "three days ago", "2 weeks ago", "a couple of years ago"
         if found.is_none()
             && let Some(n) = number(a)
@@ -381,7 +393,7 @@ fn before_last(w: &[String], i: usize, d: Date) -> Option<(Span, usize)> {
 fn weekend_words(w: &[String], i: usize) -> Option<usize> {
     let at = |j: usize| w.get(j).map(String::as_str).unwrap_or("");
     match (at(i), at(i + 1), at(i + 2)) {
-        ("weekend" | "wochenende", _, _) => Some(1),
+        ("weekend" | "weekends" | "wochenende" | "wochenenden", _, _) => Some(1),
         ("week", "end", _) | ("fine", "settimana", _) => Some(2),
         ("fin" | "fim", "de", "semana") => Some(3),
         _ => None,
@@ -496,6 +508,9 @@ fn plain_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, Stri
                 return Some((Span::month_of(date), rest(i, 2)));
             }
         }
+        if let Some((span, n)) = numeric_date(query, &w, i) {
+            return Some((span, rest(i, n)));
+        }
         if let Some((span, from, n)) = named_date(&w, i) {
             return Some((span, rest(from, n)));
         }
@@ -533,6 +548,32 @@ fn plain_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, Stri
     let year = if u8::from(m) <= u8::from(today.month()) { today.year() } else { today.year() - 1 };
     let first = Date::from_calendar_date(year, m, 1).ok()?;
     Some((Span::month_of(first), rest(i, 2)))
+}
+
+/// A day written in digits with its year at word `i`, as it stands in `query` ("16/03/2023",
+/// "03/16/2023", "16.03.2023"), when the day and the month cannot be mistaken for each other
+/// (one of them over 12, or both the same): the day and its number of words. "05/04/2023"
+/// is 5 April in most of the world and May 4 in the United States: no day is read.
+fn numeric_date(query: &str, w: &[String], i: usize) -> Option<(Span, usize)> {
+    let at = |j: usize| w.get(j).map(String::as_str).unwrap_or("");
+    let (a, b, y) = (at(i), at(i + 1), at(i + 2));
+    let short = |x: &str| (1..=2).contains(&x.len()) && x.bytes().all(|c| c.is_ascii_digit());
+    if !short(a) || !short(b) {
+        return None;
+    }
+    let year = year_number(y)?;
+    if !['/', '.', '-'].iter().any(|sep| query.contains(&format!("{a}{sep}{b}{sep}{y}"))) {
+        return None;
+    }
+    let (a, b): (u8, u8) = (a.parse().ok()?, b.parse().ok()?);
+    let (day, month) = match (a > 12, b > 12) {
+        (true, false) => (a, b),
+        (false, true) => (b, a),
+        (false, false) if a == b => (a, b),
+        _ => return None,
+    };
+    let date = Date::from_calendar_date(year, Month::try_from(month).ok()?, day).ok()?;
+    Some((Span::day(date), 3))
 }
 
 /// A word that introduces a time ("on", "in the", "during", "el", "le", "am", "em", "nel").
@@ -719,198 +760,6 @@ fn bare_month(w: &[String]) -> Option<(Month, usize)> {
             matches!(w[i].as_str(), "in" | "during" | "en" | "a" | "im" | "em" | "nel" | "di");
         if prep && year_number(after).is_none() { month(&w[i + 1]).map(|m| (m, i)) } else { None }
     })
-}
-
-/// A time named relative to an event of the conversation: "two days before the wedding",
-/// "the week after my birthday", "tre giorni prima del matrimonio", "zwei Tage vor der
-/// Hochzeit". Search finds the event among the user's messages and reads the time from its
-/// date (`engine::dates`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventTime {
-    /// Signed: negative before the event.
-    pub offset: i64,
-    unit: Unit,
-    /// The words that name the event ("the wedding").
-    pub event: String,
-}
-
-impl EventTime {
-    /// The time it names, for an event on `day`.
-    pub fn span(&self, day: Date) -> Span {
-        shift(day, self.unit, self.offset)
-    }
-
-    /// The names to look the event up by: the words as written, then shorter by their last
-    /// words ("der Hochzeit gemacht" → "der Hochzeit": a verb can close the clause), at
-    /// most three, never articles alone.
-    pub fn names(&self) -> Vec<String> {
-        let words: Vec<&str> = self.event.split(' ').collect();
-        (1..=words.len())
-            .rev()
-            .map(|n| &words[..n])
-            .filter(|w| w.iter().any(|x| !is_article(x)))
-            .take(3)
-            .map(|w| w.join(" "))
-            .collect()
-    }
-
-    /// "2 days before", for `explain`.
-    pub fn describe(&self) -> String {
-        let n = self.offset.abs();
-        let unit = match self.unit {
-            Unit::Day => "day",
-            Unit::Week => "week",
-            Unit::Month => "month",
-            Unit::Year => "year",
-        };
-        format!(
-            "{n} {unit}{} {} {:?}",
-            if n == 1 { "" } else { "s" },
-            if self.offset < 0 { "before" } else { "after" },
-            self.event
-        )
-    }
-}
-
-/// "before" (-1) or "after" (1), in the languages of [`relative_spans`].
-fn before_after(w: &str) -> Option<i64> {
-    match w {
-        "before" | "prima" | "antes" | "avant" | "vor" => Some(-1),
-        "after" | "dopo" | "después" | "despues" | "depois" | "après" | "nach" => Some(1),
-        _ => None,
-    }
-}
-
-/// Words between "before"/"after" and the event that are not part of it.
-fn is_linking(w: &str) -> bool {
-    matches!(
-        w,
-        "di" | "del"
-            | "della"
-            | "dello"
-            | "dei"
-            | "delle"
-            | "de"
-            | "du"
-            | "des"
-            | "da"
-            | "do"
-            | "dos"
-            | "das"
-            | "que"
-    )
-}
-
-/// Words before an event's name that do not name it.
-fn is_article(w: &str) -> bool {
-    matches!(
-        w,
-        "the"
-            | "my"
-            | "our"
-            | "a"
-            | "an"
-            | "der"
-            | "die"
-            | "das"
-            | "dem"
-            | "den"
-            | "il"
-            | "lo"
-            | "la"
-            | "le"
-            | "les"
-            | "el"
-            | "los"
-            | "las"
-            | "o"
-            | "os"
-            | "mio"
-            | "mia"
-            | "mon"
-            | "ma"
-            | "mi"
-            | "meiner"
-            | "meinem"
-            | "meine"
-    )
-}
-
-/// Most words an event's name has.
-const EVENT_WORDS: usize = 6;
-
-/// [`EventTime`] in `query`, and the query without the words that named it (the event's
-/// words included: the time is matched by dates). The event's name ends with its clause
-/// ("two days before the wedding, what did I do?").
-pub fn event_time(query: &str) -> Option<(EventTime, String)> {
-    let clauses: Vec<Vec<String>> =
-        clauses(query).into_iter().map(words).filter(|c| !c.is_empty()).collect();
-    for (k, w) in clauses.iter().enumerate() {
-        let Some((time, from, to)) = event_in(w) else { continue };
-        let rest: Vec<&str> = clauses
-            .iter()
-            .enumerate()
-            .flat_map(|(j, c)| {
-                c.iter().enumerate().filter(move |(i, _)| j != k || *i < from || *i >= to)
-            })
-            .map(|(_, x)| x.as_str())
-            .collect();
-        return Some((time, rest.join(" ")));
-    }
-    None
-}
-
-/// The clauses of `text`: split at `; ? ! . :` and at commas, except a comma before a digit
-/// ("August 3, 2023").
-fn clauses(text: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    for (i, c) in text.char_indices() {
-        let next_is_digit =
-            || text[i + c.len_utf8()..].trim_start().starts_with(|d: char| d.is_ascii_digit());
-        if matches!(c, ';' | '?' | '!' | '.' | ':') || (c == ',' && !next_is_digit()) {
-            out.push(&text[start..i]);
-            start = i + c.len_utf8();
-        }
-    }
-    out.push(&text[start..]);
-    out
-}
-
-/// The event time in one clause's words, with the range of words that name it.
-fn event_in(w: &[String]) -> Option<(EventTime, usize, usize)> {
-    let at = |j: usize| w.get(j).map(String::as_str).unwrap_or("");
-    for i in 0..w.len() {
-        // "two days before", "the day after", "a week before", "il giorno prima"
-        let (n, u, rel) = if let (Some(n), Some(u)) = (number(at(i)), unit(at(i + 1))) {
-            (n, u, i + 2)
-        } else if matches!(at(i), "the" | "il" | "el" | "le" | "la" | "der" | "am" | "o")
-            && let Some(u) = unit(at(i + 1))
-        {
-            (1, u, i + 2)
-        } else {
-            continue;
-        };
-        let Some(sign) = before_after(at(rel)) else { continue };
-        let mut from = rel + 1;
-        while is_linking(at(from)) {
-            from += 1;
-        }
-        let to = (from + EVENT_WORDS).min(w.len());
-        let event = &w[from.min(to)..to];
-        // "the day before yesterday" is a relative date, not an event.
-        let named = event.iter().any(|e| !is_article(e));
-        if !named || !relative_matches(event, OffsetDateTime::UNIX_EPOCH).is_empty() {
-            continue;
-        }
-        // "the week before last" is a relative date too.
-        if relative_matches(&w[i..to], OffsetDateTime::UNIX_EPOCH).iter().any(|m| m.1 <= 1) {
-            continue;
-        }
-        let time = EventTime { offset: sign * n, unit: u, event: event.join(" ") };
-        return Some((time, i, to));
-    }
-    None
 }
 
 /// Does reading the time `query` names need an anchor (a relative time, or a month or a day

@@ -15,9 +15,6 @@ use crate::store::ConversationInfo;
 
 use super::{ConversationView, Engine, MessageInput, clamp_limit};
 
-/// The prefix of the memory proxy's conversation ids, `proxy:<user>:<agent or ->`.
-pub const PROXY_CONVERSATION_PREFIX: &str = "proxy:";
-
 impl Engine {
     /// Append messages to a conversation (durable before return). A conversation belongs to
     /// the user (and agent) that started it.
@@ -36,19 +33,7 @@ impl Engine {
         if messages.is_empty() {
             return Err(Error::invalid("messages", "messages must not be empty"));
         }
-        // `proxy:<user>:<agent>` is the memory proxy's conversation of that user: no one
-        // else may start it (it would keep the proxy from saving that user's turns).
-        if let Some(rest) = conversation.as_str().strip_prefix(PROXY_CONVERSATION_PREFIX)
-            && !rest.strip_prefix(user.as_str()).is_some_and(|r| r.starts_with(':'))
-        {
-            return Err(Error::invalid(
-                "conversation_id",
-                format!(
-                    "ids that start with '{PROXY_CONVERSATION_PREFIX}' are the memory proxy's \
-                     conversations, 'proxy:<user>:<agent>'; this one is not user '{user}''s"
-                ),
-            ));
-        }
+        conversation.check_proxy_owner(&user)?;
         // A conversation belongs to the user and the agent that started it: another agent
         // may not add to it (issue 10: it would feed that agent's private extraction), and
         // a caller that names no agent continues it as its agent.

@@ -313,3 +313,27 @@ fn seasons_are_read_in_words_with_a_year_and_alone() {
     assert_eq!(query_span("im Sommer", Some(july)), Some(summer_2023));
     assert_eq!(query_span("a summer dress", Some(oct)), None);
 }
+
+#[test]
+fn weekends_ago_and_days_in_digits() {
+    // Thursday 17 March 2022.
+    let t = datetime!(2022-03-17 20:15 UTC);
+    assert_eq!(
+        relative_spans("two weekends ago", t),
+        [span(date!(2022 - 03 - 05), date!(2022 - 03 - 06))]
+    );
+    assert_eq!(
+        relative_spans("a weekend ago", t),
+        [span(date!(2022 - 03 - 12), date!(2022 - 03 - 13))]
+    );
+    let q = |s: &str| query_span(s, None);
+    let day = Some(Span::day(date!(2023 - 03 - 16)));
+    assert_eq!(q("what did I do on 16/03/2023?"), day);
+    assert_eq!(q("what did I do on 03/16/2023?"), day);
+    assert_eq!(q("Was war am 16.03.2023?"), day);
+    assert_eq!(q("on 05/05/2023"), Some(Span::day(date!(2023 - 05 - 05))));
+    // Day and month that could be either: no day is read, nor from plain numbers.
+    assert_eq!(q("what did I do on 05/04/2023?"), None);
+    assert_eq!(q("I scored 16 03 2023 points"), None);
+    assert_eq!(query_time("on 16/03/2023", None).map(|x| x.1), Some(String::new()));
+}

@@ -256,7 +256,8 @@ pub fn fuse<K: Copy + Eq + std::hash::Hash>(
         let e = &mut out[*i].1;
         if e.text_rank.is_none() {
             e.text_rank = Some(rank + 1);
-            e.text_coverage = Some(*score);
+            // A store's 0 can be -0.0 (a weight rounded below zero): shown as 0.
+            e.text_coverage = Some(if *score == 0.0 { 0.0 } else { *score });
         }
     }
     out

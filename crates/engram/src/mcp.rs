@@ -14,7 +14,7 @@
 //! | `forget` | `forget` | supersede a fact with no successor (kept in history), or purge it |
 //! | `list_memories` | `list` / `search` | page through facts with filters (newest first); with `query`, the best matches |
 //! | `relate` | `remember` / `get` + `search` | record a relation `from label to` as a `relationship` fact; or, given a memory id, the facts related to it |
-//! | `memory_search` | `search` | hybrid search over memories and/or transcript messages, with filters and `explain` |
+//! | `memory_search` | `search` | hybrid search over memories, transcript messages and summaries, with filters and `explain` |
 //! | `memory_browse` | `messages` | a conversation's transcript, chronologically, page by page |
 //! | `memory_stats` | `stats` | queue depth, failed jobs, embedding coverage, counts (admin) |
 //! | `working_memory_set` / `_get` / `_delete` / `_list` | `put_state` … | short-lived state per (user, agent, session), with a TTL ([`state`]) |
@@ -630,10 +630,13 @@ pub fn tools() -> Vec<Tool> {
         tool::<SearchArgs>(
             "memory_search",
             "Hybrid search (meaning + keywords, fused by reciprocal rank, weighted by recency, \
-             importance and rating) over a user's memories and, with sources [\"messages\"], the \
-             messages of past conversations. Filters: agent, categories, kinds, since/until. \
-             explain=true shows every score component. Results: {type: memory|message, score, \
-             memory|message}, best first.",
+             importance and rating) over a user's memories, the messages of past conversations \
+             and the summaries of their older stretches (all three unless sources says \
+             otherwise; a summary found comes with its best source messages). A query that \
+             names a time (\"last week\", \"on March 16, 2023\") also finds what was said then \
+             or about it. Filters: agent, categories, kinds, since/until. explain=true shows \
+             every score component. Results: {type: memory|message|summary, score, \
+             memory|message|summary}, best first; none when nothing relevant is known.",
             read("Search memories and conversations"),
         ),
         tool::<BrowseArgs>(

@@ -151,33 +151,26 @@ impl MemoryPolicy {
         })
     }
 
-    /// Refuse names `settings` does not know, in the sections engram reads (a misspelled
-    /// `"thresh"` was stored and silently had no effect). Only when settings are saved: an
-    /// agent stored by another version keeps its policy.
+    /// Refuse names the sections engram reads (`extraction`, `llm`, `compaction`) do not
+    /// know (a misspelled `"thresh"` was stored and silently had no effect). Other top-level
+    /// names are the client's own and kept as given. Only when settings are saved: an agent
+    /// stored by another version keeps its policy.
     pub fn check_names(settings: &serde_json::Value) -> Result<(), Error> {
         const SECTIONS: &[(&str, &[&str])] = &[
             ("extraction", &["mode", "min_turns", "max_tokens_per_extraction", "prompt"]),
             ("llm", &["model", "fast_model"]),
             ("compaction", &["threshold"]),
         ];
-        const TOP: &[&str] = &["extraction", "pii_policy", "llm", "compaction"];
-        let unknown = |at: &str, key: &str, known: &[&str]| {
-            Error::invalid(
-                format!("{at}.{key}"),
-                format!("unknown setting '{at}.{key}'; expected one of: {}", known.join(", ")),
-            )
-        };
-        let Some(top) = settings.as_object() else { return Ok(()) };
-        for key in top.keys() {
-            if !TOP.contains(&key.as_str()) {
-                return Err(unknown("settings", key, TOP));
-            }
-        }
         for (section, known) in SECTIONS {
-            if let Some(obj) = top.get(*section).and_then(serde_json::Value::as_object)
-                && let Some(key) = obj.keys().find(|k| !known.contains(&k.as_str()))
-            {
-                return Err(unknown(&format!("settings.{section}"), key, known));
+            let names = settings.get(*section).and_then(serde_json::Value::as_object);
+            if let Some(key) = names.and_then(|o| o.keys().find(|k| !known.contains(&k.as_str()))) {
+                return Err(Error::invalid(
+                    format!("settings.{section}.{key}"),
+                    format!(
+                        "unknown setting 'settings.{section}.{key}'; expected one of: {}",
+                        known.join(", ")
+                    ),
+                ));
             }
         }
         Ok(())

@@ -144,10 +144,9 @@ fn agent_settings() -> Value {
     let int =
         |lo: i64, hi: i64| or_null(json!({ "type": "integer", "minimum": lo, "maximum": hi }));
     let model = or_null(json!({ "type": "string", "pattern": CONTENT_PATTERN }));
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        "properties": {
+    // Other top-level names are the client's own, kept as given.
+    let mut free = nul_free_object();
+    free["properties"] = json!({
             "extraction": section(json!({
                 "mode": or_null(names(&["post-turn", "batched", "off"])),
                 "min_turns": int(1, 1000),
@@ -160,8 +159,8 @@ fn agent_settings() -> Value {
                 { "type": "integer", "enum": [0] },
                 { "type": "integer", "minimum": 10, "maximum": 1_000_000 }
             ] })) })),
-        }
-    })
+    });
+    free
 }
 
 /// A JSON object whose keys and top-level strings hold no NUL (nothing deeper may hold one

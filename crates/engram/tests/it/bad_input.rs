@@ -791,7 +791,6 @@ async fn every_bad_request_gets_a_clear_error_and_changes_nothing(backend: Backe
             .says(&["settings.compaction.thresh", "threshold"]),
         a(json!({ "settings": { "extraction": { "min_turn": 3 } } }))
             .says(&["settings.extraction.min_turn", "min_turns"]),
-        a(json!({ "settings": { "pii": "redact" } })).says(&["settings.pii", "pii_policy"]),
         a(json!({ "settings": { "extraction": { "min_turns": "4" } } })).says(&["min_turns"]),
         a(json!({ "settings": { "extraction": { "mode": "off", "min_turns": 0 } } }))
             .says(&["min_turns"]),

@@ -495,15 +495,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let (store, embedder) = crate::app::parts(&settings).await?;
             let progress = crate::progress::Progress::new("re-embedding", "rows", None, false);
             let n = Engine::reembed(&store, &embedder, batch, &|r| {
-                progress.message(format!("{} memories, {} messages", r.memories, r.messages));
+                progress.message(format!(
+                    "{} memories, {} messages, {} summaries",
+                    r.memories, r.messages, r.summaries
+                ));
             })
             .await
             .map_err(err)?;
             progress.finish();
             out!(
-                "re-embedded {} memories and {} messages with {}",
+                "re-embedded {} memories, {} messages and {} summaries with {}",
                 n.memories,
                 n.messages,
+                n.summaries,
                 embedder.model_id()
             );
             Ok(())

@@ -10,7 +10,7 @@ use crate::store::Store;
 use super::{Engine, ReembedReport};
 
 impl Engine {
-    /// Re-embed every memory and every transcript message of every tenant with `embedder`
+    /// Re-embed every memory, transcript message and summary of every tenant with `embedder`
     /// (after a model change; messages appended before message embeddings existed are
     /// embedded too), then record the new embedding space. Resumable: rows already carrying
     /// the new model's vector are skipped, and the space changes only once every row is
@@ -34,12 +34,7 @@ impl Engine {
                 }
                 let texts: Vec<String> = rows.iter().map(|(_, c)| c.clone()).collect();
                 let vectors = embedder.embed_background(&texts).await?;
-                if vectors.len() != rows.len() || vectors.iter().any(|v| v.len() != embedder.dims())
-                {
-                    return Err(Error::internal(
-                        "embedder returned vectors of the wrong count or dimension",
-                    ));
-                }
+                check(embedder, rows.len(), &vectors)?;
                 report.memories += rows.len();
                 store
                     .set_vectors(
@@ -48,6 +43,19 @@ impl Engine {
                         rows.into_iter().map(|(id, _)| id).zip(vectors).collect(),
                     )
                     .await?;
+                progress(&report);
+            }
+            loop {
+                let rows = store.summaries_needing_vectors(&tenant, &model, batch.max(1)).await?;
+                if rows.is_empty() {
+                    break;
+                }
+                let texts: Vec<String> = rows.iter().map(|(_, c)| c.clone()).collect();
+                let vectors = embedder.embed_background(&texts).await?;
+                check(embedder, rows.len(), &vectors)?;
+                report.summaries += rows.len();
+                let rows = rows.into_iter().map(|(id, _)| id).zip(vectors).collect();
+                store.set_summary_vectors(&tenant, &model, rows).await?;
                 progress(&report);
             }
             loop {
@@ -73,4 +81,12 @@ impl Engine {
         store.reset_embedding_space(&model, embedder.dims()).await?;
         Ok(report)
     }
+}
+
+/// Refuse vectors of the wrong count or dimension.
+fn check(embedder: &Arc<dyn Embedder>, rows: usize, vectors: &[Vec<f32>]) -> Result<()> {
+    if vectors.len() != rows || vectors.iter().any(|v| v.len() != embedder.dims()) {
+        return Err(Error::internal("embedder returned vectors of the wrong count or dimension"));
+    }
+    Ok(())
 }

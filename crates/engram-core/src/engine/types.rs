@@ -43,6 +43,7 @@ pub enum Decision {
 pub struct ReembedReport {
     pub memories: usize,
     pub messages: usize,
+    pub summaries: usize,
 }
 
 #[derive(Debug, Clone)]

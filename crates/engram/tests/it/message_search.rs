@@ -139,9 +139,9 @@ async fn reembed_embeds_messages_that_have_no_vector(backend: Backend) {
     }
     let (ok, out, err) = db.cli(&["reembed"]);
     assert!(ok, "{err}");
-    assert!(out.contains("re-embedded 0 memories and 2 messages"), "{out}");
+    assert!(out.contains("re-embedded 0 memories, 2 messages and 0 summaries"), "{out}");
     let (_, out, _) = db.cli(&["reembed"]);
-    assert!(out.contains("re-embedded 0 memories and 0 messages"), "{out}");
+    assert!(out.contains("re-embedded 0 memories, 0 messages and 0 summaries"), "{out}");
     let s = db.serve(&["--no-workers"]);
     let (_, st) = s.get("/v1/stats").await;
     assert_eq!(st["messages_with_vector"], 2, "{st}");

@@ -490,7 +490,7 @@ struct ConfirmPage<'a> {
 }
 
 /// `POST /memories/bulk-forget`: first a confirmation page naming the selected facts, then,
-/// confirmed, each one forgotten.
+/// confirmed, each one forgotten (those already forgotten are left as they are).
 pub async fn bulk_forget(
     State(state): State<Arc<UiState>>,
     v: Viewer,
@@ -513,8 +513,13 @@ pub async fn bulk_forget(
         }
         return Ok(render(&ConfirmPage { v: &v, rows, back: &form.back }));
     }
+    // One already forgotten (a second tab, a double submit) is skipped, not an error
+    // halfway through the selection.
     for id in ids {
-        engine.forget(&v.principal, id, false).await?;
+        match engine.forget(&v.principal, id, false).await {
+            Ok(_) | Err(engram_core::Error::Conflict(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok(back_to(&form.back, "bulk"))
 }

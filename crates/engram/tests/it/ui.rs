@@ -614,8 +614,57 @@ async fn links_to_conversations_with_any_id_lead_to_them(backend: Backend) {
     }
 }
 
+/// Bulk forget skips a selected fact that is already forgotten (a second tab, a double
+/// submit) and forgets the others, whatever the order (found by a session: a 409 page,
+/// with the facts before it forgotten and those after it not). Plain HTTP with the cookie.
+async fn bulk_forget_skips_what_is_already_forgotten(backend: Backend) {
+    let db = Db::new(backend).await;
+    let admin = create_key(&db, &["--tenant", "default", "--role", "admin"]);
+    let s = db.serve(&[]);
+    let api = s.with_key(&admin);
+    let mut ids = Vec::new();
+    for fact in ["The user keeps bees.", "The user sails on weekends."] {
+        let (st, b) =
+            api.post("/v1/memories", json!({ "content": fact, "user_id": "alice" })).await;
+        assert_eq!(st, StatusCode::CREATED, "{b}");
+        ids.push(b["memory"]["id"].as_str().unwrap().to_string());
+    }
+    let (st, _) = api.req("DELETE", &format!("/v1/memories/{}", ids[0]), None).await;
+    assert_eq!(st, StatusCode::OK);
+    let http = reqwest::Client::new();
+    let cookie = format!("engram_key={admin}");
+    let html = http
+        .get(format!("{}/?user=alice", s.base))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let csrf = html.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap();
+    let body = form_urlencoded::Serializer::new(String::new())
+        .append_pair("csrf", csrf)
+        .append_pair("confirm", "yes")
+        .append_pair("id", &ids[0])
+        .append_pair("id", &ids[1])
+        .finish();
+    let r = http
+        .post(format!("{}/memories/bulk-forget", s.base))
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let (_, list) = api.get("/v1/memories?user_id=alice").await;
+    assert_eq!(list["memories"], json!([]), "both forgotten: {list}");
+}
+
 on_both_backends!(
     the_memory_screen,
+    bulk_forget_skips_what_is_already_forgotten,
     failed_jobs_are_shown_and_retried,
     links_to_conversations_with_any_id_lead_to_them,
 );

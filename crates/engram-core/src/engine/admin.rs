@@ -47,10 +47,16 @@ impl Engine {
         }
         MemoryPolicy::check_names(&input.settings)?;
         let policy = MemoryPolicy::from_settings(input.memory_enabled, threshold, &input.settings)?;
+        // As an identifier: the UI trims what it is given, so a value that trimming changes
+        // would move the agent to another pool at its next save there.
         if let Some(c) = &input.cluster_id
-            && (c.is_empty() || c.len() > 256)
+            && (c.is_empty() || c.len() > 256 || c.trim() != c || c.chars().any(char::is_control))
         {
-            return Err(Error::invalid("cluster_id", "cluster_id must be 1 to 256 bytes"));
+            return Err(Error::invalid(
+                "cluster_id",
+                "cluster_id must be 1 to 256 bytes, without control characters or surrounding \
+                 spaces",
+            ));
         }
         let now = crate::model::now();
         let created_at =

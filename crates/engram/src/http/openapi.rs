@@ -75,10 +75,8 @@ fn field_rule(schema: &str, prop: &str, max_content_bytes: usize) -> Option<Valu
     const KINDS: &[&str] = &["knowledge", "profile", "shared"];
     Some(match (schema, prop) {
         (_, "user_id" | "agent_id" | "source_conversation_id") => ident(),
-        // 1–256 bytes: more than 256 characters never fit.
-        (_, "cluster_id") => {
-            json!({ "type": "string", "minLength": 1, "maxLength": 256, "pattern": TEXT_PATTERN })
-        }
+        // 1–256 bytes, as an identifier (more than 256 characters never fit).
+        (_, "cluster_id") => ident(),
         (_, "turn_id") => json!({ "type": "string", "pattern": TEXT_PATTERN }),
         // 1–256 bytes: more than 256 characters never fit.
         (_, "session_id") => {

@@ -786,6 +786,8 @@ async fn every_bad_request_gets_a_clear_error_and_changes_nothing(backend: Backe
         a(json!({ "settings": [1] })).says(&["settings"]),
         a(json!({ "memory_enabled": "yes" })).says(&["memory_enabled"]),
         a(json!({ "cluster_id": "" })).says(&["cluster_id"]),
+        a(json!({ "cluster_id": "  spaced  " })).says(&["cluster_id", "spaces"]),
+        a(json!({ "cluster_id": "a\tb" })).says(&["cluster_id", "control"]),
         // Misspelled or mistyped settings are refused, never stored without effect.
         a(json!({ "settings": { "compaction": { "thresh": 3 } } }))
             .says(&["settings.compaction.thresh", "threshold"]),

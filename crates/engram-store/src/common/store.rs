@@ -136,7 +136,9 @@ pub(crate) trait Native: Backend + Sized + 'static {
     /// Record the embedding space; an existing one is kept (and must match) unless `reset`.
     async fn record_space(&self, model_id: &str, dims: usize, reset: bool) -> Result<()>;
     /// What follows a user's erasure (SQLite drops the user's vector index).
-    fn erased(&self, tenant: &str, user: &str);
+    /// After a user's erasure: drop the user's cached vectors, and leave no copy of the
+    /// erased rows in the store's files (SQLite: its write-ahead log is truncated).
+    async fn erased(&self, tenant: &str, user: &str) -> Result<()>;
     async fn backup_rows(&self, scope: &BackupScope, sink: &mut Sink<'_>) -> Result<u64>;
     async fn restore_rows(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()>;
     /// Claim a job ([`JobStore::claim_job`]).
@@ -846,7 +848,7 @@ impl<D: Native> MaintenanceStore for SqlStore<D> {
             crate::tables::count_erased(&mut counts, table, n.map_err(D::fault)?);
         }
         D::commit(tx).await?;
-        self.0.erased(t, u);
+        self.0.erased(t, u).await?;
         Ok(counts)
     }
 

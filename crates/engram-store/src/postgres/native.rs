@@ -186,9 +186,10 @@ impl Native for PgDb {
         self.ensure_space(model_id, dims, reset).await
     }
 
-    fn erased(&self, tenant: &str, user: &str) {
+    async fn erased(&self, tenant: &str, user: &str) -> Result<()> {
         self.transcripts.drop_user(tenant, user);
         self.forget_transcript_sizes(tenant, user);
+        Ok(())
     }
 
     async fn backup_rows(&self, scope: &BackupScope, sink: &mut Sink<'_>) -> Result<u64> {

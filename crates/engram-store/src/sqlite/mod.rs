@@ -263,7 +263,12 @@ impl SqliteDb {
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10))
             .pragma("temp_store", "memory")
-            .pragma("cache_size", "-65536");
+            .pragma("cache_size", "-65536")
+            // A deleted row's bytes are overwritten on its page, not left beside the rows
+            // still there (GDPR erasure). FAST: only where that costs no extra I/O, so the
+            // embedding lane's updates are not slowed; a page freed whole keeps its bytes
+            // until reused.
+            .pragma("secure_delete", "FAST");
         let write = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)

@@ -217,9 +217,14 @@ impl Native for SqliteDb {
         Ok(())
     }
 
-    fn erased(&self, tenant: &str, user: &str) {
+    async fn erased(&self, tenant: &str, user: &str) -> Result<()> {
         self.vectors.drop_user(tenant, user);
         self.transcripts.drop_user(tenant, user);
+        // The log still holds the pages as they were before the erasure: copy it into the
+        // database and empty it (a reader still on an old snapshot can keep it from being
+        // emptied; the next checkpoint then does).
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&self.write).await.map_err(db)?;
+        Ok(())
     }
 
     async fn backup_rows(&self, scope: &BackupScope, sink: &mut Sink<'_>) -> Result<u64> {

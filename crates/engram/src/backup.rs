@@ -106,20 +106,32 @@ pub async fn export(engine: &Engine, scope: BackupScope, out: Option<&Path>) -> 
     // On a terminal only, and never mixed into the export on stdout's terminal.
     let progress = Progress::new("exporting", "rows", None, out.is_none());
     let mut n = 0u64;
+    // A reader that stops early (`engram export | head`) ends the export quietly.
+    let mut closed = false;
     let mut sink = |row: BackupRow| -> engram_core::Result<()> {
         let line = serde_json::to_string(&row)
             .map_err(|e| engram_core::Error::internal(format!("cannot encode a row: {e}")))?;
-        writeln!(w, "{line}")
-            .map_err(|e| engram_core::Error::internal(format!("cannot write the export: {e}")))?;
+        writeln!(w, "{line}").map_err(|e| {
+            closed = e.kind() == std::io::ErrorKind::BrokenPipe;
+            engram_core::Error::internal(format!("cannot write the export: {e}"))
+        })?;
         n += 1;
         if n.is_multiple_of(256) {
             progress.message(format!("{n} rows"));
         }
         Ok(())
     };
-    let rows = engine.backup(&scope, &mut sink).await.map_err(crate::api::error::cli_error)?;
-    writeln!(w, "{}", serde_json::to_string(&End { end: EndInfo { rows } })?)?;
-    w.flush()?;
+    let rows = match engine.backup(&scope, &mut sink).await {
+        Ok(rows) => rows,
+        Err(_) if closed => return Ok(()),
+        Err(e) => return Err(crate::api::error::cli_error(e)),
+    };
+    let end = writeln!(w, "{}", serde_json::to_string(&End { end: EndInfo { rows } })?)
+        .and_then(|()| w.flush());
+    match end {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+        other => other?,
+    }
     progress.finish();
     if out.is_some() {
         eprintln!("exported {rows} rows");

@@ -211,3 +211,33 @@ async fn every_table_round_trips_through_an_empty_store(backend: Backend) {
 }
 
 on_both_backends!(every_table_round_trips_through_an_empty_store);
+
+/// `engram export | head`: a reader that stops early ends the export quietly, exit 0 and
+/// nothing on stderr (found by a session: "error: internal error: … Broken pipe").
+async fn an_export_read_in_part_ends_quietly(backend: Backend) {
+    use std::io::Read;
+    let db = Db::new(backend).await;
+    let s = db.serve(&[]);
+    let memories: Vec<Value> = (0..300)
+        .map(|i| json!({ "content": format!("The user noted garden fact number {i}."), "user_id": "u" }))
+        .collect();
+    let (st, b) =
+        s.post("/v1/memories/batch", json!({ "memories": memories, "dedup": false })).await;
+    assert!(st.is_success(), "{b}");
+    let mut child = db
+        .engram()
+        .arg("export")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 64];
+    out.read_exact(&mut first).unwrap();
+    drop(out);
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && !err.contains("error"), "{:?}: {err}", o.status);
+}
+
+on_both_backends!(an_export_read_in_part_ends_quietly);

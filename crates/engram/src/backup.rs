@@ -208,12 +208,16 @@ fn parse_line(n: usize, text: &str) -> anyhow::Result<Line> {
 
 /// Import a file written by [`export`] (or by an earlier engram's export). `tenant`: put
 /// every row into this tenant instead of its own (one tenant's rows only).
-pub async fn import(
-    engine: &Engine,
+pub async fn import<F, Fut>(
+    open: F,
     file: &str,
     tenant: Option<&str>,
     json: bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<()>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Engine>>,
+{
     let source = Source::open(file)?;
     let first = source.lines()?.next().transpose()?;
     let Some((_, first)) = first else { bail!("{file} is empty: nothing to import") };
@@ -221,7 +225,8 @@ pub async fn import(
         .ok()
         .is_some_and(|v| v.get("type").is_some())
     {
-        return import_memory_lines(engine, &source, tenant.unwrap_or("default"), json).await;
+        let engine = open().await?;
+        return import_memory_lines(&engine, &source, tenant.unwrap_or("default"), json).await;
     }
 
     // Pass 1: every line checked, nothing written.
@@ -285,6 +290,8 @@ pub async fn import(
             (!tenants.contains(t.as_str())).then_some(t)
         }
     };
+    // The store is opened (and created) only for a file that passed every check.
+    let engine = open().await?;
     engine
         .prepare_restore(header.embedding.as_ref().map(|s| (s.model.as_str(), s.dims)))
         .await

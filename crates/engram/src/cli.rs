@@ -471,8 +471,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::backup::export(&engine, scope, out.as_deref()).await
         }
         Command::Import { file, tenant, json } => {
-            let engine = open(&cli.common).await?;
-            crate::backup::import(&engine, &file, tenant.as_deref(), json).await
+            let common = &cli.common;
+            crate::backup::import(|| open(common), &file, tenant.as_deref(), json).await
         }
         Command::Keys(k) => keys(&cli.common, k).await,
         Command::Worker(args) => crate::app::worker(Settings::resolve(&cli.common, &args)?).await,

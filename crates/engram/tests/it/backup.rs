@@ -241,3 +241,16 @@ async fn an_export_read_in_part_ends_quietly(backend: Backend) {
 }
 
 on_both_backends!(an_export_read_in_part_ends_quietly);
+
+/// A file refused by the import's checks creates no store (found by a session: a new data
+/// dir was left with an empty `engram.db`, though nothing may be written).
+#[tokio::test]
+async fn a_refused_import_creates_no_store() {
+    let db = Db::new(Backend::Sqlite).await;
+    let file = db.dir().join("bad.jsonl");
+    std::fs::write(&file, "{\"engram_export\": 1, \"scope\": {}, \"embedding\": null}\nnot json\n")
+        .unwrap();
+    let (ok, _, err) = db.cli(&["import", file.to_str().unwrap()]);
+    assert!(!ok && err.contains("line 2"), "{err}");
+    assert!(!db.dir().join("engram.db").exists(), "a store was created");
+}

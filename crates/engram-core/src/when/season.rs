@@ -112,35 +112,24 @@ fn is_this_season(w: &str) -> bool {
 pub(super) fn relative(w: &[String], i: usize, d: Date) -> Option<(Span, usize)> {
     let at = |j: usize| w.get(j).map(String::as_str).unwrap_or("");
     let (a, b) = (at(i), at(i + 1));
-    // "last summer", "this winter", "next spring", "letzten Sommer", "el próximo verano"
-    if let Some((s, _)) = season(b) {
-        let span = if is_last(a) {
+    // The season `s` as the word `rel` places it ("this" only before the season).
+    let placed = |s: Season, rel: &str, before: bool| {
+        if is_last(rel) {
             s.last(d)
-        } else if is_next(a) {
+        } else if is_next(rel) {
             s.next(d)
-        } else if is_this_season(a) {
+        } else if before && is_this_season(rel) {
             s.this(d)
         } else {
             None
-        };
-        if let Some(span) = span {
-            return Some((span, 2));
         }
-    }
-    // "l'estate scorsa", "el verano pasado", "l'été dernier", "o verão passado"
-    if let Some((s, false)) = season(a) {
-        let span = if is_last(b) {
-            s.last(d)
-        } else if is_next(b) {
-            s.next(d)
-        } else {
-            None
-        };
-        if let Some(span) = span {
-            return Some((span, 2));
-        }
-    }
-    None
+    };
+    // "last summer", "this winter", "next spring", "letzten Sommer", "el próximo verano";
+    // then "l'estate scorsa", "el verano pasado", "l'été dernier", "o verão passado"
+    let span = season(b).and_then(|(s, _)| placed(s, a, true)).or_else(|| {
+        season(a).filter(|(_, english)| !english).and_then(|(s, _)| placed(s, b, false))
+    });
+    span.map(|span| (span, 2))
 }
 
 /// A season with its year at word `i`: "summer 2023", "summer of 2023", "verano de 2023",

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::session::Viewer;
-use super::{Page, UiError, UiState, render};
+use super::{Dates, Page, UiError, UiState, render};
 use crate::api::error::ApiError;
 
 #[derive(Deserialize)]
@@ -25,24 +25,54 @@ pub struct Pick {
     id: String,
 }
 
-/// `GET /agents?id=…`: open an agent's settings by its id.
-pub async fn pick(v: Viewer, Query(q): Query<Pick>) -> Page {
+/// `GET /agents?id=…`: the tenant's agents that have settings, and an agent's settings
+/// opened by its id (also one never configured).
+pub async fn pick(State(state): State<Arc<UiState>>, v: Viewer, Query(q): Query<Pick>) -> Page {
     if let Some(a) = v.bound_agent() {
         return Ok(Redirect::to(&format!("/agents/{}", super::path_segment(&a))).into_response());
     }
     let id = q.id.trim();
     if id.is_empty() {
-        return Ok(render(&PickPage { v: &v }));
+        let agents = state.app.engine.agents(&v.principal).await?;
+        let rows = agents.iter().map(Listed::of).collect();
+        return Ok(render(&PickPage { v: &v, rows }));
     }
     let id = AgentId::parse(id)?;
     Ok(Redirect::to(&format!("/agents/{}", super::path_segment(id.as_str()))).into_response())
+}
+
+/// One configured agent in the list.
+struct Listed {
+    id: String,
+    link: String,
+    memory_enabled: bool,
+    mode: String,
+    pool: String,
+    updated: String,
+}
+
+impl Listed {
+    fn of(a: &engram_core::model::Agent) -> Self {
+        let mode = a.settings.get("extraction").and_then(|e| e.get("mode")).and_then(Value::as_str);
+        Self {
+            id: a.id.to_string(),
+            link: format!("/agents/{}", super::path_segment(a.id.as_str())),
+            memory_enabled: a.memory_enabled,
+            mode: mode.unwrap_or("post-turn").to_string(),
+            pool: a.pool(),
+            updated: crate::api::dto::fmt_ts(a.updated_at),
+        }
+    }
 }
 
 #[derive(Template)]
 #[template(path = "agent_pick.html")]
 struct PickPage<'a> {
     v: &'a Viewer,
+    rows: Vec<Listed>,
 }
+
+impl Dates for PickPage<'_> {}
 
 /// What the settings form shows.
 struct Shown {

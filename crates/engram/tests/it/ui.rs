@@ -250,6 +250,16 @@ async fn the_memory_screen(backend: Backend) {
     assert!(b.page_text().await.contains("dedup_threshold must be between 0.5 and 1.0"));
     let (_, agent) = api.get("/v1/agents/support-bot").await;
     assert!((agent["dedup_threshold"].as_f64().unwrap() - 0.95).abs() < 1e-6, "unchanged");
+    // The agents page lists the agents that have settings, and opens one.
+    b.goto("/agents").await;
+    assert_eq!(b.texts("ol.agents a.agent-link").await, ["support-bot"]);
+    let meta = b.texts("ol.agents .meta").await.join("\n");
+    assert!(
+        meta.contains("extraction batched") && meta.contains("pool cluster:helpdesk"),
+        "{meta}"
+    );
+    b.submit("ol.agents a.agent-link").await;
+    assert_eq!(b.path().await, "/agents/support-bot");
     // Cursor pagination: 55 facts of one user are a page of 50 and a page of 5, no overlap.
     let batch: Vec<serde_json::Value> = (0..55)
         .map(|i| json!({ "content": format!("Carol's note number {i}."), "user_id": "carol" }))
@@ -312,6 +322,9 @@ async fn the_memory_screen(backend: Backend) {
     assert!(b.all("nav a[href='/agents']").await.is_empty(), "no agent settings for a user key");
     b.goto("/agents/support-bot").await;
     assert!(b.page_text().await.contains("403"), "a user key reads no agent settings");
+    b.goto("/agents").await;
+    let text = b.page_text().await;
+    assert!(text.contains("403") && !text.contains("support-bot"), "nor the list: {text}");
     b.shoot("my-memories").await;
     b.goto(&format!("/memories/{bob_id}")).await;
     assert!(b.page_text().await.contains("404"), "bob's history is not found");

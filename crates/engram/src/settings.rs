@@ -236,6 +236,15 @@ impl Settings {
         {
             bail!("--database-url must be a postgres:// URL");
         }
+        if database_url.is_some() && (common.data_dir.is_some() || file.data_dir.is_some()) {
+            // Both name a store; PostgreSQL wins. Said on stderr by every command (stdout
+            // may be a script's JSON), so that a command meant for the data dir does not act
+            // on PostgreSQL without a word.
+            eprintln!(
+                "engram: warning: the data dir (--data-dir, ENGRAM_DATA_DIR or engram.toml) is \
+                 not used: --database-url / ENGRAM_DATABASE_URL selects PostgreSQL"
+            );
+        }
         let data_dir = common
             .data_dir
             .clone()

@@ -117,6 +117,11 @@ async fn remember_recall_list_and_forget_from_the_shell(backend: Backend) {
         ],
     );
     assert_eq!(dec, "ADD");
+    // The harness names both a data dir and, on PostgreSQL, a database URL: the command says
+    // which one it used.
+    let (_, _, err) = d.cli(&["list", "--user", "alice"]);
+    let warned = err.contains("the data dir") && err.contains("is not used");
+    assert_eq!(warned, db.url().is_some(), "stderr: {err}");
     let (_, violin) = remember(
         d,
         &[

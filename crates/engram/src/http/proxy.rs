@@ -217,7 +217,10 @@ async fn forward(
     let input = ContextInput {
         user_id: Some(user.clone()),
         agent_id: agent.clone(),
-        query: question.clone(),
+        // A pasted document makes a user message longer than a search query may be: the
+        // query is its last `max_content_bytes` (where the question usually is), never a 413
+        // for a call the upstream would take.
+        query: question.as_deref().map(|q| tail(q, st.engine.config().max_content_bytes)),
         conversation_id: Some(conversation.clone()),
         // The facts are chosen once per conversation and kept (the context block's session
         // cache): the system prompt stays the same call after call, which keeps the
@@ -320,4 +323,13 @@ fn respond(
         out.headers_mut().insert(wire::MEMORY_HEADER, HeaderValue::from_static("unavailable"));
     }
     out
+}
+
+/// The last `max` bytes of `s` at most, cut at a character boundary.
+fn tail(s: &str, max: usize) -> String {
+    let mut start = s.len().saturating_sub(max);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    s[start..].to_string()
 }

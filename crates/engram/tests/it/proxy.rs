@@ -186,6 +186,18 @@ async fn the_openai_proxy_adds_memory_and_passes_everything_else(backend: Backen
     // GET /v1/models is passed through.
     let (st, models) = s.get("/v1/models").await;
     assert_eq!((st, &models["data"][0]["id"]), (StatusCode::OK, &json!("scripted")));
+
+    // A pasted document longer than a search query may be: the call still goes through,
+    // with memory (the query is the message's end), not a 413.
+    let pasted = format!("{}\nWhat should I drink with it?", "Quarterly figures. ".repeat(600));
+    let long = json!({ "model": "gpt-test", "user": "alice",
+        "messages": [{ "role": "system", "content": "Be brief." }, { "role": "user", "content": pasted }] });
+    let (st, headers, body) = call(&url, &[("x-engram-conversation-id", "report-1")], &long).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    assert!(headers.get("engram-memory").is_none(), "with memory");
+    let sent = llm.calls_matching(&Match::any().user_contains("Quarterly figures"));
+    let system = sent[0].body["messages"][0]["content"].as_str().unwrap();
+    assert!(system.contains("The user drinks green tea every morning."), "{system}");
 }
 
 async fn the_proxy_keeps_users_apart_and_passes_upstream_faults(backend: Backend) {

@@ -54,7 +54,20 @@ where
                 "expected a JSON body with Content-Type: application/json",
             ));
         }
-        let bytes = axum::body::Bytes::from_request(req, state).await.map_err(|e| {
+        let ApiBytes(bytes) = ApiBytes::from_request(req, state).await?;
+        parse_body(&bytes).map(ApiJson)
+    }
+}
+
+/// A raw request body whose rejections are engram errors: over the size limit → 413
+/// `payload_too_large`, unreadable → 400 `invalid_input` (the proxy's bodies, passed on).
+pub struct ApiBytes(pub axum::body::Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for ApiBytes {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        axum::body::Bytes::from_request(req, state).await.map(ApiBytes).map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
                     ErrorCode::PayloadTooLarge,
@@ -63,8 +76,7 @@ where
             } else {
                 ApiError::invalid(format!("cannot read request body: {}", e.body_text()))
             }
-        })?;
-        parse_body(&bytes).map(ApiJson)
+        })
     }
 }
 

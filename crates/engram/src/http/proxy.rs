@@ -30,7 +30,7 @@ use engram_providers::upstream::{Upstream, UpstreamError};
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use super::error::ApiError;
+use super::error::{ApiBytes, ApiError};
 use super::{AppState, Auth};
 use crate::api::proxy::{self as wire, StreamReader, Vendor};
 
@@ -63,7 +63,7 @@ pub async fn chat_completions(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
     headers: HeaderMap,
-    body: Bytes,
+    ApiBytes(body): ApiBytes,
 ) -> Response {
     forward(st, p, Vendor::OpenAi, headers, body).await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -73,7 +73,7 @@ pub async fn messages(
     State(st): State<Arc<AppState>>,
     Auth(p): Auth,
     headers: HeaderMap,
-    body: Bytes,
+    ApiBytes(body): ApiBytes,
 ) -> Response {
     forward(st, p, Vendor::Anthropic, headers, body)
         .await

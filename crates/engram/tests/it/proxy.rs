@@ -308,6 +308,15 @@ async fn the_proxy_keeps_users_apart_and_passes_upstream_faults(backend: Backend
     }
     assert_eq!(saved["messages"][0]["content"], "hello from carol", "{saved}");
     assert_eq!(saved["messages"][0]["user_id"], "carol", "{saved}");
+
+    // A body over the server's limit is refused in engram's error format on both routes.
+    let huge = with(&"x".repeat(5 * 1024 * 1024));
+    for route in ["/v1/chat/completions", "/v1/messages"] {
+        let (st, _, body) = call(&format!("{}{route}", s.base), &carol, &huge).await;
+        assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{route}: {body}");
+        let e: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{route}: {body}"));
+        assert_eq!(e["error"]["code"], "payload_too_large", "{route}: {body}");
+    }
 }
 
 async fn the_anthropic_proxy_adds_memory_and_streams_events(backend: Backend) {

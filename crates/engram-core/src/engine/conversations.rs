@@ -6,7 +6,7 @@ use time::OffsetDateTime;
 use crate::error::{Error, Result};
 use crate::model::{
     Agent, AgentId, ConversationId, EventKind, Job, JobKind, KeyRole, MemoryId, Message, MessageId,
-    MessageRole, Principal, TenantId, UserId, default_pool,
+    MessageRole, Principal, TenantId, UserId,
 };
 use crate::pipeline::compact::LEAF_MESSAGES;
 use crate::pipeline::cursor::resume_index;
@@ -33,33 +33,8 @@ impl Engine {
         if messages.is_empty() {
             return Err(Error::invalid("messages", "messages must not be empty"));
         }
-        conversation.check_proxy_owner(&user)?;
-        // A conversation belongs to the user and the agent that started it: another agent
-        // may not add to it (issue 10: it would feed that agent's private extraction), and
-        // a caller that names no agent continues it as its agent.
         let mut v = v;
-        if let Some((owner, conv_agent)) =
-            self.svc.store.conversation_owner(&v.tenant, &conversation).await?
-        {
-            if owner != user {
-                return Err(Error::Conflict(format!(
-                    "conversation '{conversation}' belongs to another user"
-                )));
-            }
-            match (&conv_agent, &v.agent) {
-                (Some(c), Some(a)) if c != a => {
-                    return Err(Error::Conflict(format!(
-                        "conversation '{conversation}' belongs to another agent"
-                    )));
-                }
-                (Some(c), None) => {
-                    v.settings = self.svc.store.get_agent(&v.tenant, c).await?;
-                    v.pool = Some(v.settings.as_ref().map_or_else(|| default_pool(c), Agent::pool));
-                    v.agent = conv_agent.clone();
-                }
-                (Some(_) | None, Some(_)) | (None, None) => {}
-            }
-        }
+        self.continue_as_owner(&mut v, &user, &conversation).await?;
         let now = crate::model::now();
         let mut rows = Vec::with_capacity(messages.len());
         for (i, m) in messages.into_iter().enumerate() {

@@ -211,6 +211,13 @@ async fn forward(
         ))?,
     };
     let question = wire::last_user_text(&request);
+    // A conversation id this caller may not add to (another user's or agent's) is refused
+    // before the upstream is paid for a turn that could not be saved.
+    match st.engine.check_append(&p, &conversation, Some(&user), agent.as_ref()).await {
+        Err(e) if !own_failure(&e) => return Err(e.into()),
+        Err(e) => tracing::warn!(error = %e, "proxy: cannot check the conversation"),
+        Ok(()) => {}
+    }
 
     // Memory: the context block into the system prompt. A caller that may not act for this
     // user or agent is refused; engram's own failure lets the call through without memory.

@@ -309,6 +309,24 @@ async fn the_proxy_keeps_users_apart_and_passes_upstream_faults(backend: Backend
     assert_eq!(saved["messages"][0]["content"], "hello from carol", "{saved}");
     assert_eq!(saved["messages"][0]["user_id"], "carol", "{saved}");
 
+    // A conversation of another user is refused before the upstream is called (its turn
+    // could not be saved there).
+    let (st, b) = s
+        .with_key(&bob)
+        .post(
+            "/v1/conversations/bob-notes/messages",
+            json!({ "user_id": "bob", "messages": [{ "role": "user", "content": "private" }] }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{b}");
+    let mut theirs = carol.clone();
+    theirs.push(("x-engram-conversation-id", "bob-notes"));
+    let (st, _, body) = call(&url, &theirs, &with("adding to bob's")).await;
+    assert_eq!(st, StatusCode::CONFLICT, "{body}");
+    assert!(body.contains("belongs to another user") && !body.contains("private"), "{body}");
+    let called = llm.calls_matching(&Match::any().user_contains("adding to bob's"));
+    assert!(called.is_empty(), "the upstream was not called");
+
     // A body over the server's limit is refused in engram's error format on both routes.
     let huge = with(&"x".repeat(5 * 1024 * 1024));
     for route in ["/v1/chat/completions", "/v1/messages"] {

@@ -256,6 +256,61 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Whether `user_id` (and `agent_id`) may add to `conversation`: the check
+    /// [`Engine::append_messages`] makes, for a caller (the memory proxy) that must know
+    /// before paying for an upstream call whose turn it would then fail to save.
+    pub async fn check_append(
+        &self,
+        p: &Principal,
+        conversation: &ConversationId,
+        user_id: Option<&UserId>,
+        agent_id: Option<&AgentId>,
+    ) -> Result<()> {
+        let mut v = self.view(p, user_id, agent_id, true).await?;
+        let user =
+            v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
+        self.continue_as_owner(&mut v, &user, conversation).await
+    }
+
+    /// A conversation belongs to the user and the agent that started it (a `proxy:` id to
+    /// the user it names).
+    pub(super) async fn continue_as_owner(
+        &self,
+        v: &mut View,
+        user: &UserId,
+        conversation: &ConversationId,
+    ) -> Result<()> {
+        conversation.check_proxy_owner(user)?;
+        // A conversation belongs to the user and the agent that started it: another agent
+        // may not add to it (issue 10: it would feed that agent's private extraction), and
+        // a caller that names no agent continues it as its agent.
+        if let Some((owner, conv_agent)) =
+            self.svc.store.conversation_owner(&v.tenant, conversation).await?
+        {
+            if &owner != user {
+                return Err(Error::Conflict(format!(
+                    "conversation '{conversation}' belongs to another user"
+                )));
+            }
+            match (&conv_agent, &v.agent) {
+                (Some(c), Some(a)) if c != a => {
+                    return Err(Error::Conflict(format!(
+                        "conversation '{conversation}' belongs to another agent"
+                    )));
+                }
+                (Some(c), None) => {
+                    v.settings = self.svc.store.get_agent(&v.tenant, c).await?;
+                    v.pool = Some(v.settings.as_ref().map_or_else(|| default_pool(c), Agent::pool));
+                    v.agent = conv_agent.clone();
+                }
+                (Some(_) | None, Some(_)) | (None, None) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,60 +396,5 @@ mod tests {
                 Error::Forbidden("stats needs an admin key".into()).to_string()
             );
         }
-    }
-}
-
-impl Engine {
-    /// Whether `user_id` (and `agent_id`) may add to `conversation`: the check
-    /// [`Engine::append_messages`] makes, for a caller (the memory proxy) that must know
-    /// before paying for an upstream call whose turn it would then fail to save.
-    pub async fn check_append(
-        &self,
-        p: &Principal,
-        conversation: &ConversationId,
-        user_id: Option<&UserId>,
-        agent_id: Option<&AgentId>,
-    ) -> Result<()> {
-        let mut v = self.view(p, user_id, agent_id, true).await?;
-        let user =
-            v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
-        self.continue_as_owner(&mut v, &user, conversation).await
-    }
-
-    /// A conversation belongs to the user and the agent that started it (a `proxy:` id to
-    /// the user it names).
-    pub(super) async fn continue_as_owner(
-        &self,
-        v: &mut View,
-        user: &UserId,
-        conversation: &ConversationId,
-    ) -> Result<()> {
-        conversation.check_proxy_owner(user)?;
-        // A conversation belongs to the user and the agent that started it: another agent
-        // may not add to it (issue 10: it would feed that agent's private extraction), and
-        // a caller that names no agent continues it as its agent.
-        if let Some((owner, conv_agent)) =
-            self.svc.store.conversation_owner(&v.tenant, conversation).await?
-        {
-            if &owner != user {
-                return Err(Error::Conflict(format!(
-                    "conversation '{conversation}' belongs to another user"
-                )));
-            }
-            match (&conv_agent, &v.agent) {
-                (Some(c), Some(a)) if c != a => {
-                    return Err(Error::Conflict(format!(
-                        "conversation '{conversation}' belongs to another agent"
-                    )));
-                }
-                (Some(c), None) => {
-                    v.settings = self.svc.store.get_agent(&v.tenant, c).await?;
-                    v.pool = Some(v.settings.as_ref().map_or_else(|| default_pool(c), Agent::pool));
-                    v.agent = conv_agent.clone();
-                }
-                (Some(_) | None, Some(_)) | (None, None) => {}
-            }
-        }
-        Ok(())
     }
 }

@@ -73,6 +73,7 @@ impl Engine {
                     .store
                     .get_context_session(&v.tenant, sid, &user, v.pool.as_deref())
                     .await?
+                && self.still_active(v, &s.memory_ids).await?
             {
                 let token_estimate = retrieval::estimate_tokens(&s.text);
                 if let Some(t) = &input.turn_id {
@@ -166,4 +167,16 @@ impl Engine {
     }
 
     // ------------------------------------------------------------------ conversations
+
+    /// Whether every fact a cached block names is still active and visible to the caller: a
+    /// fact forgotten, purged, edited or expired since the block was chosen makes it be
+    /// chosen again (and the session's stored text overwritten), never served from the cache.
+    async fn still_active(&self, v: &super::scope::View, ids: &[MemoryId]) -> Result<bool> {
+        if ids.is_empty() {
+            return Ok(true);
+        }
+        let active = self.svc.store.all_active(&v.tenant, &self.filter(v)).await?;
+        let active: std::collections::HashSet<MemoryId> = active.iter().map(|m| m.id).collect();
+        Ok(ids.iter().all(|id| active.contains(id)))
+    }
 }

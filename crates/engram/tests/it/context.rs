@@ -74,6 +74,24 @@ async fn a_small_budget_keeps_the_most_relevant_and_sessions_are_stable(backend:
         .post("/v1/context", json!({ "user_id": "u", "session_id": "s-1", "refresh": true }))
         .await;
     assert!(refreshed["text"].as_str().unwrap().contains("sailboat"));
+    // A fact purged since is never served from a session's cache: the block is chosen again.
+    let (_, m) = s.get("/v1/memories?user_id=u").await;
+    let boat = m["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["content"].as_str().unwrap().contains("sailboat"))
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (st, _) = s.req("DELETE", &format!("/v1/memories/{boat}?purge=true"), None).await;
+    assert_eq!(st.as_u16(), 200);
+    let (_, after) = s.post("/v1/context", json!({ "user_id": "u", "session_id": "s-1" })).await;
+    assert!(!after["text"].as_str().unwrap().contains("sailboat"), "{after}");
+    assert_eq!(after["cached"], false, "{after}");
+    let (_, next) = s.post("/v1/context", json!({ "user_id": "u", "session_id": "s-1" })).await;
+    assert_eq!((&next["cached"], &next["text"]), (&json!(true), &after["text"]), "stable again");
     assert_error(
         &s.post("/v1/context", json!({ "user_id": "u", "token_budget": 0 })).await,
         400,

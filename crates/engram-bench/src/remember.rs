@@ -178,6 +178,7 @@ async fn store_only(
                     memory: Memory { id, ..m.clone() },
                     vector: Some(v),
                     events: vec![event],
+                    unique: false,
                 }
             })
             .collect();

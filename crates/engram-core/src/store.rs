@@ -140,6 +140,12 @@ pub struct NewMemory {
     pub vector: Option<Vec<f32>>,
     /// The events recorded with the insert (`created`; an import brings the whole trail).
     pub events: Vec<MemoryEvent>,
+    /// Refuse the write (`Conflict`, nothing of it stored) if the owner already has an
+    /// active, unexpired fact of the same kind, agent and pool with exactly this content:
+    /// set by writes that deduplicated on a read taken before their transaction, so that
+    /// two racing identical writes store one fact. Whatever the flag, the store refuses a
+    /// second active profile fact under one key.
+    pub unique: bool,
 }
 
 /// A page of memories and the cursor of the next page.
@@ -362,7 +368,8 @@ pub trait MemoryStore: Send + Sync {
         delta: i64,
         event: MemoryEvent,
     ) -> Result<i64>;
-    /// Physically delete one row and its events.
+    /// Physically delete one row and its events, and the owner's cached context sessions
+    /// (their text may quote the row).
     async fn purge_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<()>;
     /// The supersession chain through `id` (oldest first) and the events of its rows.
     async fn history(

@@ -126,7 +126,7 @@ impl Engine {
                             .ok_or_else(|| Error::internal("embedder returned too few vectors"))?,
                     )
                 };
-                rows.push(NewMemory { memory: m, vector, events: events.clone() });
+                rows.push(NewMemory { memory: m, vector, events: events.clone(), unique: false });
             }
             report.imported += rows.len();
             self.svc.store.insert_memories(&p.tenant, rows).await?;

@@ -72,7 +72,15 @@ impl Engine {
                 return Err(Error::invalid("expires_at", "expires_at must be in the future"));
             }
             Some(e) => e,
-            None => old.expires_at,
+            None => match old.expires_at {
+                Some(e) if e <= now => {
+                    return Err(Error::Conflict(format!(
+                        "memory {id} has expired; give expires_at (a later time, or null) to \
+                         bring it back"
+                    )));
+                }
+                e => e,
+            },
         };
         let mut new = Memory {
             id: MemoryId::new(),
@@ -113,7 +121,12 @@ impl Engine {
             .supersede(
                 &p.tenant,
                 old.id,
-                Some(NewMemory { memory: new.clone(), vector, events: vec![new_ev] }),
+                Some(NewMemory {
+                    memory: new.clone(),
+                    vector,
+                    events: vec![new_ev],
+                    unique: false,
+                }),
                 old_ev,
             )
             .await?;

@@ -35,6 +35,7 @@ mod dates;
 mod expand;
 mod literal;
 mod memories;
+mod profile;
 mod reembed;
 mod relations;
 mod remember;

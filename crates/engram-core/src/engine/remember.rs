@@ -18,6 +18,35 @@ use super::{
     prefix_batch_error,
 };
 
+/// How many times a write is tried again after a racing write to the same user committed
+/// first (each round, one of the racers wins).
+const RACE_RETRIES: usize = 16;
+
+/// Await `write` (an expression making a future) again while the store refuses it with
+/// `Conflict` (a racing write to the same key or of the same fact committed after our read),
+/// at most [`RACE_RETRIES`] more times. A macro, not a function over an async closure: the
+/// closure's borrows would make the handlers' futures not `Send`.
+macro_rules! retry_races {
+    ($write:expr) => {{
+        let mut attempt = 0;
+        loop {
+            match $write.await {
+                Err(Error::Conflict(_)) if attempt < RACE_RETRIES => attempt += 1,
+                done => break done,
+            }
+        }
+    }};
+}
+
+/// A non-profile fact of a batch, validated and embedded: its place in the batch, its view.
+struct Fact {
+    index: usize,
+    key: ViewKey,
+    memory: Memory,
+    redacted: Vec<PiiKind>,
+    vector: Vec<f32>,
+}
+
 impl Engine {
     /// The writer agent's dedup threshold (the default without settings).
     pub(super) fn dedup_threshold(&self, v: &View) -> f32 {
@@ -209,140 +238,141 @@ impl Engine {
             self.svc.ensure_space().await?;
         }
 
-        let mut results = Vec::with_capacity(prepared.len());
-        let mut rows: Vec<NewMemory> = Vec::new();
-        // Items of this batch already accepted, per view, for in-batch dedup.
-        let mut batch_vecs: HashMap<ViewKey, Vec<(usize, Vec<f32>)>> = HashMap::new();
-        for (key, mut m, redacted) in prepared {
-            let v = &views[&key];
+        // Profile facts upsert one by one; the rest are placed together.
+        let mut results: Vec<Option<Remembered>> = vec![None; prepared.len()];
+        let mut facts = Vec::new();
+        for (index, (key, mut m, redacted)) in prepared.into_iter().enumerate() {
             if m.kind == Kind::Profile {
-                let mut r = self.remember_profile(p, v, m, &redacted, now).await?;
+                let v = &views[&key];
+                let mut r = retry_races!(self.upsert_profile(p, v, m.clone(), &redacted, now))?;
                 r.redacted = redacted;
-                results.push(r);
+                results[index] = Some(r);
                 continue;
             }
             let vector = vectors
                 .next()
                 .ok_or_else(|| Error::internal("embedder returned too few vectors"))?;
             m.embedding_model = Some(self.svc.embedder.model_id().to_string());
+            facts.push(Fact { index, key, memory: m, redacted, vector });
+        }
+        // A racing identical write stored first: the store refuses ours (`Conflict`), and the
+        // facts are deduplicated again against what it now holds.
+        let placed = retry_races!(self.place_facts(p, &views, &facts, dedup, now))?;
+        for (index, r) in placed {
+            results[index] = Some(r);
+        }
+        results.into_iter().map(|r| r.ok_or_else(|| Error::internal("item not placed"))).collect()
+    }
+
+    /// Deduplicate `facts` (with `dedup`: against the earlier facts of the batch, then the
+    /// caller's stored active facts) and write them: the new rows in one insert (marked
+    /// unique, so that the store refuses a fact a racing write stored after our read), then
+    /// the confirmations of the stored facts they repeat. A repeat within the batch
+    /// confirms the batch's row before it is written (`mention_count`, a `confirmed`
+    /// event).
+    async fn place_facts(
+        &self,
+        p: &Principal,
+        views: &HashMap<ViewKey, View>,
+        facts: &[Fact],
+        dedup: bool,
+        now: OffsetDateTime,
+    ) -> Result<Vec<(usize, Remembered)>> {
+        /// Where one fact went: a new row, a repeat of one, a repeat of a stored fact.
+        enum Placed {
+            New(usize),
+            Repeats(usize, f32),
+            Stored(MemoryId, f32),
+        }
+        let mut rows: Vec<NewMemory> = Vec::new();
+        let mut placed = Vec::with_capacity(facts.len());
+        // The new rows of this batch, per view, for in-batch dedup.
+        let mut fresh: HashMap<&ViewKey, Vec<usize>> = HashMap::new();
+        for f in facts {
+            let v = &views[&f.key];
             if dedup {
                 let threshold = self.dedup_threshold(v);
-                // Against earlier items of this batch: similar enough and the same words.
-                let earlier = batch_vecs.get(&key).and_then(|list| {
+                let earlier = fresh.get(&f.key).and_then(|list| {
                     list.iter()
-                        .map(|(i, vec)| (*i, crate::embed::dot(vec, &vector)))
-                        .filter(|(i, sim)| {
-                            *sim >= threshold
-                                && crate::dedup::same_fact(&results[*i].memory.content, &m.content)
+                        .map(|&r| (r, crate::embed::dot(&facts[r].vector, &f.vector)))
+                        .filter(|&(r, sim)| {
+                            sim >= threshold
+                                && crate::dedup::same_fact(
+                                    &facts[r].memory.content,
+                                    &f.memory.content,
+                                )
                         })
                         .max_by(|a, b| a.1.total_cmp(&b.1))
                 });
-                if let Some((idx, sim)) = earlier {
-                    let existing = results[idx].memory.clone();
-                    results.push(Remembered {
-                        decision: Decision::None,
-                        memory: existing,
-                        similarity: Some(sim),
-                        redacted,
-                    });
+                if let Some((r, sim)) = earlier {
+                    placed.push(Placed::Repeats(r, sim));
                     continue;
                 }
-                // Against the store: the most similar fact that passes the word check.
                 if let Some((id, sim)) =
-                    self.duplicate_of(v, &vector, &m.content, threshold).await?
+                    self.duplicate_of(v, &f.vector, &f.memory.content, threshold).await?
                 {
-                    let ev = Self::event(id, EventKind::Confirmed, None, p, now);
-                    self.svc.store.confirm_memory(&v.tenant, id, ev).await?;
-                    let existing = self
-                        .svc
-                        .store
-                        .get_memory(&v.tenant, id)
-                        .await?
-                        .ok_or_else(|| Error::internal("confirmed memory vanished"))?;
-                    results.push(Remembered {
-                        decision: Decision::None,
-                        memory: existing,
-                        similarity: Some(sim),
-                        redacted,
-                    });
+                    placed.push(Placed::Stored(id, sim));
                     continue;
                 }
-                batch_vecs.entry(key.clone()).or_default().push((results.len(), vector.clone()));
             }
+            let r = placed.len();
+            fresh.entry(&f.key).or_default().push(r);
+            placed.push(Placed::New(rows.len()));
+            let m = &f.memory;
             let kind = if m.source.kind == SourceKind::Import {
                 EventKind::Imported
             } else {
                 EventKind::Created
             };
             let mut event = Self::event(m.id, kind, None, p, now);
-            note_redactions(&mut event, &redacted);
-            rows.push(NewMemory { memory: m.clone(), vector: Some(vector), events: vec![event] });
-            results.push(Remembered {
-                decision: Decision::Add,
-                memory: m,
-                similarity: None,
-                redacted,
+            note_redactions(&mut event, &f.redacted);
+            rows.push(NewMemory {
+                memory: m.clone(),
+                vector: Some(f.vector.clone()),
+                events: vec![event],
+                unique: dedup,
             });
         }
+        // Repeats within the batch count as mentions of the row they repeat.
+        for at in &placed {
+            if let Placed::Repeats(r, _) = at
+                && let Placed::New(row) = placed[*r]
+            {
+                let row = &mut rows[row];
+                row.memory.mention_count += 1;
+                row.events.push(Self::event(row.memory.id, EventKind::Confirmed, None, p, now));
+            }
+        }
         if !rows.is_empty() {
-            self.svc.store.insert_memories(&p.tenant, rows).await?;
+            self.svc.store.insert_memories(&p.tenant, rows.clone()).await?;
         }
-        Ok(results)
-    }
-
-    pub(super) async fn remember_profile(
-        &self,
-        p: &Principal,
-        v: &View,
-        m: Memory,
-        redacted: &[PiiKind],
-        now: OffsetDateTime,
-    ) -> Result<Remembered> {
-        let key = m.key.clone().unwrap_or_default();
-        let existing =
-            self.svc.store.find_profile(&v.tenant, &m.user_id, v.pool.as_deref(), &key).await?;
-        match existing {
-            Some(old) if old.content == m.content => {
-                let ev = Self::event(old.id, EventKind::Confirmed, None, p, now);
-                self.svc.store.confirm_memory(&v.tenant, old.id, ev).await?;
-                let old = self.svc.store.get_memory(&v.tenant, old.id).await?.unwrap_or(old);
-                Ok(Remembered {
-                    decision: Decision::None,
-                    memory: old,
-                    similarity: Some(1.0),
-                    redacted: vec![],
-                })
-            }
-            Some(old) => {
-                let mut new_ev = Self::event(m.id, EventKind::Created, Some(old.id), p, now);
-                note_redactions(&mut new_ev, redacted);
-                let old_ev = Self::event(old.id, EventKind::Superseded, Some(m.id), p, now);
-                let row = NewMemory { memory: m.clone(), vector: None, events: vec![new_ev] };
-                self.svc.store.supersede(&v.tenant, old.id, Some(row), old_ev).await?;
-                Ok(Remembered {
-                    decision: Decision::Update,
-                    memory: m,
-                    similarity: None,
-                    redacted: vec![],
-                })
-            }
-            None => {
-                let mut ev = Self::event(m.id, EventKind::Created, None, p, now);
-                note_redactions(&mut ev, redacted);
-                self.svc
-                    .store
-                    .insert_memories(
-                        &v.tenant,
-                        vec![NewMemory { memory: m.clone(), vector: None, events: vec![ev] }],
-                    )
-                    .await?;
-                Ok(Remembered {
-                    decision: Decision::Add,
-                    memory: m,
-                    similarity: None,
-                    redacted: vec![],
-                })
-            }
+        let mut out = Vec::with_capacity(facts.len());
+        for (f, at) in facts.iter().zip(&placed) {
+            let (decision, memory, similarity) = match *at {
+                Placed::New(row) => (Decision::Add, rows[row].memory.clone(), None),
+                Placed::Repeats(r, sim) => {
+                    let Placed::New(row) = placed[r] else {
+                        return Err(Error::internal("a repeat of a repeat"));
+                    };
+                    (Decision::None, rows[row].memory.clone(), Some(sim))
+                }
+                Placed::Stored(id, sim) => {
+                    let ev = Self::event(id, EventKind::Confirmed, None, p, now);
+                    self.svc.store.confirm_memory(&p.tenant, id, ev).await?;
+                    let existing = self
+                        .svc
+                        .store
+                        .get_memory(&p.tenant, id)
+                        .await?
+                        .ok_or_else(|| Error::internal("confirmed memory vanished"))?;
+                    (Decision::None, existing, Some(sim))
+                }
+            };
+            out.push((
+                f.index,
+                Remembered { decision, memory, similarity, redacted: f.redacted.clone() },
+            ));
         }
+        Ok(out)
     }
 }

@@ -94,6 +94,7 @@ pub(super) fn batch(
             memory: m,
             vector: Some(vectors[i].clone()),
             events: vec![ev],
+            unique: false,
         });
         report.added += 1;
     }
@@ -101,8 +102,12 @@ pub(super) fn batch(
         let m = origin.memory(&kept[i]);
         let new_ev = origin.event(m.id, EventKind::Created, Some(old));
         let old_ev = origin.event(old, EventKind::Superseded, Some(m.id));
-        let successor =
-            NewMemory { memory: m, vector: Some(vectors[i].clone()), events: vec![new_ev] };
+        let successor = NewMemory {
+            memory: m,
+            vector: Some(vectors[i].clone()),
+            events: vec![new_ev],
+            unique: false,
+        };
         batch.supersedes.push((old, Some(successor), old_ev));
         report.updated += 1;
     }

@@ -83,6 +83,7 @@ pub(crate) async fn begin_insert<B: Backend, S: MaintenanceStore>(
     let mut tx = b.begin_write().await?;
     let users = rows.iter().map(|r| r.memory.user_id.as_str().to_string()).collect();
     let versions = bump_users::<B>(&mut tx, tenant, users).await?;
+    super::unique::check_free::<B>(&mut tx, tenant, rows, None).await?;
     Ok(Some((tx, versions)))
 }
 
@@ -320,6 +321,10 @@ pub(crate) async fn purge<B: Backend>(b: &B, tenant: &TenantId, id: MemoryId) ->
     ] {
         B::tx_run(&mut tx, sql, &key).await.map_err(B::fault)?;
     }
+    // The user's cached context blocks may quote the purged text: gone too (the next
+    // call of each session chooses its block again).
+    let sql = "DELETE FROM context_sessions WHERE tenant_id = ? AND user_id = ?";
+    B::tx_run(&mut tx, sql, &[Text(tenant.as_str()), Text(&user)]).await.map_err(B::fault)?;
     B::tx_run(
         &mut tx,
         "INSERT INTO memory_tombstones (tenant_id, user_id, memory_id, version) VALUES (?, ?, ?, ?)",
@@ -366,6 +371,7 @@ pub(crate) async fn supersede_in<B: Backend>(
         if n.memory.tenant_id != *tenant || n.memory.user_id.as_str() != user {
             return Err(Error::internal("successor of another tenant or user"));
         }
+        super::unique::check_free::<B>(tx, tenant, std::slice::from_ref(n), Some(old)).await?;
         insert::<B>(tx, n, v).await?;
     }
     B::tx_run(
@@ -431,6 +437,7 @@ pub(crate) async fn apply_extraction<B: Backend>(
     let mut tx = b.begin_write().await?;
     if B::USER_LOCK || !batch.adds.is_empty() {
         let v = B::bump(&mut tx, tenant.as_str(), user.as_str()).await?;
+        super::unique::check_free::<B>(&mut tx, tenant, &batch.adds, None).await?;
         for row in &batch.adds {
             insert::<B>(&mut tx, row, v).await?;
         }

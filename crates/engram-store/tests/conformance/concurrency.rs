@@ -110,6 +110,59 @@ pub async fn concurrent_appends_get_consecutive_seqs(a: Arc<dyn Store>, b: Arc<d
     assert_eq!(stored.iter().map(|m| m.seq).collect::<Vec<_>>(), (1..=120).collect::<Vec<i64>>());
 }
 
+/// Racing inserts from two processes: of eight profile facts under one key one is stored
+/// (the others `Conflict`, so the engine reads again and supersedes), and of eight identical
+/// facts marked unique one is stored; unmarked identical facts are all stored (an import
+/// keeps what it is given), and an expired fact does not block a unique one.
+pub async fn racing_inserts_keep_one_profile_value_and_one_unique_fact(
+    a: Arc<dyn Store>,
+    b: Arc<dyn Store>,
+) {
+    use engram_core::model::Kind;
+    let t = tenant("t");
+    let u = user("u");
+    a.ensure_embedding_space(MODEL, 4).await.unwrap();
+    let race = |rows: Vec<engram_core::store::NewMemory>| {
+        let (a, b, t) = (a.clone(), b.clone(), t.clone());
+        async move {
+            let mut tasks = Vec::new();
+            for (w, row) in rows.into_iter().enumerate() {
+                let s = if w % 2 == 0 { a.clone() } else { b.clone() };
+                let t = t.clone();
+                tasks.push(tokio::spawn(async move { s.insert_memories(&t, vec![row]).await }));
+            }
+            let mut stored = 0;
+            for task in tasks {
+                match task.await.unwrap() {
+                    Ok(()) => stored += 1,
+                    Err(Error::Conflict(_)) => {}
+                    Err(e) => panic!("unexpected error: {e:?}"),
+                }
+            }
+            stored
+        }
+    };
+    let profile = |w: usize| {
+        let mut m = memory(&t, &u, &format!("UTC+{w}"));
+        (m.kind, m.key) = (Kind::Profile, Some("tz".into()));
+        new_row(m, None)
+    };
+    assert_eq!(race((0..8).map(profile).collect()).await, 1, "one value per key");
+    let same = |unique: bool, text: &str| {
+        let mut row = new_row(memory(&t, &u, text), Some(unit(4, 3)));
+        row.unique = unique;
+        row
+    };
+    assert_eq!(race((0..8).map(|_| same(true, "The user keeps bees")).collect()).await, 1);
+    assert_eq!(race((0..3).map(|_| same(false, "The user rows")).collect()).await, 3);
+    let mut gone = same(false, "The user is in Oslo");
+    gone.memory.expires_at = Some(now() - Duration::seconds(1));
+    a.insert_memories(&t, vec![gone]).await.unwrap();
+    b.insert_memories(&t, vec![same(true, "The user is in Oslo")]).await.unwrap();
+    let f = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+    assert_eq!(b.list_memories(&t, &f, None, 20).await.unwrap().memories.len(), 1 + 1 + 3 + 1);
+}
+
 pub async fn concurrent_supersedes_have_one_winner(a: Arc<dyn Store>, b: Arc<dyn Store>) {
     let t = tenant("t");
     let u = user("u");

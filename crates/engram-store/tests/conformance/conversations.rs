@@ -180,6 +180,17 @@ pub async fn context_sessions(s: Arc<dyn Store>) {
     s.put_context_session(&t, &s1b).await.unwrap();
     assert_eq!(s.get_context_session(&t, "sess-1", &u, None).await.unwrap(), Some(s1b));
     assert_eq!(s.get_context_session(&t, "sess-1", &u, Some("agent:a")).await.unwrap(), Some(s2));
+    // A purge of one of the user's facts drops the user's cached blocks (they may quote it),
+    // not another user's.
+    let fact = new_row(memory(&t, &u, "The user's PIN is 4921"), None);
+    let other = ContextSession { user_id: user("v"), ..session(None, "v's block") };
+    s.insert_memories(&t, vec![fact.clone()]).await.unwrap();
+    s.put_context_session(&t, &other).await.unwrap();
+    s.put_context_session(&t, &session(None, "- The user's PIN is 4921")).await.unwrap();
+    s.purge_memory(&t, fact.memory.id).await.unwrap();
+    assert!(s.get_context_session(&t, "sess-1", &u, None).await.unwrap().is_none());
+    assert!(s.get_context_session(&t, "sess-1", &u, Some("agent:a")).await.unwrap().is_none());
+    assert_eq!(s.get_context_session(&t, "sess-1", &user("v"), None).await.unwrap(), Some(other));
 }
 
 pub async fn agents(s: Arc<dyn Store>) {

@@ -215,7 +215,7 @@ pub fn new_row(m: Memory, vector: Option<Vec<f32>>) -> NewMemory {
     if vector.is_some() && m.embedding_model.is_none() {
         m.embedding_model = Some(MODEL.into());
     }
-    NewMemory { memory: m, vector, events }
+    NewMemory { memory: m, vector, events, unique: false }
 }
 
 /// The embedding model id the tests record.

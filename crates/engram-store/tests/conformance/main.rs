@@ -118,6 +118,7 @@ conformance! {
         concurrency::concurrent_claims_never_hand_out_a_job_twice,
         concurrency::concurrent_appends_get_consecutive_seqs,
         concurrency::concurrent_supersedes_have_one_winner,
+        concurrency::racing_inserts_keep_one_profile_value_and_one_unique_fact,
         concurrency::writes_of_one_process_are_seen_by_the_other,
         concurrency::purge_is_one_step_for_every_process,
         message_vectors::message_vectors_of_one_process_are_seen_by_the_other,

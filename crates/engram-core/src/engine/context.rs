@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
-use crate::model::{Kind, MemoryId, Principal, UserId};
+use crate::model::{Kind, Memory, MemoryId, Principal, UserId};
 use crate::retrieval::{self};
 use crate::store::ContextSession;
 
@@ -175,8 +175,19 @@ impl Engine {
         if ids.is_empty() {
             return Ok(true);
         }
-        let active = self.svc.store.all_active(&v.tenant, &self.filter(v)).await?;
-        let active: std::collections::HashSet<MemoryId> = active.iter().map(|m| m.id).collect();
-        Ok(ids.iter().all(|id| active.contains(id)))
+        // Only the cached rows are read, and checked as the view's filter would: the user's,
+        // current, unexpired, and of the view's pool, shared or user-wide.
+        let rows = self.svc.store.get_memories(&v.tenant, ids).await?;
+        let now = crate::model::now();
+        let current = |m: &Memory| {
+            v.user.as_ref() == Some(&m.user_id)
+                && m.superseded_at.is_none()
+                && m.expires_at.is_none_or(|e| e > now)
+                && (v.pool.is_none()
+                    || m.kind == Kind::Shared
+                    || m.pool.is_none()
+                    || m.pool == v.pool)
+        };
+        Ok(ids.iter().all(|id| rows.iter().any(|m| m.id == *id && current(m))))
     }
 }

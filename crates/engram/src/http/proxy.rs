@@ -133,14 +133,19 @@ struct Turn {
 
 impl Turn {
     /// Append the user turn and the answer (in the background: the client has its answer).
+    /// A message over `max_content_bytes` (a pasted document, a long answer) is kept whole
+    /// as consecutive messages of the same role within the limit, each marked with
+    /// `metadata.part` and `metadata.parts`.
     fn append(self, answer: Option<String>) {
+        let max = self.engine.config().max_content_bytes;
         let mut msgs = Vec::new();
-        let text = |role, content: String| MessageInput { role, content, ..Default::default() };
-        if let Some(q) = self.question {
-            msgs.push(text(MessageRole::User, q));
-        }
-        if let Some(a) = answer {
-            msgs.push(text(MessageRole::Assistant, a));
+        for (role, text) in [(MessageRole::User, self.question), (MessageRole::Assistant, answer)] {
+            let parts = pieces(text.as_deref().unwrap_or_default(), max);
+            let n = parts.len();
+            for (i, content) in parts.into_iter().enumerate() {
+                let metadata = (n > 1).then(|| serde_json::json!({ "part": i + 1, "parts": n }));
+                msgs.push(MessageInput { role, content, metadata, ..Default::default() });
+            }
         }
         if msgs.is_empty() {
             return;
@@ -339,4 +344,50 @@ fn tail(s: &str, max: usize) -> String {
         start += 1;
     }
     s[start..].to_string()
+}
+
+/// `s` as consecutive pieces of at most `max` bytes each, every byte kept in order: a piece
+/// ends after its last whitespace when that is in its second half, else at a character
+/// boundary. NUL characters (which the archive refuses) are dropped and blank pieces left
+/// out.
+fn pieces(s: &str, max: usize) -> Vec<String> {
+    let s = s.replace('\0', "");
+    let mut out = Vec::new();
+    let mut rest = s.as_str();
+    while rest.len() > max {
+        let mut end = max;
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        if let Some(ws) = rest[..end].rfind(char::is_whitespace)
+            && ws >= end / 2
+        {
+            end = ws + rest[ws..].chars().next().map_or(1, char::len_utf8);
+        }
+        if end == 0 {
+            end = rest.chars().next().map_or(rest.len(), char::len_utf8);
+        }
+        out.push(&rest[..end]);
+        rest = &rest[end..];
+    }
+    out.push(rest);
+    out.into_iter().filter(|p| !p.trim().is_empty()).map(str::to_string).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pieces;
+
+    #[test]
+    fn a_long_message_is_cut_into_pieces_within_the_limit_keeping_every_byte() {
+        let text = "Zürich ist schön. ".repeat(500) + &"ü".repeat(3000);
+        let parts = pieces(&text, 1000);
+        assert!(parts.iter().all(|p| p.len() <= 1000 && !p.is_empty()));
+        assert_eq!(parts.concat(), text);
+        // Words are not cut where a space is near the end of a piece.
+        assert!(parts[0].ends_with(' '), "{:?}", &parts[0][parts[0].len() - 10..]);
+        assert_eq!(pieces("short", 1000), ["short"]);
+        assert!(pieces("   ", 1000).is_empty());
+        assert_eq!(pieces("a\0b", 1000), ["ab"]);
+    }
 }

@@ -198,6 +198,24 @@ async fn the_openai_proxy_adds_memory_and_passes_everything_else(backend: Backen
     let sent = llm.calls_matching(&Match::any().user_contains("Quarterly figures"));
     let system = sent[0].body["messages"][0]["content"].as_str().unwrap();
     assert!(system.contains("The user drinks green tea every morning."), "{system}");
+    // The turn is kept whole: the document as consecutive messages within the limit.
+    let mut saved = json!(null);
+    for _ in 0..100 {
+        (_, saved) = s.get("/v1/conversations/report-1/messages").await;
+        if saved["messages"].as_array().is_some_and(|m| m.len() == 3) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let saved = saved["messages"].as_array().unwrap();
+    assert_eq!(saved.len(), 3, "{saved:?}");
+    let user: String = saved[..2].iter().map(|m| m["content"].as_str().unwrap()).collect();
+    assert_eq!(user, pasted);
+    assert_eq!(
+        (&saved[1]["role"], &saved[1]["metadata"]),
+        (&json!("user"), &json!({ "part": 2, "parts": 2 }))
+    );
+    assert_eq!(saved[2]["content"], "Green tea, as every morning.");
 }
 
 async fn the_proxy_keeps_users_apart_and_passes_upstream_faults(backend: Backend) {

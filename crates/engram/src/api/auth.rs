@@ -12,8 +12,9 @@ use super::error::ApiError;
 pub enum Caller {
     /// A valid, active key.
     Key(Principal),
-    /// A key that is unknown or revoked.
-    UnknownKey,
+    /// A key that is unknown or revoked; `foreign` when it is not an engram key at all (an
+    /// SDK's placeholder or another service's key).
+    UnknownKey { foreign: bool },
     /// No key at all.
     NoKey,
 }
@@ -41,6 +42,6 @@ pub async fn identify(engine: &Engine, authorization: Option<&[u8]>) -> Result<C
     };
     Ok(match engine.principal_for_key(&crate::keys::hash(secret)).await? {
         Some(p) => Caller::Key(p),
-        None => Caller::UnknownKey,
+        None => Caller::UnknownKey { foreign: !secret.starts_with("engram_") },
     })
 }

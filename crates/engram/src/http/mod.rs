@@ -7,7 +7,8 @@
 //!
 //! Authentication: `Authorization: Bearer <key>`; the key's SHA-256 is looked up in the store.
 //! With no active key in the store and a loopback listener, the server is in **local mode**:
-//! requests without a key act as admin of tenant `default`.
+//! requests without a key (or with one that is not an engram key, as the LLM SDKs send) act
+//! as admin of tenant `default`.
 
 pub mod conversations;
 pub mod error;
@@ -71,21 +72,25 @@ impl FromRequestParts<Arc<AppState>> for Auth {
             .or(api_key.as_deref());
         match crate::api::auth::identify(&state.engine, header).await? {
             Caller::Key(p) => Ok(Auth(p)),
-            Caller::UnknownKey => {
+            // The OpenAI and Anthropic SDKs always send a key: in local mode one that is
+            // not an engram key is no credential, as if none were sent (an unknown or
+            // revoked engram key is still refused: its sender expects it to count).
+            Caller::UnknownKey { foreign: false } => {
                 // Made-up keys each have a fresh budget: charge the client address too.
                 state.limits.charge_address(parts)?;
                 Err(ApiError::new(ErrorCode::Unauthorized, "unknown or revoked API key"))
             }
-            Caller::NoKey => {
+            caller @ (Caller::NoKey | Caller::UnknownKey { foreign: true }) => {
                 if state.loopback && !state.engine.keys_exist().await? {
                     check_local_request(parts)?;
                     Ok(Auth(Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin }))
                 } else {
                     state.limits.charge_address(parts)?;
-                    Err(ApiError::new(
-                        ErrorCode::Unauthorized,
-                        "missing API key: send 'Authorization: Bearer <key>'",
-                    ))
+                    let message = match caller {
+                        Caller::NoKey => "missing API key: send 'Authorization: Bearer <key>'",
+                        Caller::Key(_) | Caller::UnknownKey { .. } => "unknown or revoked API key",
+                    };
+                    Err(ApiError::new(ErrorCode::Unauthorized, message))
                 }
             }
         }

@@ -127,7 +127,7 @@ impl FromRequestParts<Arc<UiState>> for Viewer {
                     Ok(Viewer { principal: p, csrf, local: false })
                 }
                 // Revoked or unknown: sign in again.
-                Ok(Caller::UnknownKey | Caller::NoKey) | Err(_) => {
+                Ok(Caller::UnknownKey { .. } | Caller::NoKey) | Err(_) => {
                     Err((jar.remove(Cookie::build(COOKIE).path("/")), Redirect::to("/signin"))
                         .into_response())
                 }

@@ -14,9 +14,23 @@ async fn local_mode_until_a_key_exists_then_keys_are_required(backend: Backend) 
         .post("/v1/memories", json!({ "content": "The user likes jazz.", "user_id": "u" }))
         .await;
     assert_eq!(st, StatusCode::CREATED, "local mode accepts requests without a key");
+    // ... and with a key that is no engram key (the OpenAI and Anthropic SDKs always send
+    // one), not with an engram key it does not know.
+    let (st, b) = s.with_key("sk-placeholder").get("/v1/memories?user_id=u").await;
+    assert_eq!((st, b["memories"].as_array().map(Vec::len)), (StatusCode::OK, Some(1)), "{b}");
+    assert_error(
+        &s.with_key("engram_not_a_real_key").get("/v1/memories?user_id=u").await,
+        401,
+        "unauthorized",
+    );
     // Memories written in local mode belong to tenant `default`.
     let admin = create_key(&db, &["--tenant", "default", "--role", "admin"]);
     assert_error(&s.anon().get("/v1/memories?user_id=u").await, 401, "unauthorized");
+    assert_error(
+        &s.with_key("sk-placeholder").get("/v1/memories?user_id=u").await,
+        401,
+        "unauthorized",
+    );
     assert_error(
         &s.with_key("engram_not_a_real_key").get("/v1/memories?user_id=u").await,
         401,
@@ -183,6 +197,17 @@ async fn user_keys_are_bound_to_their_user_and_clusters_share_new_writes(backend
         403,
         "forbidden",
     );
+    // A user key reads its own user without naming it; an admin must name one.
+    let (st, r) = alice.post("/v1/search", json!({ "query": "hiking" })).await;
+    assert_eq!(
+        (st, contents(&r)),
+        (StatusCode::OK, vec!["Alice enjoys hiking in the Alps.".to_string()])
+    );
+    let (st, c) = alice.post("/v1/context", json!({})).await;
+    assert!(st.is_success() && c["text"].as_str().unwrap().contains("hiking"), "{c}");
+    let got = admin.post("/v1/search", json!({ "query": "hiking" })).await;
+    assert_error(&got, 400, "invalid_input");
+    assert!(got.1["error"]["message"].as_str().unwrap().contains("user_id"), "{got:?}");
     assert_error(&alice.get(&format!("/v1/memories/{bob_id}")).await, 404, "not_found");
     let (_, l) = alice.get("/v1/memories").await;
     assert_eq!(l["memories"].as_array().unwrap().len(), 1, "a user key lists only its user: {l}");

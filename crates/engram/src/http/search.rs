@@ -19,7 +19,8 @@ use crate::api::results::{AnswerDto, SearchResultDto};
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
     pub query: String,
-    pub user_id: String,
+    /// The user whose memory is read; a user key's own user when left out.
+    pub user_id: Option<String>,
     pub agent_id: Option<String>,
     pub categories: Option<Vec<String>>,
     pub kinds: Option<Vec<String>>,
@@ -86,7 +87,7 @@ pub async fn search(
     let query = b.query.clone();
     let input = SearchInput {
         query: b.query,
-        user_id: Some(UserId::parse(b.user_id)?),
+        user_id: b.user_id.map(UserId::parse).transpose()?,
         agent_id: b.agent_id.map(AgentId::parse).transpose()?,
         categories: dto::list(b.categories, Category::parse)?,
         kinds: dto::list(b.kinds, Kind::parse)?,
@@ -117,7 +118,8 @@ pub async fn search(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContextRequest {
-    pub user_id: String,
+    /// The user whose memory is read; a user key's own user when left out.
+    pub user_id: Option<String>,
     pub agent_id: Option<String>,
     /// Used to choose the most relevant facts when not all fit the budget.
     pub query: Option<String>,
@@ -147,7 +149,7 @@ pub async fn context(
     ApiJson(b): ApiJson<ContextRequest>,
 ) -> ApiResult<Json<ContextDto>> {
     let input = ContextInput {
-        user_id: Some(UserId::parse(b.user_id)?),
+        user_id: b.user_id.map(UserId::parse).transpose()?,
         agent_id: b.agent_id.map(AgentId::parse).transpose()?,
         query: b.query,
         token_budget: b.token_budget,

@@ -135,10 +135,15 @@ pub(crate) trait Native: Backend + Sized + 'static {
     async fn fill_message(&self, tenant: &TenantId, id: MessageId, text: &str) -> Result<bool>;
     /// Record the embedding space; an existing one is kept (and must match) unless `reset`.
     async fn record_space(&self, model_id: &str, dims: usize, reset: bool) -> Result<()>;
-    /// What follows a user's erasure (SQLite drops the user's vector index).
     /// After a user's erasure: drop the user's cached vectors, and leave no copy of the
-    /// erased rows in the store's files (SQLite: its write-ahead log is truncated).
+    /// erased rows in the store's files (SQLite: its keyword indexes are rewritten without
+    /// the erased words, its write-ahead log is truncated).
     async fn erased(&self, tenant: &str, user: &str) -> Result<()>;
+    /// After a purge: leave no copy of the purged row's words in the store's files (SQLite:
+    /// the memories' keyword index is rewritten). Nothing to do by default.
+    async fn purged(&self) -> Result<()> {
+        Ok(())
+    }
     async fn backup_rows(&self, scope: &BackupScope, sink: &mut Sink<'_>) -> Result<u64>;
     async fn restore_rows(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()>;
     /// Claim a job ([`JobStore::claim_job`]).
@@ -249,7 +254,8 @@ impl<D: Native> MemoryStore for SqlStore<D> {
     }
 
     async fn purge_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<()> {
-        memories::purge(&self.0, tenant, id).await
+        memories::purge(&self.0, tenant, id).await?;
+        self.0.purged().await
     }
 
     async fn history(

@@ -248,9 +248,16 @@ async fn purge_removes_the_row_and_restart_keeps_everything_else(backend: Backen
     let db = Db::new(backend).await;
     let mut s = db.serve(&[]);
     let keep = s.remember("k", "The user runs a marathon every October.").await;
-    let gone = s.remember("k", "The user's locker code is stored elsewhere.").await;
+    let gone = s.remember("k", "The user's locker code is stored elsewhere: xq7731.").await;
     let (st, b) = s.req("DELETE", &format!("/v1/memories/{gone}?purge=true"), None).await;
     assert_eq!((st, b["status"].as_str()), (StatusCode::OK, Some("purged")));
+    if backend == Backend::Sqlite {
+        // Not even the keyword index's pages or the write-ahead log keep the purged words.
+        for file in ["engram.db", "engram.db-wal"] {
+            let bytes = std::fs::read(db.dir().join(file)).unwrap_or_default();
+            assert!(!bytes.windows(6).any(|w| w == b"xq7731"), "{file} holds the purged word");
+        }
+    }
     let (st, _) = s.get(&format!("/v1/memories/{gone}/history")).await;
     assert_eq!(st, StatusCode::NOT_FOUND);
     s.kill9();

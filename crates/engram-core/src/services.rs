@@ -67,6 +67,39 @@ pub struct Services {
     /// What the store last said about API keys, for a store outage ([`crate::engine`]'s
     /// `principal_for_key`): the memory proxy keeps chats going without memory.
     pub(crate) known_keys: Arc<std::sync::Mutex<KnownKeys>>,
+    /// One user's consolidations at a time in this process ([`UserLocks`]).
+    pub(crate) consolidating: Arc<UserLocks>,
+}
+
+/// Locks striped by (tenant, user): extraction holds its user's from the read of the
+/// neighbours its judge sees to the commit of the decision, so two workers extracting two
+/// conversations of one user cannot both add the same fact (the second sees the first's).
+/// Striped, not one per user: bounded memory, and two users rarely share a stripe (the
+/// price of sharing is waiting, never a wrong result).
+#[derive(Debug)]
+pub(crate) struct UserLocks([tokio::sync::Mutex<()>; UserLocks::STRIPES]);
+
+impl Default for UserLocks {
+    fn default() -> Self {
+        Self(std::array::from_fn(|_| tokio::sync::Mutex::new(())))
+    }
+}
+
+impl UserLocks {
+    const STRIPES: usize = 64;
+
+    /// The lock of `user` of `tenant`.
+    pub(crate) fn of(
+        &self,
+        tenant: &crate::model::TenantId,
+        user: &crate::model::UserId,
+    ) -> &tokio::sync::Mutex<()> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (tenant.as_str(), user.as_str()).hash(&mut h);
+        let i = usize::try_from(h.finish() % Self::STRIPES as u64).unwrap_or_default();
+        &self.0[i]
+    }
 }
 
 /// The last answers of the store about API keys, each with when it was given.

@@ -93,6 +93,7 @@ impl Engine {
                 requests: Arc::default(),
                 embedding_wanted: Arc::default(),
                 known_keys: Arc::default(),
+                consolidating: Arc::default(),
             },
         })
     }

@@ -17,7 +17,7 @@ use super::policy::{ExtractionMode, MemoryPolicy};
 use super::prompts::{self, transcript};
 use super::stage::staged;
 use super::summary::SUMMARY_EVERY;
-use crate::error::JobError;
+use crate::error::{Error, JobError};
 use crate::llm::{ChatMessage, ChatRequest, ChatRole, Tier};
 use crate::metrics::ExtractionReport;
 use crate::model::{
@@ -39,6 +39,10 @@ struct Scope<'a> {
     pool: Option<&'a str>,
     policy: &'a MemoryPolicy,
 }
+
+/// How many times a window is judged again after the store refused its decision for a
+/// racing write of another process.
+const RACES: usize = 3;
 
 impl Services {
     /// Extraction: everything after the cursor, in windows of [`WINDOW`] messages.
@@ -145,30 +149,45 @@ impl Services {
         .await?;
         self.ensure_space().await?;
         self.metrics().observe_stage("embed", t.elapsed(), true);
-        // ---- pass 2: consolidate
-        let t = Instant::now();
-        let filter = MemoryFilter {
-            user_id: Some(s.user.clone()),
-            pool: s.pool.map(str::to_string),
-            ..Default::default()
-        };
-        let decision = self.judge(s.tenant, &filter, s.policy, &kept, &vectors, report).await?;
-        let origin = Origin {
-            tenant: s.tenant,
-            user: s.user,
-            agent: s.agent,
-            pool: s.pool,
-            conversation: s.conversation,
-            messages: window.iter().map(|m| m.id).collect(),
-            observed_at: last.created_at,
-            model: self.embedder().model_id(),
-            actor: actor_name_system(),
-            now: crate::model::now(),
-        };
-        let batch = persist::batch(&origin, cursor, decision, &kept, &vectors, report);
-        self.metrics().observe_stage("consolidate", t.elapsed(), true);
-        // ---- persist (one transaction, cursor included)
-        self.persist(s.tenant, s.conversation, s.user, batch).await
+        // ---- pass 2: consolidate, then persist (one transaction, cursor included). One
+        // consolidation of the user at a time in this process; across processes the store
+        // refuses a fact added twice or a fact superseded twice (`Conflict`), and the window
+        // is judged again against what it now holds.
+        let _user = self.consolidating.of(s.tenant, s.user).lock().await;
+        let mut attempt = 0;
+        loop {
+            let mut tried = report.clone();
+            let t = Instant::now();
+            let filter = MemoryFilter {
+                user_id: Some(s.user.clone()),
+                pool: s.pool.map(str::to_string),
+                ..Default::default()
+            };
+            let decision =
+                self.judge(s.tenant, &filter, s.policy, &kept, &vectors, &mut tried).await?;
+            let origin = Origin {
+                tenant: s.tenant,
+                user: s.user,
+                agent: s.agent,
+                pool: s.pool,
+                conversation: s.conversation,
+                messages: window.iter().map(|m| m.id).collect(),
+                observed_at: last.created_at,
+                model: self.embedder().model_id(),
+                actor: actor_name_system(),
+                now: crate::model::now(),
+            };
+            let batch =
+                persist::batch(&origin, cursor.clone(), decision, &kept, &vectors, &mut tried);
+            self.metrics().observe_stage("consolidate", t.elapsed(), true);
+            match self.persist(s.tenant, s.conversation, s.user, batch).await {
+                Err(Error::Conflict(_)) if attempt < RACES => attempt += 1,
+                done => {
+                    *report = tried;
+                    return done.map_err(JobError::from);
+                }
+            }
+        }
     }
 
     /// Move the cursor past a window that gave nothing to remember.

@@ -9,7 +9,6 @@ use time::OffsetDateTime;
 use super::judge::Decision;
 use super::parse::Candidate;
 use super::stage::staged;
-use crate::error::JobError;
 use crate::metrics::ExtractionReport;
 use crate::model::{
     AgentId, ConversationId, EventKind, Memory, MemoryEvent, MemoryId, MessageId, Source,
@@ -94,7 +93,7 @@ pub(super) fn batch(
             memory: m,
             vector: Some(vectors[i].clone()),
             events: vec![ev],
-            unique: false,
+            unique: true,
         });
         report.added += 1;
     }
@@ -119,20 +118,21 @@ pub(super) fn batch(
 }
 
 impl Services {
-    /// Write a window's batch and cursor in one transaction.
+    /// Write a window's batch and cursor in one transaction. `Conflict`: a racing write
+    /// of another process added one of the facts or superseded one the batch supersedes.
     pub(super) async fn persist(
         &self,
         tenant: &TenantId,
         conversation: &ConversationId,
         user: &UserId,
         batch: ExtractionBatch,
-    ) -> Result<(), JobError> {
+    ) -> crate::error::Result<()> {
         let t = Instant::now();
         let res =
             staged("persist", self.store().apply_extraction(tenant, conversation, user, batch))
                 .await;
         self.metrics().observe_stage("persist", t.elapsed(), res.is_ok());
-        res.map_err(JobError::from)
+        res
     }
 }
 

@@ -139,8 +139,7 @@ pub(crate) trait Native: Backend + Sized + 'static {
     /// erased rows in the store's files (SQLite: its keyword indexes are rewritten without
     /// the erased words, its write-ahead log is truncated).
     async fn erased(&self, tenant: &str, user: &str) -> Result<()>;
-    /// After a purge: leave no copy of the purged row's words in the store's files (SQLite:
-    /// the memories' keyword index is rewritten). Nothing to do by default.
+    /// After a purge: no copy of the row's words left in the files (SQLite: FTS `optimize`).
     async fn purged(&self) -> Result<()> {
         Ok(())
     }

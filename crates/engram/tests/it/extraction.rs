@@ -211,6 +211,28 @@ async fn restated_facts_cost_no_consolidation_call_and_pii_is_redacted(backend: 
     assert!(!all.iter().any(|f| f.contains("4111")));
 }
 
+/// Several conversations of one user, extracted at the same time by the server's workers,
+/// that all state one fact: it is added once and mentioned once per conversation (each
+/// worker judged against the neighbours the one before it had written).
+async fn concurrent_conversations_of_one_user_add_a_fact_once(backend: Backend) {
+    let llm = ScriptedLlm::start().await;
+    llm.set_default(Rule::system_contains(EXTRACT).delay(Duration::from_millis(300)).reply(
+        r#"[{"content": "The user is allergic to peanuts.", "category": "fact", "importance": 9}]"#,
+    ));
+    llm.on(Rule::system_contains(CONSOLIDATE).reply(r#"[{"fact": 1, "decision": "ADD"}]"#));
+    let db = Db::new(backend).await;
+    let s = start(&db, &llm, &[]);
+    let appends = (0..6).map(|i| {
+        let msgs = json!([{ "role": "user", "content": format!("Peanuts make me ill ({i}).") }]);
+        append(&s, Box::leak(format!("c{i}").into_boxed_str()), "u", msgs)
+    });
+    futures_util::future::join_all(appends).await;
+    drained(&s).await;
+    let m = active(&s, "u").await;
+    assert_eq!(facts(&m), ["The user is allergic to peanuts."], "{m:?}");
+    assert_eq!(m[0]["mention_count"], 6, "{m:?}");
+}
+
 async fn italian_conversations_and_the_rolling_summary(backend: Backend) {
     let llm = ScriptedLlm::start().await;
     llm.on(Rule::system_contains("rolling summary").reply(
@@ -588,6 +610,7 @@ on_both_backends!(
     a_changed_fact_supersedes_the_old_one_across_sessions,
     prompts_carry_the_date_the_rules_and_only_the_new_slice,
     restated_facts_cost_no_consolidation_call_and_pii_is_redacted,
+    concurrent_conversations_of_one_user_add_a_fact_once,
     italian_conversations_and_the_rolling_summary,
     memory_disabled_makes_no_llm_call_and_tool_calls_get_described,
     faults_retry_then_fail_visibly_and_write_nothing,

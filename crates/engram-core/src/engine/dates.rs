@@ -53,6 +53,31 @@ fn points_into(said: Span, span: Span) -> bool {
     said.days() <= 2 * span.days().max(7)
 }
 
+/// A message's date support for a query naming `span`: [`retrieval::DATE_SAID`] when one
+/// of its relative dates points into it, else [`retrieval::DATE_WITHIN`] when it was sent
+/// within it, else 0. A property of the message, whatever list found it.
+pub(super) fn date_support(m: &Message, span: Span) -> f64 {
+    let said = when::relative_spans(&m.content, m.created_at)
+        .iter()
+        .any(|s| s.overlaps(&span) && points_into(*s, span));
+    if said {
+        retrieval::DATE_SAID
+    } else if span.contains(m.created_at.date()) {
+        retrieval::DATE_WITHIN
+    } else {
+        0.0
+    }
+}
+
+/// Every message's own date support ([`date_support`]), not only the date list's (which a
+/// small limit cuts): a message's score does not depend on the limit.
+pub(super) fn add_date_support(when: Option<Span>, hits: &mut [(Message, retrieval::Explain)]) {
+    let Some(span) = when else { return };
+    for (m, e) in hits {
+        e.date_match = e.date_match.max(date_support(m, span));
+    }
+}
+
 impl Engine {
     /// The time a query names: a date or month as written; a time relative to an event of
     /// the conversation ("two days before the wedding": the event's day is read from the
@@ -183,13 +208,9 @@ impl Engine {
         rows.extend(later.into_iter().filter(|m| !seen.contains(&m.id)));
         let mut found: Vec<(u8, time::OffsetDateTime, MessageId, f64)> = Vec::new();
         for m in rows {
-            let said = when::relative_spans(&m.content, m.created_at)
-                .iter()
-                .any(|s| s.overlaps(&span) && points_into(*s, span));
-            if said {
-                found.push((0, m.created_at, m.id, retrieval::DATE_SAID));
-            } else if span.contains(m.created_at.date()) {
-                found.push((1, m.created_at, m.id, retrieval::DATE_WITHIN));
+            let s = date_support(&m, span);
+            if s > 0.0 {
+                found.push((u8::from(s < retrieval::DATE_SAID), m.created_at, m.id, s));
             }
         }
         found.sort_by_key(|a| (a.0, a.1, a.2));

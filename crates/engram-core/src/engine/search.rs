@@ -17,8 +17,7 @@ use super::{Engine, Hit, SearchInput, SearchMode, SearchSource, clamp_limit};
 /// Source messages an expanded summary hit shows at most.
 pub const EXPANDED_MESSAGES: usize = 3;
 
-/// The two ranked lists of a transcript search: the query, its vector (none in text mode),
-/// which lists to ask for, and how many candidates each returns.
+/// The two ranked lists of a transcript search: query, vector (none in text mode), count.
 #[derive(Clone, Copy)]
 pub(super) struct Lists<'a> {
     /// The keyword query (without the words of a time it names).
@@ -310,6 +309,7 @@ impl Engine {
             let speaker_named = speaker::speaks(&words, &msg.content);
             out.push((msg, Explain { unembedded_messages: waiting, speaker_named, ..e }));
         }
+        super::dates::add_date_support(l.when, &mut out);
         if let Some(asked) = l.scored_by {
             self.similarity_as_asked(v, asked, &mut out).await?;
         }

@@ -176,6 +176,20 @@ async fn a_query_that_names_a_time_finds_what_was_said_about_it(backend: Backend
     // A query naming no time has no date list.
     let (_, r) = s.post("/v1/search", ask("bowling with cousins")).await;
     assert!(r["results"][0]["explain"]["date_rank"].is_null(), "{r}");
+    // A message's date support is its own, whatever the limit: in a month of more messages
+    // than the date list holds (oldest first), the last one is still "written within".
+    let msgs: Vec<Value> = (1..=28)
+        .map(|d| json!({ "role": "user", "content": format!("Day {d} of April: a walk by the canal."), "created_at": format!("2022-04-{d:02}T10:00:00Z") }))
+        .collect();
+    s.post("/v1/conversations/k/messages", json!({ "user_id": "u", "messages": msgs })).await;
+    for limit in [1, 30] {
+        let mut q = ask("canal walk 28 in April 2022");
+        q["limit"] = json!(limit);
+        let (_, r) = s.post("/v1/search", q).await;
+        let first = &r["results"][0];
+        assert_eq!(first["message"]["content"], "Day 28 of April: a walk by the canal.", "{r}");
+        assert_eq!(first["explain"]["date_match"], 0.15, "limit {limit}: {first}");
+    }
 }
 
 /// "Two days before the wedding": the event is found among the user's messages, its day is

@@ -42,7 +42,7 @@ use engram_core::engine::{
 use engram_core::model::{
     AgentId, Category, ConversationId, Importance, Kind, MemoryId, Principal, UserId,
 };
-use engram_core::{Error, Result};
+use engram_core::{Error, Result, retrieval};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -142,8 +142,9 @@ impl McpServer {
 pub struct RememberArgs {
     /// The fact: one standalone third-person sentence, e.g. "The user lives in Bengaluru."
     pub content: String,
-    /// The person the fact is about (your platform's user id).
-    pub user_id: String,
+    /// The person the fact is about (your platform's user id); a user key's own user when
+    /// left out.
+    pub user_id: Option<String>,
     /// The agent writing the fact (default: the key's agent, or none = user-wide).
     pub agent_id: Option<String>,
     /// `knowledge` (default), `profile` (a key-value fact such as the user's timezone; needs
@@ -164,6 +165,10 @@ pub struct RememberArgs {
     pub expires_at: Option<String>,
 }
 
+/// What `recall` without a query says when nothing is known about the user.
+const NOTHING_YET: &str = "Nothing is known about this user yet.";
+/// What `recall` without a query says when no fact fits its token budget.
+const NO_ROOM: &str = "Facts are known about this user, but none fits the token budget.";
 /// What `recall` says when no fact is relevant to the query.
 const NOTHING_KNOWN: &str = "Nothing relevant is known about this: no remembered fact matches \
      the query by keyword or by meaning.";
@@ -181,8 +186,8 @@ const NOTHING_FOUND: &str = "Nothing relevant found: no memory or past message m
 #[serde(deny_unknown_fields)]
 #[schemars(crate = "rmcp::schemars")]
 pub struct RecallArgs {
-    /// The person whose memories to recall.
-    pub user_id: String,
+    /// The person whose memories to recall; a user key's own user when left out.
+    pub user_id: Option<String>,
     /// What you need to know, in words ("where does the user live?"). Leave it out to get
     /// every known fact as one prompt-ready block.
     pub query: Option<String>,
@@ -272,8 +277,9 @@ pub struct RelateArgs {
 pub struct SearchArgs {
     /// What to look for, in words.
     pub query: String,
-    /// The person whose memories and conversations to search.
-    pub user_id: String,
+    /// The person whose memories and conversations to search; a user key's own user when
+    /// left out.
+    pub user_id: Option<String>,
     /// Search within this agent's memory.
     pub agent_id: Option<String>,
     /// `memories`, `messages` (past conversation messages) and/or `summaries` (summaries of
@@ -376,7 +382,7 @@ fn fact_line(m: &MemoryDto) -> String {
 impl McpServer {
     async fn remember(&self, p: &Principal, a: RememberArgs) -> Result<Outcome> {
         let input = RememberInput {
-            user_id: Some(UserId::parse(a.user_id)?),
+            user_id: a.user_id.map(UserId::parse).transpose()?,
             agent_id: a.agent_id.map(AgentId::parse).transpose()?,
             kind: a.kind.as_deref().map(Kind::parse).transpose()?.unwrap_or_default(),
             key: a.key,
@@ -393,7 +399,7 @@ impl McpServer {
     }
 
     async fn recall(&self, p: &Principal, a: RecallArgs) -> Result<Outcome> {
-        let user_id = Some(UserId::parse(a.user_id)?);
+        let user_id = a.user_id.map(UserId::parse).transpose()?;
         let agent_id = a.agent_id.map(AgentId::parse).transpose()?;
         let Some(query) = a.query.filter(|q| !q.trim().is_empty()) else {
             // The context block refuses a minimum score without a query to score by.
@@ -407,7 +413,13 @@ impl McpServer {
             };
             let block = self.engine.context(p, input).await?;
             let value = to_value(dto::ContextDto::from(&block))?;
-            return Ok(Outcome { value, text: block.text });
+            // The block's header alone: say so plainly, not a title over nothing.
+            let text = match block.text.trim() {
+                t if t != retrieval::CONTEXT_HEADER => block.text,
+                _ if block.truncated => NO_ROOM.to_string(),
+                _ => NOTHING_YET.to_string(),
+            };
+            return Ok(Outcome { value, text });
         };
         let input = SearchInput {
             query,
@@ -503,7 +515,7 @@ impl McpServer {
         let (since, until) = dto::window(a.since.as_deref(), a.until.as_deref())?;
         let input = SearchInput {
             query: a.query,
-            user_id: Some(UserId::parse(a.user_id)?),
+            user_id: a.user_id.map(UserId::parse).transpose()?,
             agent_id: a.agent_id.map(AgentId::parse).transpose()?,
             categories: dto::list(a.categories, Category::parse)?,
             kinds: dto::list(a.kinds, Kind::parse)?,
@@ -751,9 +763,9 @@ mod tests {
 
     #[test]
     fn bad_arguments_name_their_field() {
-        let e = parse::<RememberArgs>(json!({ "content": "x" })).unwrap_err();
+        let e = parse::<RememberArgs>(json!({ "user_id": "u" })).unwrap_err();
         assert_eq!(e.code(), engram_core::ErrorCode::InvalidInput);
-        assert!(matches!(&e, Error::InvalidInput { field, .. } if field == "user_id"), "{e:?}");
+        assert!(matches!(&e, Error::InvalidInput { field, .. } if field == "content"), "{e:?}");
         let e = parse::<RememberArgs>(json!({ "content": "x", "user_id": "u", "importance": "7" }))
             .unwrap_err();
         assert!(matches!(&e, Error::InvalidInput { field, .. } if field == "importance"), "{e:?}");

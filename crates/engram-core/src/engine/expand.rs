@@ -8,7 +8,7 @@ use crate::store::TranscriptFilter;
 
 use super::scope::View;
 use super::search::{EXPANDED_MESSAGES, Lists};
-use super::{Engine, Hit, SearchMode};
+use super::{Engine, Hit, SearchInput};
 
 impl Engine {
     /// Every message a summary covers, through the levels below it, in order.
@@ -37,27 +37,31 @@ impl Engine {
     }
 
     /// Expand each summary hit to its best source messages: the query's message search
-    /// within the summary's span, kept to the messages the summary covers. `vectors`: the
-    /// messages' ranking vector and, when it is not the query as asked, the query's
-    /// (`Lists::scored_by`).
+    /// within the summary's span and the search's own `since`/`until`, kept to the messages
+    /// the summary covers. `vectors`: the messages' ranking vector and, when it is not the
+    /// query as asked, the query's (`Lists::scored_by`).
     pub(super) async fn expand(
         &self,
         v: &View,
         query: &str,
         (vector, scored_by): (Option<&[f32]>, Option<&[f32]>),
-        mode: SearchMode,
+        input: &SearchInput,
         hits: &mut [Hit],
     ) -> Result<()> {
+        let mode = input.mode;
         let scale = self.svc.embedder.similarity_scale();
         let now = crate::model::now();
         for h in hits.iter_mut() {
             let Hit::Summary { summary, expanded, .. } = h else { continue };
             let covered: std::collections::HashSet<MessageId> =
                 self.covered_messages(&v.tenant, summary).await?.into_iter().collect();
+            let until = summary.latest_at + time::Duration::microseconds(1);
             let window = TranscriptFilter {
                 user: summary.user_id.clone(),
-                since: Some(summary.earliest_at),
-                until: Some(summary.latest_at + time::Duration::microseconds(1)),
+                since: Some(
+                    input.since.map_or(summary.earliest_at, |s| s.max(summary.earliest_at)),
+                ),
+                until: Some(input.until.map_or(until, |u| u.min(until))),
             };
             let k = covered.len().max(EXPANDED_MESSAGES);
             let lists = Lists {

@@ -186,7 +186,7 @@ impl Engine {
         hits.truncate(limit);
         if input.expand {
             let vectors = (message_vector, scored_by);
-            self.expand(&v, query, vectors, input.mode, &mut hits).await?;
+            self.expand(&v, query, vectors, &input, &mut hits).await?;
         }
         let ids: Vec<MemoryId> = hits
             .iter()

@@ -133,8 +133,9 @@ pub struct ContextRequest {
     /// the `score` of a search) reaches this.
     pub min_score: Option<f64>,
     /// Short-term context: this conversation's latest summaries and last messages follow
-    /// the facts, within the same `token_budget` (the newest first kept). The conversation
-    /// must be the user's.
+    /// the facts, within the same `token_budget` (the newest first kept). A conversation
+    /// of another user, or one the caller may not read, adds nothing, as an unknown one
+    /// (the answer tells nothing about it).
     pub conversation_id: Option<String>,
 }
 

@@ -177,8 +177,10 @@ async fn mcp_http_tools_end_to_end(backend: Backend) {
     }
     let schema =
         |name: &str| tools.iter().find(|t| t["name"] == name).unwrap()["inputSchema"].clone();
-    assert_eq!(schema("remember")["required"], json!(["content", "user_id"]));
-    assert_eq!(schema("memory_search")["required"], json!(["query", "user_id"]));
+    // `user_id` may be left out by a user key (its own user).
+    assert_eq!(schema("remember")["required"], json!(["content"]));
+    assert_eq!(schema("memory_search")["required"], json!(["query"]));
+    assert!(schema("recall")["properties"]["user_id"].is_object());
     assert_eq!(schema("memory_browse")["required"], json!(["conversation_id"]));
     assert!(schema("memory_search")["properties"]["sources"].is_object());
 
@@ -410,6 +412,9 @@ async fn mcp_http_keys_roles_and_tenants(backend: Backend) {
     u.connect().await;
     let r = u.ok("recall", json!({ "user_id": "alice", "query": "secret project name" })).await;
     assert_eq!(contents_of(&r["results"]), ["Alice's secret project is called Nightingale."]);
+    // A user key need not name its user.
+    let r = u.ok("memory_search", json!({ "query": "secret project name" })).await;
+    assert_eq!(contents_of(&r["results"]), ["Alice's secret project is called Nightingale."]);
     assert_tool_error(
         &u.call("memory_search", json!({ "user_id": "bob", "query": "peanuts" })).await,
         "forbidden",
@@ -432,7 +437,7 @@ async fn mcp_http_keys_roles_and_tenants(backend: Backend) {
     let r = b.ok("list_memories", json!({})).await;
     assert_eq!(r["memories"], json!([]));
     let r = b.call("recall", json!({ "user_id": "alice" })).await;
-    assert!(!r["content"][0]["text"].as_str().unwrap().contains("Nightingale"), "{r}");
+    assert_eq!(r["content"][0]["text"], "Nothing is known about this user yet.", "{r}");
     assert_tool_error(&b.call("forget", json!({ "memory_id": secret })).await, "not_found");
     assert_tool_error(&b.call("relate", json!({ "memory_id": secret })).await, "not_found");
     assert_eq!(b.ok("memory_stats", json!({})).await["memories_active"], 0);

@@ -171,6 +171,15 @@ async fn a_long_conversation_compacts_into_a_dag_that_search_expands(backend: Ba
     let seqs: Vec<&Value> = expanded.iter().map(|e| &e["message"]["seq"]).collect();
     assert_eq!(expanded[0]["message"]["seq"], 137, "{seqs:?}");
     assert!(expanded[0]["score"].as_f64().unwrap() > 0.0);
+    // An expansion keeps to the search's own time window too.
+    let since = at(138).format(&Rfc3339).unwrap();
+    let q = json!({ "user_id": "u", "query": "greyhound Biscuit", "sources": ["summaries"], "expand": true, "since": since });
+    let (_, r) = s.post("/v1/search", q).await;
+    let root = r["results"].as_array().unwrap().iter().find(|h| h["summary"]["kind"] == "root");
+    let expanded =
+        root.expect("the root still overlaps the window")["expanded"].as_array().unwrap();
+    assert!(!expanded.is_empty(), "{r}");
+    assert!(expanded.iter().all(|e| e["message"]["seq"].as_i64() >= Some(138)), "{r}");
     // Without `expand`, no expansion; with `sources` left out, no summaries (REST default).
     let (_, r) = s
         .post(

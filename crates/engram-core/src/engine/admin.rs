@@ -197,6 +197,9 @@ pub enum CompactionStatus {
     /// good: a conversation is summarized only as far as extraction has read it, so theirs
     /// wait until the failed jobs are retried (`engram jobs retry`, or the health page).
     WaitingForExtraction,
+    /// No compaction job waits, messages are unsummarized, and compaction jobs failed for
+    /// good (their reason in `engram jobs list --status failed`): retried, they go on.
+    Failed,
     /// Nothing to do.
     Idle,
 }
@@ -210,6 +213,8 @@ impl CompactionStatus {
             CompactionStatus::Running
         } else if s.extractions_failed > 0 && s.messages_unsummarized > 0 {
             CompactionStatus::WaitingForExtraction
+        } else if s.compactions_failed > 0 && s.messages_unsummarized > 0 {
+            CompactionStatus::Failed
         } else {
             CompactionStatus::Idle
         }

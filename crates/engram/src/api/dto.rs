@@ -627,6 +627,7 @@ impl From<engram_core::engine::Stats> for StatsDto {
                     CompactionStatus::Off => "off: no LLM configured",
                     CompactionStatus::Running => "running",
                     CompactionStatus::WaitingForExtraction => "waiting for extraction",
+                    CompactionStatus::Failed => "failed",
                     CompactionStatus::Idle => "idle",
                 }
                 .into(),
@@ -798,7 +799,9 @@ pub struct CompactionStats {
     /// `idle`; `running` (jobs waiting or running); `waiting for extraction` (messages are
     /// unsummarized and extraction jobs failed for good: a conversation is summarized only as
     /// far as extraction has read it, so theirs wait until the failed jobs are retried with
-    /// `engram jobs retry` or on the health page); or `off: no LLM configured`.
+    /// `engram jobs retry` or on the health page); `failed` (messages are unsummarized and
+    /// compaction jobs failed for good: retry them the same way); or `off: no LLM
+    /// configured`.
     pub status: String,
     /// Messages no summary covers yet.
     pub unsummarized_messages: u64,

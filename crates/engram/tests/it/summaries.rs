@@ -436,6 +436,36 @@ async fn a_failed_extraction_holds_compaction_back_and_stats_say_so(backend: Bac
     assert_eq!(stats["compaction"]["unsummarized_messages"], 0, "{stats}");
 }
 
+/// Compaction jobs that failed for good (an LLM that answers empty summaries) are reported:
+/// stats say `failed`, not `idle`, and the health page warns. Found by a black-box tester.
+async fn a_failed_compaction_is_reported_not_idle(backend: Backend) {
+    let llm = echoing_llm().await;
+    let broken = llm.on(Rule::system_contains(LEAF).reply(""));
+    let db = Db::new(backend).await;
+    let s = start(&db, &llm);
+    let settings = json!({ "settings": { "compaction": { "threshold": 10 } } });
+    s.req("PUT", "/v1/agents/a", Some(settings)).await;
+    append(&s, "k1", Some("a"), 1, 25).await;
+    let stats = drained(&s).await;
+    assert_eq!(stats["compaction"]["failed"], 1, "{stats}");
+    assert_eq!(stats["compaction"]["status"], "failed", "{stats}");
+    let page = s.get_text("/health").await;
+    assert!(page.contains("Compaction failed: 1 compaction job(s) failed for good"), "{page}");
+    llm.remove(&broken);
+    let (_, out, _) = db.cli(&["jobs", "list", "--status", "failed", "--json"]);
+    let jobs: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert!(db.cli(&["jobs", "retry", jobs[0]["id"].as_str().unwrap()]).0);
+    let mut stats = Value::Null;
+    for _ in 0..600 {
+        stats = drained(&s).await;
+        if stats["compaction"]["summaries"] == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(stats["compaction"]["status"], "idle", "{stats}");
+}
+
 /// A query that names a day finds the summaries covering it, the leaf of that stretch
 /// before the branch above it (found by a session: "on April 5, 2023" ranked the leaf of
 /// April 3-6 13th among summaries, after others that only shared the month).
@@ -492,6 +522,7 @@ on_both_backends!(
     a_long_conversation_compacts_into_a_dag_that_search_expands,
     a_query_that_names_a_day_finds_the_summaries_covering_it,
     a_failed_extraction_holds_compaction_back_and_stats_say_so,
+    a_failed_compaction_is_reported_not_idle,
     extraction_goes_on_after_its_cursor_is_summarized_and_a_killed_compaction_reruns_once,
     without_an_llm_nothing_is_compacted_and_stats_say_so,
     a_lowered_threshold_compacts_the_agents_conversations,

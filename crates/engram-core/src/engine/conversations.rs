@@ -228,6 +228,9 @@ impl Engine {
             return Err(Error::not_found(format!("conversation {conversation}")));
         }
         let limit = clamp_limit(limit, 1000)?;
+        if after_seq < 0 {
+            return Err(Error::invalid("after", "after must be a message seq: 0 or more"));
+        }
         self.svc.store.list_messages(&p.tenant, conversation, after_seq, limit).await
     }
 

@@ -103,7 +103,8 @@ pub async fn append(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct BrowseQuery {
-    /// Return messages with `seq` greater than this (default 0).
+    /// Return messages with `seq` greater than this (default 0; not negative).
+    #[param(minimum = 0)]
     pub after: Option<i64>,
     /// 1–1000 (default 100).
     pub limit: Option<usize>,

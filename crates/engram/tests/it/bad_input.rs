@@ -748,6 +748,8 @@ async fn every_bad_request_gets_a_clear_error_and_changes_nothing(backend: Backe
             .says(&["limit"]),
         nobody("GET", "/v1/conversations/c1/messages?after=x", 400, "invalid_input")
             .says(&["after"]),
+        nobody("GET", "/v1/conversations/c1/messages?after=-1", 400, "invalid_input")
+            .says(&["after", "0 or more"]),
         nobody("GET", "/v1/conversations/c1/messages?colour=1", 400, "invalid_input")
             .says(&["colour"]),
     ]);

@@ -34,9 +34,27 @@ pub fn service(state: &Arc<AppState>, max_body_bytes: usize) -> Router {
         config,
     );
     Router::new().route_service("/mcp", svc).layer(axum::middleware::from_fn_with_state(
-        (state.clone(), SessionOwners::default()),
+        (state.clone(), SessionOwners::default(), max_body_bytes),
         auth_layer,
     ))
+}
+
+/// A `POST` body that is not JSON gets JSON-RPC's parse error (-32700) in a 400, not the
+/// transport's plain-text 415; one over `max` bytes gets the REST 413.
+async fn json_body(body: axum::body::Body, max: usize) -> Result<axum::body::Body, Response> {
+    let bytes = axum::body::to_bytes(body, max).await.map_err(|_| {
+        ApiError::new(
+            engram_core::ErrorCode::PayloadTooLarge,
+            format!("the request body is over {max} bytes"),
+        )
+        .into_response()
+    })?;
+    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+        let error = serde_json::json!({ "jsonrpc": "2.0", "id": null,
+            "error": { "code": -32700, "message": format!("Parse error: the body is not JSON: {e}") } });
+        return Err((axum::http::StatusCode::BAD_REQUEST, axum::Json(error)).into_response());
+    }
+    Ok(axum::body::Body::from(bytes))
 }
 
 /// The principal each HTTP MCP session was opened with, by session id (issue 10: a session
@@ -53,13 +71,21 @@ const SESSION_HEADER: &str = "mcp-session-id";
 /// before it reaches the session, so a key that learns a session id can neither take the
 /// session over nor lock its owner out.
 pub async fn auth_layer(
-    State((st, owners)): State<(Arc<AppState>, SessionOwners)>,
+    State((st, owners, max_body)): State<(Arc<AppState>, SessionOwners, usize)>,
     req: Request,
     next: Next,
 ) -> Response {
     let (mut parts, body) = req.into_parts();
     match Auth::from_request_parts(&mut parts, &st).await {
         Ok(Auth(p)) => {
+            let body = if parts.method == axum::http::Method::POST {
+                match json_body(body, max_body).await {
+                    Ok(b) => b,
+                    Err(refused) => return refused,
+                }
+            } else {
+                body
+            };
             let session =
                 parts.headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
             if let Some(id) = &session {

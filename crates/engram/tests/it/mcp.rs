@@ -165,6 +165,18 @@ async fn mcp_http_tools_end_to_end(backend: Backend) {
     assert_eq!(info["serverInfo"]["name"], "engram");
     assert_eq!(info["protocolVersion"], PROTOCOL);
     assert!(info["capabilities"]["tools"].is_object());
+    // A body that is not JSON gets JSON-RPC's parse error, as JSON.
+    let raw = reqwest::Client::new()
+        .post(format!("{}/mcp", s.base))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status(), 400);
+    let v: Value = raw.json().await.unwrap();
+    assert_eq!(v["error"]["code"], -32700, "{v}");
 
     // tools/list: the eight tools, each with a description and an object schema.
     let list = m.request("tools/list", json!({})).await;

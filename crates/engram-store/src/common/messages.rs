@@ -30,6 +30,9 @@ pub(crate) async fn append<B: Backend>(
     let (conv, user) = (first.conversation_id.clone(), first.user_id.clone());
     let agent = first.agent_id.clone();
     let now = OffsetDateTime::now_utc();
+    // A new conversation starts with its first message: an imported history keeps its own
+    // start, not the day it was stored.
+    let started = messages.iter().map(|m| m.created_at).min().unwrap_or(now).min(now);
     let mut tx = b.begin_write().await?;
     // Creates the conversation or locks its row until commit (PostgreSQL; SQLite has one
     // writer): one appender at a time.
@@ -44,7 +47,7 @@ pub(crate) async fn append<B: Backend>(
             Text(conv.as_str()),
             Text(user.as_str()),
             OptText(agent.as_ref().map(AgentId::as_str)),
-            Ts(now),
+            Ts(started),
             Ts(now),
         ],
     )

@@ -141,7 +141,10 @@ pub struct ConversationDto {
     pub agent_id: Option<String>,
     /// Messages so far.
     pub message_count: i64,
+    /// When the conversation started: its first message's `created_at` (an imported
+    /// history keeps its own dates).
     pub created_at: String,
+    /// When a message was last appended (by the server's clock).
     pub updated_at: String,
     /// The rolling summary extraction keeps of the conversation (null before the first
     /// extraction, or with no LLM configured).

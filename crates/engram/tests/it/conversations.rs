@@ -19,6 +19,14 @@ async fn append_browse_and_ownership(backend: Backend) {
     let seqs: Vec<i64> =
         b["messages"].as_array().unwrap().iter().map(|m| m["seq"].as_i64().unwrap()).collect();
     assert_eq!(seqs, [1, 2, 3]);
+    // An imported history starts when its first message was written, not when it was stored.
+    let old = json!({ "user_id": "u", "messages": [
+        { "role": "user", "content": "Hello from 2023.", "created_at": "2023-05-08T13:56:00Z" },
+        { "role": "assistant", "content": "Hi!", "created_at": "2023-05-08T13:57:00Z" },
+    ]});
+    s.post("/v1/conversations/old/messages", old).await;
+    let (_, c) = s.get("/v1/conversations/old").await;
+    assert_eq!(c["created_at"], "2023-05-08T13:56:00Z", "{c}");
     let (st, _) = s.post("/v1/conversations/c1/messages", json!({ "user_id": "u", "messages": [{ "role": "user", "content": "Any good bakeries?" }] })).await;
     assert_eq!(st, StatusCode::ACCEPTED);
     let (_, page) = s.get("/v1/conversations/c1/messages?limit=2").await;

@@ -298,7 +298,11 @@ impl Engine {
             .get_message(&p.tenant, id)
             .await?
             .ok_or_else(|| Error::not_found(format!("message {id}")))?;
-        let _ = self.messages(p, &msg.conversation_id, 0, 1).await?;
+        // A message of a conversation the caller may not read is unknown, as any other id:
+        // the refusal names the message only, never its conversation.
+        if !self.conversation_visible(p, &msg.conversation_id).await? {
+            return Err(Error::not_found(format!("message {id}")));
+        }
         self.svc.store.rate_message(&p.tenant, id, value).await?;
         let mut turn_ids = vec![id.to_string()];
         if let Some(t) = &msg.turn_id {

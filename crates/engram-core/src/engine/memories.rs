@@ -106,6 +106,13 @@ impl Engine {
             };
             (new, redacted) = self.apply_pii(writer.as_ref(), new)?;
         }
+        // An edit that changes nothing makes no new version (its history would fill with
+        // copies): the fact as it is.
+        if (&new.content, new.kind, new.category, new.importance, &new.metadata, new.expires_at)
+            == (&old.content, old.kind, old.category, old.importance, &old.metadata, old.expires_at)
+        {
+            return Ok((old, redacted));
+        }
         let vector = if new.kind == Kind::Profile {
             None
         } else {

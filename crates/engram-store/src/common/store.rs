@@ -2,8 +2,7 @@
 //! sub-trait of [`engram_core::store::Store`], with the shared statements of this module's
 //! siblings. What a backend does its own way is the short list of [`Native`] operations
 //! (SQLite's in-process vector index and FTS5, PostgreSQL's pgvector, batched `unnest`
-//! inserts and `SKIP LOCKED` claims, each one's backup format); nothing else is written
-//! per backend.
+//! inserts and `SKIP LOCKED` claims, each one's backup format); nothing else per backend.
 
 use std::collections::HashMap;
 use std::ops::Deref;
@@ -27,8 +26,7 @@ use super::messages::Conversation;
 use super::{Arg, Backend, access, jobs, memories, messages, summaries};
 
 /// A store: one backend ([`crate::sqlite::SqliteDb`], [`crate::postgres::PgDb`]) under the
-/// whole store contract. Its backend's own methods (opening, operators' tuning) are reached
-/// through `Deref`.
+/// whole store contract; the backend's own methods (opening, tuning) through `Deref`.
 pub struct SqlStore<D>(pub(crate) D);
 
 impl<D> Deref for SqlStore<D> {
@@ -113,8 +111,7 @@ pub(crate) trait Native: Backend + Sized + 'static {
         &self,
         q: Ranked<'_, VectorScope<'_>, [f32]>,
     ) -> Hits<Uuid, f32>;
-    /// The cosine similarity with the query of these rows' vectors of the model
-    /// ([`MessageStore::message_similarities`]).
+    /// These rows' cosine with the query ([`MessageStore::message_similarities`]).
     async fn score_transcript_vectors(
         &self,
         tenant: &TenantId,
@@ -135,9 +132,12 @@ pub(crate) trait Native: Backend + Sized + 'static {
     async fn fill_message(&self, tenant: &TenantId, id: MessageId, text: &str) -> Result<bool>;
     /// Record the embedding space; an existing one is kept (and must match) unless `reset`.
     async fn record_space(&self, model_id: &str, dims: usize, reset: bool) -> Result<()>;
-    /// After a user's erasure: drop the user's cached vectors, and leave no copy of the
-    /// erased rows in the store's files (SQLite: its keyword indexes are rewritten without
-    /// the erased words, its write-ahead log is truncated).
+    /// Before an erasure or a purge (SQLite: pages freed whole are zeroed too).
+    async fn deleting(&self) -> Result<()> {
+        Ok(())
+    }
+    /// After an erasure: the user's cached vectors dropped, no copy of the rows left in the
+    /// files (SQLite: keyword indexes rewritten, log truncated; [`Native::deleting`] undone).
     async fn erased(&self, tenant: &str, user: &str) -> Result<()>;
     /// After a purge: no copy of the row's words left in the files (SQLite: FTS `optimize`).
     async fn purged(&self) -> Result<()> {
@@ -152,8 +152,7 @@ pub(crate) trait Native: Backend + Sized + 'static {
         lease: OffsetDateTime,
         kinds: &[JobKind],
     ) -> Result<Option<Job>>;
-    /// Claim up to `limit` jobs ([`JobStore::claim_jobs`]); one claim after another unless
-    /// the database does better.
+    /// Claim up to `limit` jobs ([`JobStore::claim_jobs`]), one by one unless it does better.
     async fn claim_many(
         &self,
         now: OffsetDateTime,
@@ -253,6 +252,7 @@ impl<D: Native> MemoryStore for SqlStore<D> {
     }
 
     async fn purge_memory(&self, tenant: &TenantId, id: MemoryId) -> Result<()> {
+        self.0.deleting().await?;
         memories::purge(&self.0, tenant, id).await?;
         self.0.purged().await
     }
@@ -842,10 +842,10 @@ impl<D: Native> MaintenanceStore for SqlStore<D> {
 
     async fn erase_user(&self, tenant: &TenantId, user: &UserId) -> Result<EraseCounts> {
         let (t, u) = (tenant.as_str(), user.as_str());
+        self.0.deleting().await?;
         let mut tx = self.0.begin_write().await?;
         if D::USER_LOCK {
-            // Take the user's lock first, as every writer of the user's memories does.
-            D::bump(&mut tx, t, u).await?;
+            D::bump(&mut tx, t, u).await?; // the user's lock first, as every writer's
         }
         let mut counts = EraseCounts::default();
         for (table, sql) in crate::tables::erase_statements(|i| format!("?{i}")) {

@@ -229,6 +229,7 @@ impl Native for SqliteDb {
         for optimize in [OPTIMIZE_MEMORIES, OPTIMIZE_MESSAGES, OPTIMIZE_SUMMARIES] {
             self.scrub_keywords(optimize).await?;
         }
+        self.secure_delete(false).await?;
         // The log still holds the pages as they were before the erasure: copy it into the
         // database and empty it (a reader still on an old snapshot can keep it from being
         // emptied; the next checkpoint then does).
@@ -236,8 +237,13 @@ impl Native for SqliteDb {
         Ok(())
     }
 
+    async fn deleting(&self) -> Result<()> {
+        self.secure_delete(true).await
+    }
+
     async fn purged(&self) -> Result<()> {
         self.scrub_keywords(OPTIMIZE_MEMORIES).await?;
+        self.secure_delete(false).await?;
         sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&self.write).await.map_err(db)?;
         Ok(())
     }
@@ -275,6 +281,17 @@ impl Native for SqliteDb {
 }
 
 impl SqliteDb {
+    /// `secure_delete` of the writer connection: `ON` for an erasure or a purge (every
+    /// freed page zeroed, also those freed whole, which `FAST` leaves as they were: a
+    /// tester read 30 erased facts back from the file), `FAST` otherwise (the embedding
+    /// lane's updates cost no extra I/O). Set on the one writer connection, between
+    /// transactions.
+    async fn secure_delete(&self, all: bool) -> Result<()> {
+        let sql = if all { "PRAGMA secure_delete = ON" } else { "PRAGMA secure_delete = FAST" };
+        sqlx::query(sql).execute(&self.write).await.map_err(db)?;
+        Ok(())
+    }
+
     /// Rewrite an FTS5 index without the words of deleted rows. A contentless index with
     /// `contentless_delete` only marks a deleted row (its `secure-delete` option does not
     /// apply to such tables): the row's words stay in the index's pages until their

@@ -53,6 +53,13 @@ async fn remember_find_edit_forget_erase_as_a_new_user_would(backend: Backend) {
         .req("PATCH", &format!("/v1/memories/{bengaluru}"), Some(json!({ "content": "x y z" })))
         .await;
     assert_error(&r, 409, "conflict");
+    // An edit that changes nothing makes no version: the fact as it is, history unchanged.
+    let same =
+        json!({ "content": "The user lives in Mysuru.", "importance": edited["importance"] });
+    let (st, again) = s.req("PATCH", &format!("/v1/memories/{new_id}"), Some(same)).await;
+    assert_eq!((st, again["id"].as_str()), (StatusCode::OK, Some(new_id.as_str())), "{again}");
+    let (_, hist) = s.get(&format!("/v1/memories/{new_id}/history")).await;
+    assert_eq!(hist["chain"].as_array().unwrap().len(), 2, "{hist}");
 
     // Forget: gone from search and list, kept in history.
     let (st, b) = s.req("DELETE", &format!("/v1/memories/{new_id}"), None).await;
@@ -248,7 +255,11 @@ async fn purge_removes_the_row_and_restart_keeps_everything_else(backend: Backen
     let db = Db::new(backend).await;
     let mut s = db.serve(&[]);
     let keep = s.remember("k", "The user runs a marathon every October.").await;
-    let gone = s.remember("k", "The user's locker code is stored elsewhere: xq7731.").await;
+    let first = s.remember("k", "The user's locker code is stored elsewhere.").await;
+    // An edited fact: its new version is purged (found by a tester: the log kept it).
+    let edit = json!({ "content": "The user's locker code is stored elsewhere: xq7731." });
+    let (_, v2) = s.req("PATCH", &format!("/v1/memories/{first}"), Some(edit)).await;
+    let gone = v2["id"].as_str().unwrap().to_string();
     let (st, b) = s.req("DELETE", &format!("/v1/memories/{gone}?purge=true"), None).await;
     assert_eq!((st, b["status"].as_str()), (StatusCode::OK, Some("purged")));
     if backend == Backend::Sqlite {

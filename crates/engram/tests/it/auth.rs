@@ -209,6 +209,17 @@ async fn user_keys_are_bound_to_their_user_and_clusters_share_new_writes(backend
     assert_error(&got, 400, "invalid_input");
     assert!(got.1["error"]["message"].as_str().unwrap().contains("user_id"), "{got:?}");
     assert_error(&alice.get(&format!("/v1/memories/{bob_id}")).await, 404, "not_found");
+    // Rating a message of bob's conversation: unknown, and its conversation is not named.
+    let (_, m) = admin
+        .post(
+            "/v1/conversations/bob-diary-2026/messages",
+            json!({ "user_id": "bob", "messages": [{ "role": "user", "content": "Dear diary." }] }),
+        )
+        .await;
+    let msg = m["messages"][0]["id"].as_str().unwrap();
+    let got = alice.post(&format!("/v1/messages/{msg}/rating"), json!({ "value": -1 })).await;
+    assert_error(&got, 404, "not_found");
+    assert!(!got.1.to_string().contains("bob-diary"), "{got:?}");
     let (_, l) = alice.get("/v1/memories").await;
     assert_eq!(l["memories"].as_array().unwrap().len(), 1, "a user key lists only its user: {l}");
     assert_error(&alice.req("DELETE", "/v1/users/bob", None).await, 403, "forbidden");

@@ -20,9 +20,16 @@ async fn erasure_removes_every_row_and_index_entry_of_the_user(backend: Backend)
     s.post("/v1/search", json!({ "query": "quokka", "user_id": "victim", "turn_id": "t1" })).await;
     s.post("/v1/context", json!({ "user_id": "victim", "session_id": "sess" })).await;
     s.remember("keeper", "The user also likes quokka documentaries.").await;
+    // Enough of the victim's rows that whole pages are freed by the erasure (a page freed
+    // whole kept its bytes under `secure_delete = FAST`: a tester read them back).
+    let notes: Vec<serde_json::Value> = (0..200)
+        .map(|i| json!({ "content": format!("Victim note {i}: the ptarmigan count was {i} lorem ipsum dolor sit amet."), "user_id": "victim" }))
+        .collect();
+    let (st, b) = s.post("/v1/memories/batch", json!({ "memories": notes, "dedup": false })).await;
+    assert!(st.is_success(), "{b}");
 
     let (_, x) = s.get("/v1/users/victim/export").await;
-    assert_eq!(x["memories"].as_array().unwrap().len(), 2, "export holds both versions: {x}");
+    assert_eq!(x["memories"].as_array().unwrap().len(), 202, "export holds both versions: {x}");
     assert_eq!(x["messages"].as_array().unwrap().len(), 1);
     assert!(x["events"].as_array().unwrap().len() >= 3);
 
@@ -31,7 +38,7 @@ async fn erasure_removes_every_row_and_index_entry_of_the_user(backend: Backend)
     let e = &er["erased"];
     assert_eq!(
         (e["memories"].as_u64(), e["messages"].as_u64(), e["conversations"].as_u64()),
-        (Some(2), Some(1), Some(1)),
+        (Some(202), Some(1), Some(1)),
         "{er}"
     );
     assert_eq!((e["recalls"].as_u64(), e["context_sessions"].as_u64()), (Some(1), Some(1)), "{er}");
@@ -61,9 +68,15 @@ async fn sqlite_holds_nothing_of(path: &std::path::Path) {
     for secret in ["ZX991", "passport", "photos"] {
         assert!(!holds(&wal, secret), "{} still holds '{secret}'", wal.display());
     }
-    for secret in
-        ["ZX991", "The user's passport expired", "my quokka photos", "zx991", "passport", "photos"]
-    {
+    for secret in [
+        "ZX991",
+        "The user's passport expired",
+        "my quokka photos",
+        "zx991",
+        "passport",
+        "photos",
+        "ptarmigan",
+    ] {
         assert!(!holds(path, secret), "{} still holds '{secret}'", path.display());
     }
     let url = format!("sqlite://{}?mode=ro", path.display());

@@ -33,6 +33,7 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
     (14, "job_counts", include_str!("../migrations/sqlite/0014_job_counts.sql")),
     (15, "finished_jobs", include_str!("../migrations/sqlite/0015_finished_jobs.sql")),
     (16, "message_dates", include_str!("../migrations/sqlite/0016_message_dates.sql")),
+    (17, "active_content", include_str!("../migrations/sqlite/0017_active_content.sql")),
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.
@@ -66,6 +67,7 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
         include_str!("../migrations/postgres/0016_context_next_by_key.sql"),
     ),
     (17, "message_dates", include_str!("../migrations/postgres/0017_message_dates.sql")),
+    (18, "active_content", include_str!("../migrations/postgres/0018_active_content.sql")),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

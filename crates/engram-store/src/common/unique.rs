@@ -56,14 +56,18 @@ pub(crate) async fn check_free<B: Backend>(
         let mine: Vec<&&NewMemory> =
             unique.iter().filter(|r| r.memory.user_id.as_str() == user).collect();
         let texts = Arg::Texts(mine.iter().map(|r| r.memory.content.as_str()).collect());
+        // Through the index of active contents' starts (`memories_active_content`): the
+        // same expression, the first 48 characters on both backends.
+        let starts: Vec<&str> = mine.iter().map(|r| start(&r.memory.content)).collect();
         let sql = format!(
             "SELECT id, content, kind, agent_id, pool FROM memories WHERE tenant_id = ? \
              AND user_id = ? AND superseded_at IS NULL AND (expires_at IS NULL OR expires_at > ?) \
-             AND content{}",
-            B::IN_LIST
+             AND substr(content, 1, 48){in_list} AND content{in_list}",
+            in_list = B::IN_LIST
         );
         let now = Ts(OffsetDateTime::now_utc());
-        let found = B::tx_all(tx, &sql, &[Text(tenant.as_str()), Text(user), now, texts]).await?;
+        let args = [Text(tenant.as_str()), Text(user), now, Arg::Texts(starts), texts];
+        let found = B::tx_all(tx, &sql, &args).await?;
         for row in &found {
             let (content, kind) = (row.text("content")?, row.text("kind")?);
             let (agent, pool) = (row.opt_text("agent_id")?, row.opt_text("pool")?);
@@ -81,4 +85,20 @@ pub(crate) async fn check_free<B: Backend>(
         }
     }
     Ok(())
+}
+
+/// The first 48 characters of `s`: the indexed start of a fact's content (SQLite's and
+/// PostgreSQL's `substr` count characters too).
+fn start(s: &str) -> &str {
+    s.char_indices().nth(48).map_or(s, |(i, _)| &s[..i])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_start_is_48_characters_not_bytes() {
+        assert_eq!(super::start("short"), "short");
+        let long = "é".repeat(60);
+        assert_eq!(super::start(&long).chars().count(), 48);
+    }
 }

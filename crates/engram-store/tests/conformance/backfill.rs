@@ -63,12 +63,13 @@ fn undo_sqlite_12() -> String {
     format!("{drop} {messages} DELETE FROM schema_migrations WHERE version = 12;")
 }
 
-/// Migrations 17 (PostgreSQL; 16 on SQLite) to 13 undone: no index of finished jobs, of job
-/// counts, or of the messages without a vector (the record of the messages' dates is kept:
+/// Migrations 18 (PostgreSQL; 17 on SQLite) to 13 undone: no index of finished jobs, of job
+/// counts, of active contents, or of the messages without a vector (the record of the messages' dates is kept:
 /// its migration creates it only if absent). Undone first whenever an older migration is:
 /// the runner applies what is past the newest version recorded.
 const UNDO_13_17: &str = "DROP INDEX jobs_done; DROP INDEX jobs_done_kind; DROP INDEX jobs_tenant_status; \
-    DROP INDEX messages_unembedded; DELETE FROM schema_migrations WHERE version IN (13, 14, 15, 16, 17);";
+    DROP INDEX messages_unembedded; DROP INDEX memories_active_content; \
+    DELETE FROM schema_migrations WHERE version IN (13, 14, 15, 16, 17, 18);";
 
 /// PostgreSQL's migration 12 undone: no writer transaction ids on transcript vectors.
 const UNDO_PG_12: &str = "\

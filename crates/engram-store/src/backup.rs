@@ -17,10 +17,12 @@
 //! `Unprocessable`, naming table and column), then written in one transaction with `ON
 //! CONFLICT DO NOTHING`: a row whose key exists stays as it is and is counted as skipped, so
 //! an import can be re-run. Special cases:
-//! - history (`memory_events`) is restored with the memory it belongs to: the events of a
-//!   memory that was already present are skipped with it. An event keeps its id when that id
-//!   is free (a restore into an empty store keeps history byte for byte), else gets a new one
-//!   (ids only order history).
+//! - history (`memory_events`): an event keeps its id when that id is free (a restore into an
+//!   empty store keeps history byte for byte), else gets a new one (ids only order history).
+//!   An event is skipped as present by its own key, not its memory's: its id under the same
+//!   tenant and memory, or (for one that got a new id) the same kind, time, actor and related
+//!   fact. A re-run after an interrupted restore, which wrote a memory but not all of its
+//!   events, so completes its history.
 //! - rows restored into another tenant (`--tenant`): API keys are not copied (a key is one
 //!   tenant's credential; its secret hash is unique in the store); jobs get an id derived from
 //!   the target tenant and their old id (jobs are claimed by id alone, store-wide), the same
@@ -506,7 +508,7 @@ pub(crate) async fn sqlite_restore(
         versions.insert(key, v);
     }
     for mut d in decoded {
-        let Some(extra) = prepare(&mut d, state, &mut next, &versions) else { continue };
+        let Some(extra) = prepare(&mut d, &mut next, &versions) else { continue };
         let name = d.table.name;
         let insert = |skip_id: bool| {
             let mut q = insert_values::<Sqlite>(
@@ -522,9 +524,16 @@ pub(crate) async fn sqlite_restore(
         let mut written =
             insert(false).build().execute(&mut *tx).await.map_err(|e| store_err(name, e))?;
         if written.rows_affected() == 0 && name == "memory_events" {
-            // The id is taken (another tenant's history): a new id, same order.
-            written =
-                insert(true).build().execute(&mut *tx).await.map_err(|e| store_err(name, e))?;
+            let present = event_present::<Sqlite>(&d, "IS", bind_sqlite)
+                .build()
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| store_err(name, e))?;
+            if present.is_none() {
+                // The id is taken (another tenant's history): a new id, same order.
+                written =
+                    insert(true).build().execute(&mut *tx).await.map_err(|e| store_err(name, e))?;
+            }
         }
         count(&d, written.rows_affected() > 0, &mut next);
     }
@@ -576,16 +585,40 @@ fn insert_values<DB: sqlx::Database>(
     q
 }
 
+/// `SELECT 1` when the event `d` is already in the store: under its tenant and memory, with
+/// its id, or with its kind, time, actor and related fact (an event restored earlier under a
+/// new id). `is`: the backend's null-safe equality.
+fn event_present<DB: sqlx::Database>(
+    d: &Decoded,
+    is: &str,
+    bind: fn(&mut Separated<'_, DB, &'static str>, Val),
+) -> QueryBuilder<DB> {
+    let mut q = QueryBuilder::<DB>::new("SELECT 1 FROM memory_events WHERE ");
+    let cond = |q: &mut QueryBuilder<DB>, sql: String, col: &str| {
+        q.push(sql);
+        let v = d.get(col).cloned().unwrap_or(Val::Text(None));
+        bind(&mut q.separated(""), v);
+    };
+    cond(&mut q, "tenant_id = ".into(), "tenant_id");
+    cond(&mut q, " AND memory_id = ".into(), "memory_id");
+    cond(&mut q, " AND (id = ".into(), "id");
+    cond(&mut q, " OR (event = ".into(), "event");
+    cond(&mut q, " AND at = ".into(), "at");
+    cond(&mut q, " AND actor = ".into(), "actor");
+    cond(&mut q, format!(" AND related_id {is} "), "related_id");
+    q.push(")) LIMIT 1");
+    q
+}
+
 /// Decide what to do with a row before writing it: None, not written (counted in `batch`);
 /// else the columns to write besides the row's own (a memory's version, from `versions`).
-/// `done`: what earlier batches of the restore did; `batch`: what this one does so far.
+/// `batch`: what this batch does so far.
 fn prepare(
     d: &mut Decoded,
-    done: &RestoreState,
     batch: &mut RestoreState,
     versions: &HashMap<(String, String), i64>,
 ) -> Option<Vec<(&'static str, Val)>> {
-    if !keep(d, done, batch) {
+    if !keep(d, batch) {
         return None;
     }
     let mut extra = Vec::new();
@@ -597,20 +630,12 @@ fn prepare(
 }
 
 /// Whether to write a row at all (a row not written is counted in `batch`).
-fn keep(d: &mut Decoded, done: &RestoreState, batch: &mut RestoreState) -> bool {
+fn keep(d: &mut Decoded, batch: &mut RestoreState) -> bool {
     let name = d.table.name;
     match name {
         "api_keys" if d.retargeted => {
             batch.report.keys_not_copied += 1;
             false
-        }
-        "memory_events" => {
-            let key = (d.text("tenant_id"), d.text("memory_id"));
-            if done.skipped_memories.contains(&key) || batch.skipped_memories.contains(&key) {
-                *batch.report.skipped.entry(name.to_string()).or_default() += 1;
-                return false;
-            }
-            true
         }
         "jobs" if d.retargeted => {
             let id = copied_job_id(&d.text("tenant_id"), &d.text("id"));
@@ -621,7 +646,7 @@ fn keep(d: &mut Decoded, done: &RestoreState, batch: &mut RestoreState) -> bool 
     }
 }
 
-/// Add a committed batch's counts and skipped memories to the restore's state.
+/// Add a committed batch's counts to the restore's state.
 fn merge(state: &mut RestoreState, batch: RestoreState) {
     for (t, n) in batch.report.restored {
         *state.report.restored.entry(t).or_default() += n;
@@ -630,18 +655,13 @@ fn merge(state: &mut RestoreState, batch: RestoreState) {
         *state.report.skipped.entry(t).or_default() += n;
     }
     state.report.keys_not_copied += batch.report.keys_not_copied;
-    state.skipped_memories.extend(batch.skipped_memories);
 }
 
 fn count(d: &Decoded, written: bool, state: &mut RestoreState) {
     let name = d.table.name.to_string();
-    let tenant = d.text("tenant_id");
     if written {
         *state.report.restored.entry(name).or_default() += 1;
     } else {
-        if d.table.name == "memories" {
-            state.skipped_memories.insert((tenant.to_string(), d.text("id")));
-        }
         *state.report.skipped.entry(name).or_default() += 1;
     }
 }
@@ -712,7 +732,7 @@ pub(crate) async fn pg_restore(
     }
     let mut events_with_ids = false;
     for mut d in decoded {
-        let Some(mut extra) = prepare(&mut d, state, &mut next, &versions) else { continue };
+        let Some(mut extra) = prepare(&mut d, &mut next, &versions) else { continue };
         let name = d.table.name;
         if !d.table.fts.is_empty() {
             let parts: Vec<String> = d.table.fts.iter().map(|c| d.text(c)).collect();
@@ -739,7 +759,16 @@ pub(crate) async fn pg_restore(
             insert(true).build().execute(&mut *tx).await.map_err(|e| store_err(name, e))?;
         if name == "memory_events" {
             events_with_ids = true;
-            if written.rows_affected() == 0 {
+            let present = if written.rows_affected() == 0 {
+                event_present::<Postgres>(&d, "IS NOT DISTINCT FROM", bind_pg)
+                    .build()
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(|e| store_err(name, e))?
+            } else {
+                None
+            };
+            if written.rows_affected() == 0 && present.is_none() {
                 written = insert(false)
                     .build()
                     .execute(&mut *tx)

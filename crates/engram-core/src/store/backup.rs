@@ -1,7 +1,7 @@
 //! The types of the store's operator backup and restore ([`super::MaintenanceStore`]): what
 //! a backup reads, one row of it in the backend-neutral form, and what a restore did.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +45,4 @@ pub struct RestoreState {
     /// Every row goes into this tenant instead of its own.
     pub target: Option<TenantId>,
     pub report: RestoreReport,
-    /// `(tenant, memory id)` of memories skipped as already present: their events are too.
-    pub skipped_memories: HashSet<(String, String)>,
 }

@@ -422,6 +422,24 @@ async fn export_then_import_into_a_fresh_dir_is_lossless_and_idempotent(backend:
     );
     assert_eq!(export(db), exported, "a second import changed the store");
 
+    // An import interrupted after the memories but before their history: running it again
+    // completes the history (the events are not skipped with their memories).
+    let c = Db::new(backend).await;
+    let partial = c.dir().join("partial.jsonl");
+    let kept: Vec<&str> =
+        exported.lines().filter(|l| !l.contains("\"table\":\"memory_events\"")).collect();
+    let rows_kept = kept.len() - 2;
+    assert!(rows_kept < all.len(), "no event lines to leave out");
+    let mut without_events: String =
+        kept[..kept.len() - 1].iter().map(|l| format!("{l}\n")).collect();
+    without_events.push_str(&format!("{}\n", json!({ "end": { "rows": rows_kept } })));
+    std::fs::write(&partial, without_events).unwrap();
+    ok(&c, &["import", partial.to_str().unwrap()]);
+    let j = ok_json(&c, &["import", file.to_str().unwrap(), "--json"]);
+    let events = table(&all, "memory_events").len() as u64;
+    assert_eq!(j["imported"].as_u64(), Some(events), "{j}");
+    assert_eq!(export(&c), exported, "the re-run did not complete the history");
+
     // The imported store works: history and supersession hold, recall finds by paraphrase.
     let listed_b = listed(&ok_json(db, &["list", "--user", "alice", "--json"]));
     let active: BTreeSet<String> = ids_of(&listed_b).into_iter().collect();

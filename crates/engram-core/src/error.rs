@@ -39,6 +39,8 @@ pub enum ErrorCode {
     UpstreamUnavailable,
     /// The memory proxy's upstream LLM did not answer in time (504).
     UpstreamTimeout,
+    /// The request's body stopped arriving (408).
+    RequestTimeout,
     Internal,
 }
 
@@ -63,6 +65,7 @@ impl ErrorCode {
             ErrorCode::Internal => "internal",
             ErrorCode::UpstreamUnavailable => "upstream_unavailable",
             ErrorCode::UpstreamTimeout => "upstream_timeout",
+            ErrorCode::RequestTimeout => "request_timeout",
         }
     }
 }

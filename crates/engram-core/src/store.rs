@@ -248,6 +248,9 @@ pub struct ContextSession {
     pub text: String,
     pub memory_ids: Vec<MemoryId>,
     pub created_at: OffsetDateTime,
+    /// What the block was chosen with (the engine's to read; `None` for a session cached
+    /// before they were kept).
+    pub params: Option<serde_json::Value>,
 }
 
 /// All writes of one extraction batch.
@@ -422,6 +425,9 @@ pub trait MemoryStore: Send + Sync {
         pool: Option<&str>,
     ) -> Result<Option<ContextSession>>;
     async fn put_context_session(&self, tenant: &TenantId, session: &ContextSession) -> Result<()>;
+    /// The user's change counter: it moves with every write to the user's memories (0 for a
+    /// user without any).
+    async fn facts_version(&self, tenant: &TenantId, user: &UserId) -> Result<i64>;
 }
 
 /// The transcript: appending and reading messages, their ratings, keyword and vector search, their vectors, and the conversation state extraction keeps (cursor, rolling summary, the extraction batch).

@@ -34,6 +34,7 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
     (15, "finished_jobs", include_str!("../migrations/sqlite/0015_finished_jobs.sql")),
     (16, "message_dates", include_str!("../migrations/sqlite/0016_message_dates.sql")),
     (17, "active_content", include_str!("../migrations/sqlite/0017_active_content.sql")),
+    (18, "context_params", include_str!("../migrations/sqlite/0018_context_params.sql")),
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.
@@ -68,6 +69,7 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
     ),
     (17, "message_dates", include_str!("../migrations/postgres/0017_message_dates.sql")),
     (18, "active_content", include_str!("../migrations/postgres/0018_active_content.sql")),
+    (19, "context_params", include_str!("../migrations/postgres/0019_context_params.sql")),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

@@ -283,6 +283,7 @@ pub(crate) const TABLES: &[Table] = &[
             ("text", Text),
             ("memory_ids", UuidList),
             ("created_at", Ts),
+            ("params", OptJson),
         ],
         fts: &[],
         overriding: false,

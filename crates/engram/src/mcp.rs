@@ -415,7 +415,7 @@ impl McpServer {
             let value = to_value(dto::ContextDto::from(&block))?;
             // The block's header alone: say so plainly, not a title over nothing.
             let text = match block.text.trim() {
-                t if t != retrieval::CONTEXT_HEADER => block.text,
+                t if !t.is_empty() && t != retrieval::CONTEXT_HEADER => block.text,
                 _ if block.truncated => NO_ROOM.to_string(),
                 _ => NOTHING_YET.to_string(),
             };
@@ -530,6 +530,7 @@ impl McpServer {
             rating: dto::rating_filter(a.rating.as_deref())?,
             min_score: a.min_score,
             expand,
+            rank_only: false,
         };
         let hits = self.engine.search(p, input).await?;
         let answer = match synthesize {

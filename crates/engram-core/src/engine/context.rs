@@ -4,12 +4,80 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
-use crate::model::{Kind, Memory, MemoryId, Principal, UserId};
+use crate::model::{
+    AgentId, ConversationId, Kind, Memory, MemoryId, MessageId, Principal, SummaryId, UserId,
+};
 use crate::retrieval::{self};
 use crate::store::ContextSession;
 
 use super::scope::View;
-use super::{ContextBlock, ContextInput, Engine, Hit, SearchInput};
+use super::{Engine, Hit, SearchInput};
+
+/// Context block request.
+#[derive(Debug, Clone, Default)]
+pub struct ContextInput {
+    pub user_id: Option<UserId>,
+    pub agent_id: Option<AgentId>,
+    pub query: Option<String>,
+    pub token_budget: Option<usize>,
+    pub session_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub refresh: bool,
+    /// Only facts whose relevance to `query` reaches this (and profile facts).
+    pub min_score: Option<f64>,
+    /// Add this conversation's latest summaries and last messages after the facts.
+    pub conversation_id: Option<ConversationId>,
+    /// With a session: the cached block takes in the facts this call's query would choose
+    /// that it lacks (the memory proxy), instead of staying as it is until `refresh`. Its
+    /// text changes only when a call brings such a fact, so a conversation that stays on its
+    /// topics keeps one system prompt.
+    pub follow_query: bool,
+    /// With a conversation: its summaries only, not its last messages (the memory proxy,
+    /// whose client sends them itself).
+    pub summaries_only: bool,
+}
+
+/// The prompt block and what went into it.
+#[derive(Debug, Clone, Default)]
+pub struct ContextBlock {
+    pub text: String,
+    pub memory_ids: Vec<MemoryId>,
+    pub token_estimate: usize,
+    /// True when not every active fact fit and the most relevant were chosen.
+    pub truncated: bool,
+    /// True when the facts came from the session cache.
+    pub cached: bool,
+    /// With a conversation: the messages and summaries of its short-term context.
+    pub message_ids: Vec<MessageId>,
+    pub summary_ids: Vec<SummaryId>,
+}
+
+/// What a session's block notes about itself besides its terms (all absent in a session
+/// cached before they were kept, which then counts as changed).
+struct SessionNotes {
+    /// The user's change counter when the block was chosen.
+    version: Option<i64>,
+    /// The block holds every fact the user had.
+    holds_all: bool,
+    /// The earliest expiry among its facts (Unix seconds).
+    expires: Option<i64>,
+}
+
+impl SessionNotes {
+    fn of(s: &ContextSession) -> Self {
+        let get = |k: &str| s.params.as_ref().and_then(|p| p.get(k));
+        SessionNotes {
+            version: get("version").and_then(serde_json::Value::as_i64),
+            holds_all: get("holds_all").and_then(serde_json::Value::as_bool) == Some(true),
+            expires: get("expires").and_then(serde_json::Value::as_i64),
+        }
+    }
+
+    /// No fact of the user was written since, and none of the block's has expired.
+    fn unchanged(&self, version: i64, now: time::OffsetDateTime) -> bool {
+        self.version == Some(version) && self.expires.is_none_or(|e| now.unix_timestamp() < e)
+    }
+}
 
 impl Engine {
     /// The prompt block: `Known facts about the user:` and a bullet list, profile facts
@@ -26,10 +94,11 @@ impl Engine {
             v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
         let budget = input.token_budget.unwrap_or(self.svc.cfg.token_budget);
         let conversation = input.conversation_id.clone();
+        let summaries_only = input.summaries_only;
         let mut block = self.facts_context(p, &v, &user, input).await?;
         if let Some(c) = conversation {
             let left = budget.saturating_sub(block.token_estimate + 2);
-            let st = self.short_term(&v, p, &user, &c, left).await?;
+            let st = self.short_term(&v, p, &user, &c, left, summaries_only).await?;
             if !st.text.is_empty() {
                 block.text.push_str("\n\n");
                 block.text.push_str(&st.text);
@@ -63,73 +132,94 @@ impl Engine {
         if budget == 0 || budget > 1_000_000 {
             return Err(Error::invalid("token_budget", "token_budget must be 1 to 1000000"));
         }
+        let terms = serde_json::json!({ "token_budget": budget, "min_score": input.min_score });
+        let now = crate::model::now();
+        // The user's change counter, read before the facts: a session made at this version
+        // knows that none of its facts was forgotten, edited or purged since, and, if it
+        // holds every fact, that there is nothing new to take in.
+        let version = match &input.session_id {
+            Some(_) => self.svc.store.facts_version(&v.tenant, &user).await?,
+            None => 0,
+        };
+        let mut cached = None;
         if let Some(sid) = &input.session_id {
             if sid.is_empty() || sid.len() > 256 {
                 return Err(Error::invalid("session_id", "session_id must be 1 to 256 bytes"));
             }
+            // A block chosen with other terms (budget, threshold) is not this call's.
             if !input.refresh
                 && let Some(s) = self
                     .svc
                     .store
                     .get_context_session(&v.tenant, sid, &user, v.pool.as_deref())
                     .await?
-                && self.still_active(v, &s.memory_ids).await?
+                && s.params.as_ref().and_then(|p| p.get("terms")) == Some(&terms)
+                && (SessionNotes::of(&s).unchanged(version, now)
+                    || self.still_active(v, &s.memory_ids).await?)
             {
-                let token_estimate = retrieval::estimate_tokens(&s.text);
-                if let Some(t) = &input.turn_id {
-                    self.svc.store.record_recall(&v.tenant, t, &s.memory_ids).await?;
-                }
-                return Ok(ContextBlock {
-                    text: s.text,
-                    memory_ids: s.memory_ids,
-                    token_estimate,
-                    truncated: false,
-                    cached: true,
-                    ..Default::default()
-                });
+                cached = Some(s);
             }
         }
         let query = input.query.as_deref().filter(|q| !q.trim().is_empty());
+        let follow = input.follow_query && query.is_some();
+        if let Some(s) = cached.take_if(|s| {
+            !follow || {
+                let notes = SessionNotes::of(s);
+                notes.holds_all && notes.unchanged(version, now)
+            }
+        }) {
+            return self.cached_block(v, s, input.turn_id.as_deref()).await;
+        }
         if input.min_score.is_some() && query.is_none() {
             return Err(Error::invalid("min_score", "min_score needs a query to score facts by"));
         }
-        let now = crate::model::now();
-        let mut all = self.svc.store.all_active(&v.tenant, &self.filter(v)).await?;
-        // Over budget with a query, or with a minimum score: rank the facts by relevance to
-        // the query.
+        // With a minimum score, or following the query: rank the facts by relevance to it
+        // first (a followed session whose block holds every relevant fact needs no more).
         let mut relevance: Option<HashMap<MemoryId, usize>> = None;
         if let Some(q) = query
-            && (input.min_score.is_some() || !retrieval::fits(&all, budget))
+            && (input.min_score.is_some() || cached.is_some())
         {
-            let hits = self
-                .search(
-                    p,
-                    SearchInput {
-                        query: q.to_string(),
-                        user_id: Some(user.clone()),
-                        agent_id: v.agent.clone(),
-                        limit: self.svc.cfg.max_limit,
-                        min_score: input.min_score,
-                        ..Default::default()
-                    },
-                )
-                .await?;
-            let ranked: HashMap<MemoryId, usize> = hits
-                .iter()
-                .enumerate()
-                .filter_map(|(i, h)| match h {
-                    Hit::Memory { memory, .. } => Some((memory.id, i)),
-                    Hit::Message { .. } | Hit::Summary { .. } => None,
-                })
-                .collect();
-            if input.min_score.is_some() {
-                // Only what scored at least the minimum, and the profile.
-                all.retain(|m| m.kind == Kind::Profile || ranked.contains_key(&m.id));
+            let ranked = self.rank_facts(p, v, &user, q, input.min_score).await?;
+            let holds_all =
+                cached.as_ref().is_some_and(|s| ranked.keys().all(|id| s.memory_ids.contains(id)));
+            if holds_all && let Some(s) = cached.take() {
+                return self.cached_block(v, s, input.turn_id.as_deref()).await;
             }
             relevance = Some(ranked);
         }
+        let mut all = self.svc.store.all_active(&v.tenant, &self.filter(v)).await?;
+        let active = all.len();
+        // Over budget with a query: rank the facts by relevance to it.
+        if let Some(q) = query
+            && relevance.is_none()
+            && !retrieval::fits(&all, budget)
+        {
+            relevance = Some(self.rank_facts(p, v, &user, q, None).await?);
+        }
+        if input.min_score.is_some()
+            && let Some(ranked) = &relevance
+        {
+            // Only what scored at least the minimum, and the profile; a followed session
+            // also keeps what it holds.
+            let held = cached.as_ref().map(|s| s.memory_ids.as_slice()).unwrap_or_default();
+            all.retain(|m| {
+                m.kind == Kind::Profile || ranked.contains_key(&m.id) || held.contains(&m.id)
+            });
+        }
+        if let Some(s) = cached {
+            // A followed session: kept as it is while what this call would choose is in it.
+            let wanted = retrieval::pack(&all, budget, relevance.as_ref());
+            if wanted.chosen.iter().all(|m| s.memory_ids.contains(&m.id)) {
+                return self.cached_block(v, s, input.turn_id.as_deref()).await;
+            }
+        }
         let packed = retrieval::pack(&all, budget, relevance.as_ref());
-        let text = packed.text();
+        // A budget too small for the header itself gets no block at all.
+        let text = if packed.chosen.is_empty() && !retrieval::fits(&[], budget) {
+            String::new()
+        } else {
+            packed.text()
+        };
         let truncated = packed.truncated;
         let chosen = packed.chosen;
         let memory_ids: Vec<MemoryId> = chosen.iter().map(|m| m.id).collect();
@@ -145,6 +235,13 @@ impl Engine {
                         text: text.clone(),
                         memory_ids: memory_ids.clone(),
                         created_at: now,
+                        params: Some(serde_json::json!({
+                            "terms": terms,
+                            "version": version,
+                            "holds_all": memory_ids.len() == active,
+                            "expires": chosen.iter().filter_map(|m| m.expires_at)
+                                .min().map(|t| t.unix_timestamp()),
+                        })),
                     },
                 )
                 .await?;
@@ -162,6 +259,60 @@ impl Engine {
             token_estimate,
             truncated,
             cached: false,
+            ..Default::default()
+        })
+    }
+
+    /// The user's facts found by `query` (at `min_score`, else the default), by position.
+    async fn rank_facts(
+        &self,
+        p: &Principal,
+        v: &View,
+        user: &UserId,
+        query: &str,
+        min_score: Option<f64>,
+    ) -> Result<HashMap<MemoryId, usize>> {
+        let hits = self
+            .search(
+                p,
+                SearchInput {
+                    query: query.to_string(),
+                    user_id: Some(user.clone()),
+                    agent_id: v.agent.clone(),
+                    limit: self.svc.cfg.max_limit,
+                    min_score,
+                    rank_only: true,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        Ok(hits
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| match h {
+                Hit::Memory { memory, .. } => Some((memory.id, i)),
+                Hit::Message { .. } | Hit::Summary { .. } => None,
+            })
+            .collect())
+    }
+
+    /// A session's cached block as this call's (its recall recorded under `turn_id`).
+    async fn cached_block(
+        &self,
+        v: &View,
+        s: ContextSession,
+        turn_id: Option<&str>,
+    ) -> Result<ContextBlock> {
+        let token_estimate = retrieval::estimate_tokens(&s.text);
+        if let Some(t) = turn_id {
+            self.svc.store.record_recall(&v.tenant, t, &s.memory_ids).await?;
+        }
+        Ok(ContextBlock {
+            text: s.text,
+            memory_ids: s.memory_ids,
+            token_estimate,
+            truncated: false,
+            cached: true,
             ..Default::default()
         })
     }

@@ -1,5 +1,6 @@
 //! Reading and changing stored facts: edit (a new version supersedes), forget and purge,
-//! get, history (the supersession chain and its events), rating, listing.
+//! get, history (the supersession chain and its events), rating, listing; and counting
+//! what a search returned as accessed.
 
 use std::collections::HashSet;
 
@@ -8,7 +9,7 @@ use crate::model::{Content, EventKind, KeyRole, Kind, Memory, MemoryId, Principa
 use crate::pipeline::pii::PiiKind;
 use crate::store::{MemoryPage, NewMemory};
 
-use super::{EditInput, Engine, History, ListInput, clamp_limit, note_redactions};
+use super::{EditInput, Engine, History, Hit, ListInput, clamp_limit, note_redactions};
 
 impl Engine {
     /// Edit: a new row with the changes supersedes the old one (its history keeps both).
@@ -265,4 +266,45 @@ impl Engine {
     }
 
     // ------------------------------------------------------------------ reads
+}
+
+impl Engine {
+    /// Count the hits as accessed (SPEC §3: returned rows get their `access_count` and
+    /// `last_accessed_at` bumped), and record the facts as recalled for `turn_id`.
+    pub(super) async fn count_access(
+        &self,
+        v: &super::scope::View,
+        hits: &[Hit],
+        turn_id: Option<&str>,
+        now: time::OffsetDateTime,
+    ) -> Result<()> {
+        let ids: Vec<MemoryId> = hits
+            .iter()
+            .filter_map(|h| match h {
+                Hit::Memory { memory, .. } => Some(memory.id),
+                Hit::Message { .. } | Hit::Summary { .. } => None,
+            })
+            .collect();
+        let (mut messages, mut summaries) = (Vec::new(), Vec::new());
+        for h in hits {
+            match h {
+                Hit::Message { message, .. } => messages.push(message.id),
+                Hit::Summary { summary, expanded, .. } => {
+                    summaries.push(summary.id);
+                    messages.extend(expanded.iter().map(|(m, _)| m.id));
+                }
+                Hit::Memory { .. } => {}
+            }
+        }
+        if !messages.is_empty() || !summaries.is_empty() {
+            self.svc.store.touch_transcript(&v.tenant, &messages, &summaries, now).await?;
+        }
+        if !ids.is_empty() {
+            self.svc.store.touch_memories(&v.tenant, &ids, now).await?;
+            if let Some(t) = turn_id {
+                self.svc.store.record_recall(&v.tenant, t, &ids).await?;
+            }
+        }
+        Ok(())
+    }
 }

@@ -53,6 +53,7 @@ pub use crate::services::EngineConfig;
 pub use crate::services::Services;
 pub use access::Operator;
 pub use admin::CompactionStatus;
+pub use context::{ContextBlock, ContextInput};
 use scope::{View, ViewKey};
 pub use state::{DEFAULT_STATE_TTL, MAX_STATE_BYTES, MAX_STATE_TTL, StateAddress};
 pub use synthesis::{Citation, Synthesis};

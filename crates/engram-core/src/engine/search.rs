@@ -188,32 +188,8 @@ impl Engine {
             let vectors = (message_vector, scored_by);
             self.expand(&v, query, vectors, &input, &mut hits).await?;
         }
-        let ids: Vec<MemoryId> = hits
-            .iter()
-            .filter_map(|h| match h {
-                Hit::Memory { memory, .. } => Some(memory.id),
-                Hit::Message { .. } | Hit::Summary { .. } => None,
-            })
-            .collect();
-        let (mut messages, mut summaries) = (Vec::new(), Vec::new());
-        for h in &hits {
-            match h {
-                Hit::Message { message, .. } => messages.push(message.id),
-                Hit::Summary { summary, expanded, .. } => {
-                    summaries.push(summary.id);
-                    messages.extend(expanded.iter().map(|(m, _)| m.id));
-                }
-                Hit::Memory { .. } => {}
-            }
-        }
-        if !messages.is_empty() || !summaries.is_empty() {
-            self.svc.store.touch_transcript(&v.tenant, &messages, &summaries, now).await?;
-        }
-        if !ids.is_empty() {
-            self.svc.store.touch_memories(&v.tenant, &ids, now).await?;
-            if let Some(t) = &input.turn_id {
-                self.svc.store.record_recall(&v.tenant, t, &ids).await?;
-            }
+        if !input.rank_only {
+            self.count_access(&v, &hits, input.turn_id.as_deref(), now).await?;
         }
         Ok(hits)
     }

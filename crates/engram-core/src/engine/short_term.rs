@@ -92,6 +92,14 @@ pub fn pack(messages: &[Message], tops: &[Summary], budget: usize) -> ShortTerm 
             chosen_msgs.push((m, line));
         }
     }
+    // The window never starts in the middle of a message kept as parts (a long turn the
+    // proxy split): a part whose first is not in it is left out.
+    while let Some((m, line)) = chosen_msgs.last()
+        && m.metadata.get("part").and_then(serde_json::Value::as_i64).is_some_and(|p| p > 1)
+    {
+        msg_budget += estimate_tokens(line) + 1;
+        chosen_msgs.pop();
+    }
     // What the messages took (their heading included), or nothing when none fit.
     let used = if chosen_msgs.is_empty() { 0 } else { share - msg_budget };
     left = left.saturating_sub(used);
@@ -147,6 +155,7 @@ impl Engine {
         user: &UserId,
         id: &ConversationId,
         budget: usize,
+        summaries_only: bool,
     ) -> Result<ShortTerm> {
         let Some(info) = self.svc.store.get_conversation(&v.tenant, id).await? else {
             return Ok(ShortTerm::default());
@@ -159,8 +168,13 @@ impl Engine {
         if budget == 0 {
             return Ok(ShortTerm::default());
         }
-        let from = info.messages.saturating_sub(RECENT_MESSAGES as i64).max(info.summarized_seq);
-        let messages = self.svc.store.list_messages(&v.tenant, id, from, RECENT_MESSAGES).await?;
+        let messages = if summaries_only {
+            Vec::new()
+        } else {
+            let from =
+                info.messages.saturating_sub(RECENT_MESSAGES as i64).max(info.summarized_seq);
+            self.svc.store.list_messages(&v.tenant, id, from, RECENT_MESSAGES).await?
+        };
         let tops = self.svc.store.conversation_summaries(&v.tenant, id, None, true).await?;
         Ok(pack(&messages, &tops, budget))
     }
@@ -237,5 +251,27 @@ mod tests {
         assert_eq!(tight.summary_ids, [tops[1].id], "{}", tight.text);
         assert_eq!(pack(&messages, &tops, 3), ShortTerm::default());
         assert_eq!(pack(&[], &[], 1000), ShortTerm::default());
+    }
+
+    #[test]
+    fn the_window_never_starts_inside_a_message_kept_as_parts() {
+        let mut messages = vec![msg(1, "a short question")];
+        for part in 1..=2 {
+            let mut m = msg(1 + part, &"a long pasted document line. ".repeat(30));
+            m.metadata = serde_json::json!({ "part": part, "parts": 2 });
+            messages.push(m);
+        }
+        let (first, second) = (messages[1].id, messages[2].id);
+        let mut saw_whole = false;
+        for budget in 1..2_000 {
+            let st = pack(&messages, &[], budget);
+            assert!(
+                !st.message_ids.contains(&second) || st.message_ids.contains(&first),
+                "budget {budget}: the second part without the first: {}",
+                st.text
+            );
+            saw_whole |= st.message_ids.len() == 3;
+        }
+        assert!(saw_whole, "no budget took every message");
     }
 }

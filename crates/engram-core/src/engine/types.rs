@@ -4,7 +4,7 @@ use time::OffsetDateTime;
 
 use crate::model::{
     AgentId, Category, ConversationId, Importance, Kind, Memory, MemoryEvent, MemoryId, Message,
-    MessageId, MessageRole, SourceKind, Summary, SummaryId, TenantId, UserId,
+    MessageRole, SourceKind, Summary, TenantId, UserId,
 };
 use crate::pipeline::pii::PiiKind;
 use crate::retrieval::Explain;
@@ -102,6 +102,9 @@ pub struct SearchInput {
     pub min_score: Option<f64>,
     /// Expand each summary hit to its best source messages ([`Hit::Summary::expanded`]).
     pub expand: bool,
+    /// Rank only: the hits are not counted as accessed (the context block ranks facts this
+    /// way and counts only those it shows).
+    pub rank_only: bool,
 }
 
 /// How a search matches: the ranked lists it fuses, or a literal match over messages.
@@ -144,6 +147,7 @@ impl Default for SearchInput {
             rating: None,
             min_score: None,
             expand: false,
+            rank_only: false,
         }
     }
 }
@@ -234,37 +238,6 @@ impl Hit {
         };
         rank(b).total_cmp(&rank(a)).then_with(|| key(a).cmp(&key(b)))
     }
-}
-
-/// Context block request.
-#[derive(Debug, Clone, Default)]
-pub struct ContextInput {
-    pub user_id: Option<UserId>,
-    pub agent_id: Option<AgentId>,
-    pub query: Option<String>,
-    pub token_budget: Option<usize>,
-    pub session_id: Option<String>,
-    pub turn_id: Option<String>,
-    pub refresh: bool,
-    /// Only facts whose relevance to `query` reaches this (and profile facts).
-    pub min_score: Option<f64>,
-    /// Add this conversation's latest summaries and last messages after the facts.
-    pub conversation_id: Option<ConversationId>,
-}
-
-/// The prompt block and what went into it.
-#[derive(Debug, Clone, Default)]
-pub struct ContextBlock {
-    pub text: String,
-    pub memory_ids: Vec<MemoryId>,
-    pub token_estimate: usize,
-    /// True when not every active fact fit and the most relevant were chosen.
-    pub truncated: bool,
-    /// True when the facts came from the session cache.
-    pub cached: bool,
-    /// With a conversation: the messages and summaries of its short-term context.
-    pub message_ids: Vec<MessageId>,
-    pub summary_ids: Vec<SummaryId>,
 }
 
 /// One message to append.

@@ -389,6 +389,10 @@ impl MemoryStore for Counting {
         self.hit("put_context_session");
         self.inner.put_context_session(tenant, session).await
     }
+    async fn facts_version(&self, tenant: &TenantId, user: &UserId) -> Result<i64> {
+        self.hit("facts_version");
+        self.inner.facts_version(tenant, user).await
+    }
 }
 
 #[async_trait]

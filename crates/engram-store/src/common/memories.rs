@@ -13,7 +13,7 @@ use engram_core::store::{
     Activity, Backlog, ContextSession, ExtractionBatch, MaintenanceStore, NewMemory, StoreStats,
 };
 
-use super::Arg::{Id, Ids, Int, Json, OptId, OptText, OptTs, OptVector, Small, Text, Ts};
+use super::Arg::{Id, Ids, Int, Json, OptId, OptJson, OptText, OptTs, OptVector, Small, Text, Ts};
 use std::collections::{BTreeSet, HashMap};
 
 use time::OffsetDateTime;
@@ -662,6 +662,7 @@ pub(crate) async fn get_context_session<B: Backend>(
         text: r.text("text")?,
         memory_ids: r.ids("memory_ids")?.into_iter().map(MemoryId).collect(),
         created_at: r.ts("created_at")?,
+        params: r.opt_json("params")?,
     }))
 }
 
@@ -671,9 +672,10 @@ pub(crate) async fn put_context_session<B: Backend>(
     s: &ContextSession,
 ) -> Result<()> {
     b.write(
-        "INSERT INTO context_sessions (tenant_id, session_id, user_id, pool, text, memory_ids, created_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, session_id, user_id, pool) DO UPDATE SET \
-         text = excluded.text, memory_ids = excluded.memory_ids, created_at = excluded.created_at",
+        "INSERT INTO context_sessions (tenant_id, session_id, user_id, pool, text, memory_ids, created_at, params) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, session_id, user_id, pool) DO UPDATE SET \
+         text = excluded.text, memory_ids = excluded.memory_ids, created_at = excluded.created_at, \
+         params = excluded.params",
         &[
             Text(tenant.as_str()),
             Text(&s.session_id),
@@ -682,10 +684,25 @@ pub(crate) async fn put_context_session<B: Backend>(
             Text(&s.text),
             Ids(s.memory_ids.iter().map(|i| i.0).collect()),
             Ts(s.created_at),
+            OptJson(s.params.as_ref()),
         ],
     )
     .await?;
     Ok(())
+}
+
+pub(crate) async fn facts_version<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    user: &UserId,
+) -> Result<i64> {
+    let row = b
+        .read_opt(
+            "SELECT version FROM user_versions WHERE tenant_id = ? AND user_id = ?",
+            &[Text(tenant.as_str()), Text(user.as_str())],
+        )
+        .await?;
+    row.map_or(Ok(0), |r| r.int("version"))
 }
 
 /// Memories without a vector of `model_id` (profiles never get one): (id, content).

@@ -14,6 +14,9 @@ use time::OffsetDateTime;
 use super::Arg::{Json, Text, Ts};
 use super::Backend;
 use super::rows::Columns;
+use super::store::{Native, SqlStore};
+use async_trait::async_trait;
+use engram_core::store::StateStore;
 
 /// Entries a session lists at most (a session's working memory is small by nature; the
 /// rest is not returned, oldest keys first kept).
@@ -163,4 +166,46 @@ pub(crate) async fn list<B: Backend>(
 /// Delete every expired entry of every tenant; returns how many.
 pub(crate) async fn sweep<B: Backend>(b: &B, now: OffsetDateTime) -> Result<u64> {
     b.write("DELETE FROM session_state WHERE expires_at <= ?1", &[Ts(now)]).await
+}
+
+// The store contract's working-memory part, on either backend.
+#[async_trait]
+impl<D: Native> StateStore for SqlStore<D> {
+    async fn put_state(&self, row: &SessionState) -> Result<SessionState> {
+        put(&self.0, row).await
+    }
+
+    async fn get_state(
+        &self,
+        tenant: &TenantId,
+        scope: &StateScope,
+        key: &StateKey,
+        now: OffsetDateTime,
+    ) -> Result<Option<SessionState>> {
+        get(&self.0, tenant, scope, key, now).await
+    }
+
+    async fn delete_state(
+        &self,
+        tenant: &TenantId,
+        scope: &StateScope,
+        key: &StateKey,
+        now: OffsetDateTime,
+    ) -> Result<bool> {
+        delete(&self.0, tenant, scope, key, now).await
+    }
+
+    async fn list_state(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        scope: Option<&StateScope>,
+        now: OffsetDateTime,
+    ) -> Result<Vec<SessionState>> {
+        list(&self.0, tenant, user, scope, now).await
+    }
+
+    async fn sweep_state(&self, now: OffsetDateTime) -> Result<u64> {
+        sweep(&self.0, now).await
+    }
 }

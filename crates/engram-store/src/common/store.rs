@@ -11,13 +11,13 @@ use async_trait::async_trait;
 use engram_core::error::Result;
 use engram_core::model::{
     Agent, AgentId, ConversationId, Job, JobKind, JobStatus, Memory, MemoryEvent, MemoryId,
-    Message, MessageId, SessionState, StateKey, Summary, SummaryId, TenantId, UserId,
+    Message, MessageId, Summary, SummaryId, TenantId, UserId,
 };
 use engram_core::store::prelude::*;
 use engram_core::store::{
     Activity, ApiKey, Backlog, BackupRow, BackupScope, ContextSession, ConversationInfo,
     EraseCounts, ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, NewSummary, RestoreState,
-    StateScope, StoreStats, TranscriptFilter,
+    StoreStats, TranscriptFilter,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -329,6 +329,10 @@ impl<D: Native> MemoryStore for SqlStore<D> {
 
     async fn put_context_session(&self, tenant: &TenantId, s: &ContextSession) -> Result<()> {
         memories::put_context_session(&self.0, tenant, s).await
+    }
+
+    async fn facts_version(&self, tenant: &TenantId, user: &UserId) -> Result<i64> {
+        memories::facts_version(&self.0, tenant, user).await
     }
 }
 
@@ -717,47 +721,6 @@ impl<D: Native> JobStore for SqlStore<D> {
 
     async fn prune_jobs(&self, before: OffsetDateTime, limit: usize) -> Result<u64> {
         jobs::prune(&self.0, before, limit).await
-    }
-}
-
-#[async_trait]
-impl<D: Native> StateStore for SqlStore<D> {
-    async fn put_state(&self, row: &SessionState) -> Result<SessionState> {
-        super::state::put(&self.0, row).await
-    }
-
-    async fn get_state(
-        &self,
-        tenant: &TenantId,
-        scope: &StateScope,
-        key: &StateKey,
-        now: OffsetDateTime,
-    ) -> Result<Option<SessionState>> {
-        super::state::get(&self.0, tenant, scope, key, now).await
-    }
-
-    async fn delete_state(
-        &self,
-        tenant: &TenantId,
-        scope: &StateScope,
-        key: &StateKey,
-        now: OffsetDateTime,
-    ) -> Result<bool> {
-        super::state::delete(&self.0, tenant, scope, key, now).await
-    }
-
-    async fn list_state(
-        &self,
-        tenant: &TenantId,
-        user: &UserId,
-        scope: Option<&StateScope>,
-        now: OffsetDateTime,
-    ) -> Result<Vec<SessionState>> {
-        super::state::list(&self.0, tenant, user, scope, now).await
-    }
-
-    async fn sweep_state(&self, now: OffsetDateTime) -> Result<u64> {
-        super::state::sweep(&self.0, now).await
     }
 }
 

@@ -63,13 +63,14 @@ fn undo_sqlite_12() -> String {
     format!("{drop} {messages} DELETE FROM schema_migrations WHERE version = 12;")
 }
 
-/// Migrations 18 (PostgreSQL; 17 on SQLite) to 13 undone: no index of finished jobs, of job
-/// counts, of active contents, or of the messages without a vector (the record of the messages' dates is kept:
-/// its migration creates it only if absent). Undone first whenever an older migration is:
+/// Migrations 19 (PostgreSQL; 18 on SQLite) to 13 undone: no index of finished jobs, of job
+/// counts, of active contents, or of the messages without a vector, and no context-session
+/// terms (the record of the messages' dates is kept: its migration creates it only if absent). Undone first whenever an older migration is:
 /// the runner applies what is past the newest version recorded.
 const UNDO_13_17: &str = "DROP INDEX jobs_done; DROP INDEX jobs_done_kind; DROP INDEX jobs_tenant_status; \
     DROP INDEX messages_unembedded; DROP INDEX memories_active_content; \
-    DELETE FROM schema_migrations WHERE version IN (13, 14, 15, 16, 17, 18);";
+    ALTER TABLE context_sessions DROP COLUMN params; \
+    DELETE FROM schema_migrations WHERE version IN (13, 14, 15, 16, 17, 18, 19);";
 
 /// PostgreSQL's migration 12 undone: no writer transaction ids on transcript vectors.
 const UNDO_PG_12: &str = "\

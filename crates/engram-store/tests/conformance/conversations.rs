@@ -166,6 +166,7 @@ pub async fn context_sessions(s: Arc<dyn Store>) {
         text: text.into(),
         memory_ids: vec![MemoryId::new(), MemoryId::new()],
         created_at: now(),
+        params: None,
     };
     let s1 = session(None, "Known facts about the user:\n- A");
     s.put_context_session(&t, &s1).await.unwrap();
@@ -177,6 +178,8 @@ pub async fn context_sessions(s: Arc<dyn Store>) {
     s.put_context_session(&t, &s2).await.unwrap();
     let mut s1b = session(None, "refreshed");
     s1b.memory_ids = vec![];
+    // The terms a block was chosen with are kept with it.
+    s1b.params = Some(serde_json::json!({ "token_budget": 120, "min_score": 0.05 }));
     s.put_context_session(&t, &s1b).await.unwrap();
     assert_eq!(s.get_context_session(&t, "sess-1", &u, None).await.unwrap(), Some(s1b));
     assert_eq!(s.get_context_session(&t, "sess-1", &u, Some("agent:a")).await.unwrap(), Some(s2));

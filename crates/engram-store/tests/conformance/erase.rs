@@ -63,6 +63,7 @@ async fn populate(s: &Arc<dyn Store>, t: &TenantId, u: &UserId, tag: &str) {
         text: "facts".into(),
         memory_ids: vec![b.memory.id],
         created_at: now(),
+        params: None,
     };
     s.put_context_session(t, &session).await.unwrap();
     let state = engram_core::model::SessionState {

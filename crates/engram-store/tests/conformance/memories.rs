@@ -124,6 +124,7 @@ pub async fn tenant_isolation(s: Arc<dyn Store>) {
         text: "Known facts".into(),
         memory_ids: vec![a.id],
         created_at: at,
+        params: None,
     };
     s.put_context_session(&t1, &session).await.unwrap();
     assert!(s.get_context_session(&t2, "s1", &u, None).await.unwrap().is_none());

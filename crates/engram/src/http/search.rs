@@ -102,6 +102,7 @@ pub async fn search(
         rating: dto::rating_filter(b.rating.as_deref())?,
         min_score: b.min_score,
         expand,
+        rank_only: false,
     };
     let hits = st.engine.search(&p, input).await?;
     let answer = match b.synthesize.unwrap_or(false) {
@@ -159,6 +160,7 @@ pub async fn context(
         refresh: b.refresh.unwrap_or(false),
         min_score: b.min_score,
         conversation_id: b.conversation_id.map(ConversationId::parse).transpose()?,
+        ..Default::default()
     };
     let block = st.engine.context(&p, input).await?;
     Ok(Json((&block).into()))

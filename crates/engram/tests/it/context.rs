@@ -92,6 +92,30 @@ async fn a_small_budget_keeps_the_most_relevant_and_sessions_are_stable(backend:
     assert_eq!(after["cached"], false, "{after}");
     let (_, next) = s.post("/v1/context", json!({ "user_id": "u", "session_id": "s-1" })).await;
     assert_eq!((&next["cached"], &next["text"]), (&json!(true), &after["text"]), "stable again");
+    // A call with another budget or threshold under the same session is chosen for its own
+    // terms, not served the block made for others; its terms are then the session's.
+    let (_, small) = s
+        .post("/v1/context", json!({ "user_id": "u", "session_id": "s-1", "token_budget": 12 }))
+        .await;
+    assert_eq!(small["cached"], false, "{small}");
+    assert!(small["token_estimate"].as_u64().unwrap() <= 12, "{small}");
+    let (_, small_again) = s
+        .post("/v1/context", json!({ "user_id": "u", "session_id": "s-1", "token_budget": 12 }))
+        .await;
+    assert_eq!((&small_again["cached"], &small_again["text"]), (&json!(true), &small["text"]));
+    let (_, strict) = s
+        .post(
+            "/v1/context",
+            json!({ "user_id": "u", "session_id": "s-1", "query": "tennis on Saturdays",
+                "min_score": 0.3 }),
+        )
+        .await;
+    assert_eq!(strict["cached"], false, "{strict}");
+    assert!(strict["text"].as_str().unwrap().contains("tennis"), "{strict}");
+    assert!(!strict["text"].as_str().unwrap().contains("Montreal"), "{strict}");
+    // A budget too small for the header itself: no block, not a header over the budget.
+    let (_, tiny) = s.post("/v1/context", json!({ "user_id": "u", "token_budget": 3 })).await;
+    assert_eq!((&tiny["text"], &tiny["token_estimate"]), (&json!(""), &json!(0)), "{tiny}");
     assert_error(
         &s.post("/v1/context", json!({ "user_id": "u", "token_budget": 0 })).await,
         400,

@@ -129,18 +129,149 @@ fn append_to(target: &mut Value, block: &str) {
     }
 }
 
-/// The text of a complete (non-streamed) answer.
-pub fn answer_of(vendor: Vendor, body: &Value) -> Option<String> {
-    let text = match vendor {
-        Vendor::OpenAi => text_of(body.pointer("/choices/0/message/content")?),
-        Vendor::Anthropic => text_of(body.get("content")?),
+/// A tool the model called and what it returned, read from the request that sends the
+/// result back (an agent's tool loop).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolUse {
+    pub name: String,
+    pub args: Value,
+    pub result: String,
+}
+
+/// What a request brings to its conversation besides the answer: the user's new message,
+/// and in a tool loop (a request that ends with tool results) the calls with their results.
+/// A loop's user message came with its first request: it is not brought again.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Asked {
+    pub question: Option<String>,
+    pub tools: Vec<ToolUse>,
+}
+
+fn role(m: &Value) -> &str {
+    m.get("role").and_then(Value::as_str).unwrap_or_default()
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+    v.pointer(pointer).and_then(Value::as_str)
+}
+
+/// What the request's last turn says (see [`Asked`]). Assistant messages at the end are a
+/// prefill of the answer, not a turn, and are passed over.
+pub fn asked(vendor: Vendor, body: &Value) -> Asked {
+    let Some(all) = body.get("messages").and_then(Value::as_array) else {
+        return Asked::default();
     };
-    (!text.trim().is_empty()).then_some(text)
+    let end = all.iter().rposition(|m| role(m) != "assistant").map_or(0, |i| i + 1);
+    let messages = &all[..end];
+    let Some(last) = messages.last() else { return Asked::default() };
+    let text = |m: &Value| {
+        let t = text_of(m.get("content").unwrap_or(&Value::Null));
+        (!t.trim().is_empty()).then_some(t)
+    };
+    match vendor {
+        Vendor::OpenAi if role(last) == "tool" => {
+            let start = messages.iter().rposition(|m| role(m) != "tool").map_or(0, |i| i + 1);
+            let calls = messages[..start]
+                .last()
+                .filter(|m| role(m) == "assistant")
+                .and_then(|m| m.get("tool_calls"))
+                .and_then(Value::as_array);
+            let tools = messages[start..]
+                .iter()
+                .map(|t| {
+                    let id = t.get("tool_call_id").and_then(Value::as_str);
+                    let call = calls.and_then(|cs| {
+                        cs.iter()
+                            .find(|c| id.is_some() && c.get("id").and_then(Value::as_str) == id)
+                    });
+                    let name = call
+                        .and_then(|c| str_at(c, "/function/name"))
+                        .or_else(|| str_at(t, "/name"))
+                        .unwrap_or("tool");
+                    // Arguments travel as a JSON string.
+                    let args = match call.and_then(|c| c.pointer("/function/arguments")) {
+                        Some(Value::String(a)) => {
+                            serde_json::from_str(a).unwrap_or_else(|_| Value::String(a.clone()))
+                        }
+                        Some(other) => other.clone(),
+                        None => Value::Null,
+                    };
+                    ToolUse {
+                        name: name.to_string(),
+                        args,
+                        result: text_of(t.get("content").unwrap_or(&Value::Null)),
+                    }
+                })
+                .collect();
+            Asked { question: None, tools }
+        }
+        Vendor::OpenAi => Asked {
+            question: (role(last) == "user").then(|| text(last)).flatten(),
+            tools: Vec::new(),
+        },
+        Vendor::Anthropic => {
+            if role(last) != "user" {
+                return Asked::default();
+            }
+            let blocks = last.get("content").and_then(Value::as_array);
+            let uses: Vec<&Value> = messages[..messages.len() - 1]
+                .last()
+                .filter(|m| role(m) == "assistant")
+                .and_then(|m| m.get("content"))
+                .and_then(Value::as_array)
+                .map(|c| c.iter().filter(|b| str_at(b, "/type") == Some("tool_use")).collect())
+                .unwrap_or_default();
+            let tools = blocks
+                .into_iter()
+                .flatten()
+                .filter(|b| str_at(b, "/type") == Some("tool_result"))
+                .map(|r| {
+                    let id = str_at(r, "/tool_use_id");
+                    let call = uses.iter().find(|u| id.is_some() && str_at(u, "/id") == id);
+                    ToolUse {
+                        name: call.and_then(|c| str_at(c, "/name")).unwrap_or("tool").to_string(),
+                        args: call.and_then(|c| c.get("input")).cloned().unwrap_or(Value::Null),
+                        result: text_of(r.get("content").unwrap_or(&Value::Null)),
+                    }
+                })
+                .collect();
+            Asked { question: text(last), tools }
+        }
+    }
+}
+
+/// An answer as the upstream gave it: its text, if any (a tool call alone has none), and
+/// whether it was cut by the output limit (OpenAI's `finish_reason: "length"`, Anthropic's
+/// `stop_reason: "max_tokens"`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answer {
+    pub text: Option<String>,
+    pub truncated: bool,
+}
+
+fn cut_short(vendor: Vendor, reason: Option<&str>) -> bool {
+    match vendor {
+        Vendor::OpenAi => reason == Some("length"),
+        Vendor::Anthropic => reason == Some("max_tokens"),
+    }
+}
+
+/// A complete (non-streamed) answer.
+pub fn answer_of(vendor: Vendor, body: &Value) -> Answer {
+    let (text, reason) = match vendor {
+        Vendor::OpenAi => (
+            body.pointer("/choices/0/message/content").map(text_of),
+            str_at(body, "/choices/0/finish_reason"),
+        ),
+        Vendor::Anthropic => (body.get("content").map(text_of), str_at(body, "/stop_reason")),
+    };
+    Answer { text: text.filter(|t| !t.trim().is_empty()), truncated: cut_short(vendor, reason) }
 }
 
 /// Reads a streamed answer as it passes: server-sent events, cut anywhere into chunks,
 /// whose `data:` lines carry the text deltas (OpenAI: `choices[0].delta.content`;
-/// Anthropic: `content_block_delta` events with a `text_delta`).
+/// Anthropic: `content_block_delta` events with a `text_delta`), the reason it stopped, and
+/// an `error` event, after which the stream is a failure whatever it said before.
 #[derive(Debug)]
 pub struct StreamReader {
     vendor: Vendor,
@@ -148,11 +279,21 @@ pub struct StreamReader {
     text: String,
     /// The stream said it is complete (`[DONE]` / `message_stop`).
     finished: bool,
+    /// It sent an error event.
+    failed: bool,
+    truncated: bool,
 }
 
 impl StreamReader {
     pub fn new(vendor: Vendor) -> Self {
-        StreamReader { vendor, line: Vec::new(), text: String::new(), finished: false }
+        StreamReader {
+            vendor,
+            line: Vec::new(),
+            text: String::new(),
+            finished: false,
+            failed: false,
+            truncated: false,
+        }
     }
 
     /// Read a chunk of the stream.
@@ -176,17 +317,28 @@ impl StreamReader {
             return;
         }
         let Ok(event) = serde_json::from_str::<Value>(data) else { return };
+        if event.get("error").is_some_and(|e| !e.is_null())
+            || str_at(&event, "/type") == Some("error")
+        {
+            self.failed = true;
+            return;
+        }
         match self.vendor {
             Vendor::OpenAi => {
-                if let Some(t) = event.pointer("/choices/0/delta/content").and_then(Value::as_str) {
+                if let Some(t) = str_at(&event, "/choices/0/delta/content") {
                     self.text.push_str(t);
                 }
+                self.truncated |=
+                    cut_short(self.vendor, str_at(&event, "/choices/0/finish_reason"));
             }
-            Vendor::Anthropic => match event.get("type").and_then(Value::as_str) {
+            Vendor::Anthropic => match str_at(&event, "/type") {
                 Some("content_block_delta") => {
-                    if let Some(t) = event.pointer("/delta/text").and_then(Value::as_str) {
+                    if let Some(t) = str_at(&event, "/delta/text") {
                         self.text.push_str(t);
                     }
+                }
+                Some("message_delta") => {
+                    self.truncated |= cut_short(self.vendor, str_at(&event, "/delta/stop_reason"));
                 }
                 Some("message_stop") => self.finished = true,
                 _ => {}
@@ -194,9 +346,12 @@ impl StreamReader {
         }
     }
 
-    /// The answer's text, once the stream said it is complete.
-    pub fn answer(&self) -> Option<&str> {
-        (self.finished && !self.text.trim().is_empty()).then_some(self.text.as_str())
+    /// The answer, once the stream said it is complete without an error.
+    pub fn answer(&self) -> Option<Answer> {
+        (self.finished && !self.failed).then(|| Answer {
+            text: Some(self.text.clone()).filter(|t| !t.trim().is_empty()),
+            truncated: self.truncated,
+        })
     }
 }
 
@@ -237,7 +392,7 @@ mod tests {
         let a = json!({ "metadata": { "user_id": "carol" }, "content": [
             { "type": "text", "text": "Hello" }, { "type": "tool_use", "id": "t" }] });
         assert_eq!(user_of(Vendor::Anthropic, None, &a).as_deref(), Some("carol"));
-        assert_eq!(answer_of(Vendor::Anthropic, &a).as_deref(), Some("Hello"));
+        assert_eq!(answer_of(Vendor::Anthropic, &a).text.as_deref(), Some("Hello"));
     }
 
     #[test]
@@ -250,10 +405,86 @@ mod tests {
             for chunk in sse.as_bytes().chunks(cut) {
                 r.feed(chunk);
             }
-            assert_eq!(r.answer(), Some("Hello é"), "chunks of {cut}");
+            let a = r.answer().unwrap_or_else(|| panic!("chunks of {cut}: no answer"));
+            assert_eq!(a.text.as_deref(), Some("Hello é"), "chunks of {cut}");
         }
         let mut r = StreamReader::new(Vendor::OpenAi);
         r.feed(&sse.as_bytes()[..60]);
         assert_eq!(r.answer(), None, "an unfinished stream has no answer");
+    }
+
+    #[test]
+    fn a_tool_loop_brings_its_calls_and_results_not_its_question_again() {
+        let first = json!({ "messages": [{ "role": "user", "content": "Weather in Oslo?" }] });
+        assert_eq!(
+            asked(Vendor::OpenAi, &first),
+            Asked { question: Some("Weather in Oslo?".into()), tools: vec![] }
+        );
+        let loop_ = json!({ "messages": [
+            { "role": "user", "content": "Weather in Oslo?" },
+            { "role": "assistant", "content": null, "tool_calls": [{ "id": "c1", "type": "function",
+                "function": { "name": "weather", "arguments": "{\"city\":\"Oslo\"}" } }] },
+            { "role": "tool", "tool_call_id": "c1", "content": "4 °C, rain" }] });
+        assert_eq!(
+            asked(Vendor::OpenAi, &loop_),
+            Asked {
+                question: None,
+                tools: vec![ToolUse {
+                    name: "weather".into(),
+                    args: json!({ "city": "Oslo" }),
+                    result: "4 °C, rain".into()
+                }]
+            }
+        );
+        // The query for memory is still the user's question.
+        assert_eq!(last_user_text(&loop_).as_deref(), Some("Weather in Oslo?"));
+        let anthropic = json!({ "messages": [
+            { "role": "user", "content": "Weather in Oslo?" },
+            { "role": "assistant", "content": [{ "type": "tool_use", "id": "t1", "name": "weather",
+                "input": { "city": "Oslo" } }] },
+            { "role": "user", "content": [{ "type": "tool_result", "tool_use_id": "t1",
+                "content": [{ "type": "text", "text": "4 °C, rain" }] }] }] });
+        assert_eq!(
+            asked(Vendor::Anthropic, &anthropic),
+            Asked {
+                question: None,
+                tools: vec![ToolUse {
+                    name: "weather".into(),
+                    args: json!({ "city": "Oslo" }),
+                    result: "4 °C, rain".into()
+                }]
+            }
+        );
+        // A prefilled answer is not a turn: the question before it is.
+        let prefill = json!({ "messages": [{ "role": "user", "content": "Name a colour." },
+            { "role": "assistant", "content": "The colour is" }] });
+        assert_eq!(asked(Vendor::Anthropic, &prefill).question.as_deref(), Some("Name a colour."));
+    }
+
+    #[test]
+    fn a_stream_with_an_error_event_has_no_answer_and_a_cut_one_says_so() {
+        let err = "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n\
+                   data: {\"error\":{\"message\":\"overloaded\"}}\n\ndata: [DONE]\n\n";
+        let mut r = StreamReader::new(Vendor::OpenAi);
+        r.feed(err.as_bytes());
+        assert_eq!(r.answer(), None);
+        let err = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n\
+                   event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let mut r = StreamReader::new(Vendor::Anthropic);
+        r.feed(err.as_bytes());
+        assert_eq!(r.answer(), None);
+        let cut = "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n\
+                   data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n";
+        let mut r = StreamReader::new(Vendor::OpenAi);
+        r.feed(cut.as_bytes());
+        assert_eq!(r.answer(), Some(Answer { text: Some("Hel".into()), truncated: true }));
+        let whole =
+            json!({ "content": [{ "type": "text", "text": "Hel" }], "stop_reason": "max_tokens" });
+        assert!(answer_of(Vendor::Anthropic, &whole).truncated);
+        // A tool call alone completes the stream with no text.
+        let tool = "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0}]}}]}\n\ndata: [DONE]\n\n";
+        let mut r = StreamReader::new(Vendor::OpenAi);
+        r.feed(tool.as_bytes());
+        assert_eq!(r.answer(), Some(Answer { text: None, truncated: false }));
     }
 }

@@ -121,6 +121,11 @@ fn upstream_error(e: UpstreamError) -> ApiError {
     }
 }
 
+/// How long a proxied call waits for its memory (the context block, the conversation
+/// check) before it goes on without: a locked or slow store must not hold the chat for its
+/// own busy timeout.
+pub const MEMORY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What a proxied call appends once its answer is complete.
 struct Turn {
     engine: engram_core::engine::Engine,
@@ -128,25 +133,50 @@ struct Turn {
     conversation: ConversationId,
     user: UserId,
     agent: Option<AgentId>,
-    question: Option<String>,
+    asked: wire::Asked,
 }
 
 impl Turn {
-    /// Append the user turn and the answer (in the background: the client has its answer).
-    /// A message over `max_content_bytes` (a pasted document, a long answer) is kept whole
-    /// as consecutive messages of the same role within the limit, each marked with
-    /// `metadata.part` and `metadata.parts`.
-    fn append(self, answer: Option<String>) {
+    /// Append the user turn (or a tool loop's calls with their results) and the answer (in
+    /// the background: the client has its answer). A message over `max_content_bytes` (a
+    /// pasted document, a long answer) is kept whole as consecutive messages of the same role
+    /// within the limit, each marked with `metadata.part` and `metadata.parts`; a tool result
+    /// is cut to the limit; an answer cut by the output limit is marked `metadata.truncated`.
+    fn append(self, answer: wire::Answer) {
         let max = self.engine.config().max_content_bytes;
         let mut msgs = Vec::new();
-        for (role, text) in [(MessageRole::User, self.question), (MessageRole::Assistant, answer)] {
+        let mut say = |role: MessageRole, text: Option<String>, extra: Option<(&str, Value)>| {
             let parts = pieces(text.as_deref().unwrap_or_default(), max);
             let n = parts.len();
             for (i, content) in parts.into_iter().enumerate() {
-                let metadata = (n > 1).then(|| serde_json::json!({ "part": i + 1, "parts": n }));
+                let mut meta = serde_json::Map::new();
+                if n > 1 {
+                    meta.insert("part".into(), (i + 1).into());
+                    meta.insert("parts".into(), n.into());
+                }
+                if let Some((k, v)) = &extra {
+                    meta.insert((*k).into(), v.clone());
+                }
+                let metadata = (!meta.is_empty()).then_some(Value::Object(meta));
                 msgs.push(MessageInput { role, content, metadata, ..Default::default() });
             }
-        }
+        };
+        say(MessageRole::User, self.asked.question, None);
+        let tools: Vec<MessageInput> = self
+            .asked
+            .tools
+            .into_iter()
+            .map(|t| MessageInput {
+                role: MessageRole::Tool,
+                tool_name: Some(t.name),
+                tool_args: (!t.args.is_null()).then_some(t.args),
+                tool_result: Some(head(&t.result.replace('\0', ""), max)),
+                ..Default::default()
+            })
+            .collect();
+        let truncated = answer.truncated.then_some(("truncated", Value::Bool(true)));
+        say(MessageRole::Assistant, answer.text, truncated);
+        let msgs: Vec<MessageInput> = tools.into_iter().chain(msgs).collect();
         if msgs.is_empty() {
             return;
         }
@@ -216,41 +246,62 @@ async fn forward(
         ))?,
     };
     let question = wire::last_user_text(&request);
-    // A conversation id this caller may not add to (another user's or agent's) is refused
-    // before the upstream is paid for a turn that could not be saved.
-    match st.engine.check_append(&p, &conversation, Some(&user), agent.as_ref()).await {
-        Err(e) if !own_failure(&e) => return Err(e.into()),
-        Err(e) => tracing::warn!(error = %e, "proxy: cannot check the conversation"),
-        Ok(()) => {}
-    }
-
+    let asked = wire::asked(vendor, &request);
     // Memory: the context block into the system prompt. A caller that may not act for this
-    // user or agent is refused; engram's own failure lets the call through without memory.
+    // user or agent is refused; engram's own failure, or no answer within the deadline, lets
+    // the call through without memory.
+    // A pasted document makes a user message longer than a search query may be, and
+    // dilutes what it asks: the query is its last line (where the question usually is).
+    let query = question.as_deref().map(last_lines);
     let input = ContextInput {
         user_id: Some(user.clone()),
         agent_id: agent.clone(),
-        // A pasted document makes a user message longer than a search query may be: the
-        // query is its last `max_content_bytes` (where the question usually is), never a 413
-        // for a call the upstream would take.
-        query: question.as_deref().map(|q| tail(q, st.engine.config().max_content_bytes)),
+        // Only the facts relevant to the question (and the profile), as a search would
+        // return them.
+        min_score: query.is_some().then_some(engram_core::retrieval::DEFAULT_MIN_SCORE),
+        query,
         conversation_id: Some(conversation.clone()),
-        // The facts are chosen once per conversation and kept (the context block's session
-        // cache): the system prompt stays the same call after call, which keeps the
-        // upstream's prompt cache warm, and a call costs no search.
+        // The block is kept per conversation (the context's session cache) and changes only
+        // when a question brings a relevant fact it lacks: the system prompt stays the same
+        // while the conversation stays on its topics, which keeps the upstream's prompt cache
+        // warm, and a fact learned later reaches the conversation when it becomes relevant.
         session_id: Some(conversation.to_string()),
+        follow_query: true,
+        // The client sends the conversation's messages itself: only its summaries are added.
+        summaries_only: true,
         ..Default::default()
     };
+    // Side by side: the context, and the check that this caller may add to the conversation
+    // (another user's or agent's is refused before the upstream is paid for a turn that
+    // could not be saved).
+    let (checked, block) = tokio::join!(
+        tokio::time::timeout(
+            MEMORY_DEADLINE,
+            st.engine.check_append(&p, &conversation, Some(&user), agent.as_ref())
+        ),
+        tokio::time::timeout(MEMORY_DEADLINE, st.engine.context(&p, input)),
+    );
+    match checked {
+        Ok(Err(e)) if !own_failure(&e) => return Err(e.into()),
+        Ok(Err(e)) => tracing::warn!(error = %e, "proxy: cannot check the conversation"),
+        Err(_) => tracing::warn!("proxy: the conversation check passed its deadline"),
+        Ok(Ok(())) => {}
+    }
     let mut memory = true;
-    match st.engine.context(&p, input).await {
-        Ok(block) if !block.text.trim().is_empty() => {
+    match block {
+        Ok(Ok(block)) if !block.memory_ids.is_empty() || !block.summary_ids.is_empty() => {
             wire::inject(vendor, &mut request, &block.text)
         }
-        Ok(_) => {}
-        Err(e) if own_failure(&e) => {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) if own_failure(&e) => {
             tracing::warn!(error = %e, "proxy: forwarding without memory");
             memory = false;
         }
-        Err(e) => return Err(e.into()),
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => {
+            tracing::warn!("proxy: memory passed its deadline; forwarding without it");
+            memory = false;
+        }
     }
     let sent = serde_json::to_vec(&request).map_err(|e| {
         ApiError::new(ErrorCode::Internal, format!("cannot encode the request: {e}"))
@@ -259,8 +310,7 @@ async fn forward(
         .send("POST", vendor.path(), &header_pairs(&headers), Some(Bytes::from(sent)))
         .await
         .map_err(upstream_error)?;
-    let turn =
-        Turn { engine: st.engine.clone(), principal: p, conversation, user, agent, question };
+    let turn = Turn { engine: st.engine.clone(), principal: p, conversation, user, agent, asked };
     if !(200..300).contains(&resp.status) {
         // The upstream refused: its answer as it is, and nothing to remember.
         return Ok(respond(resp, memory, |b| b));
@@ -277,7 +327,7 @@ async fn forward(
                 if let Some(answer) = reader.answer()
                     && let Some(t) = turn.take()
                 {
-                    t.append(Some(answer.to_string()));
+                    t.append(answer);
                 }
                 chunk
             })
@@ -290,8 +340,9 @@ async fn forward(
     while let Some(chunk) = body.next().await {
         bytes.extend_from_slice(&chunk.map_err(upstream_error)?);
     }
-    let answer =
-        serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| wire::answer_of(vendor, &v));
+    let answer = serde_json::from_slice::<Value>(&bytes)
+        .map(|v| wire::answer_of(vendor, &v))
+        .unwrap_or_default();
     turn.append(answer);
     let whole = engram_providers::upstream::UpstreamResponse {
         status: resp.status,
@@ -346,6 +397,29 @@ fn tail(s: &str, max: usize) -> String {
     s[start..].to_string()
 }
 
+/// Bytes of a user message the proxy's memory query takes at most.
+const QUERY_BYTES: usize = 1_000;
+
+/// What a user message asks, as a memory query: its last line, with the lines before it
+/// while that is shorter than a short question, and at most [`QUERY_BYTES`] of it.
+fn last_lines(text: &str) -> String {
+    let text = text.trim_end();
+    let mut start = text.len();
+    while start > 0 && text[start..].trim().chars().count() < 20 {
+        start = text[..start].trim_end().rfind('\n').unwrap_or(0);
+    }
+    tail(text[start..].trim(), QUERY_BYTES)
+}
+
+/// The first `max` bytes of `s` at most, cut at a character boundary.
+fn head(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
 /// `s` as consecutive pieces of at most `max` bytes each, every byte kept in order: a piece
 /// ends after its last whitespace when that is in its second half, else at a character
 /// boundary. NUL characters (which the archive refuses) are dropped and blank pieces left
@@ -376,7 +450,17 @@ fn pieces(s: &str, max: usize) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::pieces;
+    use super::{last_lines, pieces};
+
+    #[test]
+    fn the_query_is_the_last_line_of_a_pasted_document() {
+        let doc = format!("{}\nWhat should I drink with it?\n", "Quarterly figures. ".repeat(600));
+        assert_eq!(last_lines(&doc), "What should I drink with it?");
+        assert_eq!(last_lines("Rome or Milan?\nok\n"), "Rome or Milan?\nok");
+        assert_eq!(last_lines("short"), "short");
+        let one_line = "word ".repeat(1000);
+        assert!(last_lines(&one_line).len() <= 1000);
+    }
 
     #[test]
     fn a_long_message_is_cut_into_pieces_within_the_limit_keeping_every_byte() {

@@ -352,6 +352,7 @@ async fn the_proxy_keeps_users_apart_and_passes_upstream_faults(backend: Backend
         assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{route}: {body}");
         let e: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{route}: {body}"));
         assert_eq!(e["error"]["code"], "payload_too_large", "{route}: {body}");
+        assert!(body.contains("limit of 4194304 bytes (--max-body-bytes)"), "{route}: {body}");
     }
 }
 
@@ -544,6 +545,225 @@ async fn images_pass_through_untouched(backend: Backend) {
     );
 }
 
+/// The system prompt of the upstream's last chat call (not extraction's), if it has one.
+fn last_system(llm: &ScriptedLlm, marker: &str) -> Option<String> {
+    let call = llm.calls_matching(&Match::any().user_contains(marker)).pop()?;
+    let first = &call.body["messages"][0];
+    (first["role"] == "system").then(|| first["content"].as_str().unwrap_or_default().to_string())
+}
+
+/// The messages of a conversation once it holds `n` (the proxy appends after answering).
+async fn saved(s: &Server, conversation: &str, n: usize) -> Vec<Value> {
+    let mut got = Vec::new();
+    for _ in 0..400 {
+        let (_, b) = s.get(&format!("/v1/conversations/{conversation}/messages")).await;
+        got = b["messages"].as_array().cloned().unwrap_or_default();
+        if got.len() >= n {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{conversation} holds {} messages, not {n}: {got:?}", got.len());
+}
+
+/// The block follows its conversation (the default one of a client that names none): a
+/// fact learned after the conversation began reaches it once a question makes it relevant;
+/// the system prompt stays byte for byte the same while nothing new is relevant; facts
+/// unrelated to the questions stay out, and with none relevant there is no block at all;
+/// the client's own messages are not repeated in it.
+async fn the_proxy_block_follows_the_conversation(backend: Backend) {
+    let db = Db::new(backend).await;
+    let llm = ScriptedLlm::start().await;
+    llm.on(Rule::any().reply("Noted."));
+    llm.on(Rule::system_contains(EXTRACT).reply("[]"));
+    let s = start(&db, &llm, &[]);
+    for (user, fact) in [
+        ("dana", "The user drinks green tea every morning."),
+        ("dana", "The user's cousin collects stamps from Peru."),
+        ("dana", "The user repaired a vintage motorcycle last winter."),
+        ("erin", "The user's cousin collects stamps from Peru."),
+    ] {
+        let (st, b) = s.post("/v1/memories", json!({ "content": fact, "user_id": user })).await;
+        assert_eq!(st, StatusCode::CREATED, "{b}");
+    }
+    let url = format!("{}/v1/chat/completions", s.base);
+    let mut history: Vec<Value> = Vec::new();
+    let ask = async |history: &mut Vec<Value>, user: &str, text: &str| {
+        history.push(json!({ "role": "user", "content": text }));
+        let body = json!({ "model": "m", "user": user, "messages": history });
+        let (st, _, b) = call(&url, &[], &body).await;
+        assert_eq!(st, StatusCode::OK, "{b}");
+        history.push(json!({ "role": "assistant", "content": "Noted." }));
+        last_system(&llm, text)
+    };
+    let first = ask(&mut history, "dana", "Which tea should I drink this morning?").await.unwrap();
+    assert!(first.contains("green tea"), "{first}");
+    assert!(!first.contains("stamps") && !first.contains("motorcycle"), "unrelated: {first}");
+    let second = ask(&mut history, "dana", "And tomorrow morning, tea again?").await.unwrap();
+    assert_eq!(second, first, "the system prompt changed with nothing new to say");
+    assert!(!second.contains("Recent messages") && !second.contains("Noted."), "{second}");
+
+    // Learned after the conversation began: in the block once a question is about it.
+    let (st, _) = s
+        .post(
+            "/v1/memories",
+            json!({ "content": "The user is allergic to peanuts.", "user_id": "dana" }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    let third =
+        ask(&mut history, "dana", "Can you suggest a snack without peanuts?").await.unwrap();
+    assert!(third.contains("allergic to peanuts"), "{third}");
+    assert!(third.contains("green tea"), "what the conversation had is kept: {third}");
+    let fourth = ask(&mut history, "dana", "Another snack without peanuts, please?").await.unwrap();
+    assert_eq!(fourth, third);
+
+    // Nothing relevant: no block, no empty header.
+    history.clear();
+    let none = ask(&mut history, "erin", "What is the capital of France?").await;
+    assert_eq!(none, None, "a system prompt was added");
+    let call = llm.calls_matching(&Match::any().user_contains("capital of France")).pop().unwrap();
+    assert!(!call.full_text().contains("Known facts"), "{}", call.full_text());
+}
+
+/// An agent's tool loop is saved once: the user's question with the first call, the tool's
+/// call and result with the call that sends the result back, then the answer (OpenAI and
+/// Anthropic). A streamed step that only calls a tool still saves the question; an answer
+/// cut by the output limit is marked; a stream that ends with an error event saves nothing.
+async fn the_proxy_saves_tool_loops_once_and_marks_cut_answers(backend: Backend) {
+    let db = Db::new(backend).await;
+    let llm = ScriptedLlm::start().await;
+    llm.on(Rule::any().reply("It is 4 °C and raining in Oslo."));
+    llm.on(Rule::system_contains(EXTRACT).reply("[]"));
+    let call_tool = r#"{"id":"x1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"weather","arguments":"{\"city\":\"Oslo\"}"}}]},"finish_reason":"tool_calls"}]}"#;
+    llm.on(Rule::user_contains("Weather in Oslo?").raw(200, call_tool).times(1));
+    let s = start(&db, &llm, &[]);
+    let url = format!("{}/v1/chat/completions", s.base);
+    let conv = |c: &'static str| {
+        [
+            ("x-engram-user-id", "finn"),
+            ("x-engram-conversation-id", c),
+            ("anthropic-version", "2023-06-01"),
+        ]
+    };
+    let mut messages = vec![json!({ "role": "user", "content": "Weather in Oslo?" })];
+    let (st, _, first) =
+        call(&url, &conv("trip-1"), &json!({ "model": "m", "messages": messages })).await;
+    assert_eq!(st, StatusCode::OK, "{first}");
+    let first: Value = serde_json::from_str(&first).unwrap();
+    messages.push(first["choices"][0]["message"].clone());
+    messages.push(json!({ "role": "tool", "tool_call_id": "c1", "content": "4 °C, rain" }));
+    let (st, _, b) =
+        call(&url, &conv("trip-1"), &json!({ "model": "m", "messages": messages })).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    let got = saved(&s, "trip-1", 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got_again = saved(&s, "trip-1", 3).await;
+    assert_eq!(got_again.len(), 3, "the question was saved twice: {got_again:?}");
+    assert_eq!((&got[0]["role"], &got[0]["content"]), (&json!("user"), &json!("Weather in Oslo?")));
+    assert_eq!(got[1]["role"], "tool");
+    assert_eq!(got[1]["tool_name"], "weather");
+    assert_eq!(got[1]["tool_args"], json!({ "city": "Oslo" }));
+    assert_eq!(got[1]["tool_result"], "4 °C, rain");
+    assert_eq!(got[2]["content"], "It is 4 °C and raining in Oslo.");
+
+    // Anthropic: the result comes back as a user message of tool_result blocks.
+    let anthropic = format!("{}/v1/messages", s.base);
+    let body = json!({ "model": "c", "max_tokens": 100, "messages": [
+        { "role": "user", "content": "Weather in Bergen?" },
+        { "role": "assistant", "content": [{ "type": "tool_use", "id": "t1", "name": "weather",
+            "input": { "city": "Bergen" } }] },
+        { "role": "user", "content": [{ "type": "tool_result", "tool_use_id": "t1",
+            "content": "9 °C, wind" }] }] });
+    let (st, _, b) = call(&anthropic, &conv("trip-2"), &body).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    let got = saved(&s, "trip-2", 2).await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(
+        (&got[0]["tool_name"], &got[0]["tool_result"]),
+        (&json!("weather"), &json!("9 °C, wind"))
+    );
+    assert_eq!(got[0]["tool_args"], json!({ "city": "Bergen" }));
+    assert_eq!(got[1]["role"], "assistant");
+
+    // A streamed step that only calls a tool: the question is saved.
+    let sse_tool = "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"weather\",\"arguments\":\"{}\"}}]}}]}\n\n\
+                    data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n";
+    llm.on(Rule::user_contains("Weather in Tromsø?").raw(200, sse_tool).times(1));
+    let body = json!({ "model": "m", "stream": true,
+        "messages": [{ "role": "user", "content": "Weather in Tromsø?" }] });
+    let (st, _, b) = call(&url, &conv("trip-3"), &body).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    let got = saved(&s, "trip-3", 1).await;
+    assert_eq!(got[0]["content"], "Weather in Tromsø?");
+
+    // Cut by the output limit: saved, and marked.
+    let cut = r#"{"id":"x2","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"The history of Oslo begins"},"finish_reason":"length"}]}"#;
+    llm.on(Rule::user_contains("history of Oslo").raw(200, cut).times(1));
+    let body = json!({ "model": "m", "messages": [{ "role": "user", "content": "Tell me the history of Oslo." }] });
+    assert_eq!(call(&url, &conv("trip-4"), &body).await.0, StatusCode::OK);
+    let got = saved(&s, "trip-4", 2).await;
+    assert_eq!(got[1]["content"], "The history of Oslo begins");
+    assert_eq!(got[1]["metadata"], json!({ "truncated": true }));
+
+    // A stream that breaks off with an error event: nothing saved (the client retries).
+    let broken = "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Half an ans\"}}]}\n\n\
+                  data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\ndata: [DONE]\n\n";
+    llm.on(Rule::user_contains("first try").raw(200, broken).times(1));
+    let body = |t: &str| json!({ "model": "m", "stream": true, "messages": [{ "role": "user", "content": t }] });
+    assert_eq!(call(&url, &conv("trip-5"), &body("first try")).await.0, StatusCode::OK);
+    assert_eq!(call(&url, &conv("trip-5"), &body("second try")).await.0, StatusCode::OK);
+    let got = saved(&s, "trip-5", 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = saved(&s, "trip-5", got.len()).await;
+    let texts: Vec<&str> = got.iter().map(|m| m["content"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["second try", "It is 4 °C and raining in Oslo."]);
+}
+
+/// A store that does not answer (a long write lock on SQLite, a table lock on PostgreSQL)
+/// does not hold a proxied call for the store's own timeouts: after the proxy's memory
+/// deadline the call goes through without memory and says so.
+async fn a_locked_store_does_not_hold_a_proxied_call(backend: Backend) {
+    use sqlx::Connection;
+    let db = Db::new(backend).await;
+    let llm = ScriptedLlm::start().await;
+    llm.on(Rule::any().reply("Hello."));
+    llm.on(Rule::system_contains(EXTRACT).reply("[]"));
+    let s = start(&db, &llm, &[]);
+    let (st, _) = s
+        .post("/v1/memories", json!({ "content": "The user likes jazz.", "user_id": "gus" }))
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    // Held until the end of the test.
+    let mut lock: Box<dyn std::any::Any> = match db.url() {
+        None => {
+            let url = format!("sqlite://{}", db.dir().join("engram.db").display());
+            let mut c = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            sqlx::query("BEGIN IMMEDIATE").execute(&mut c).await.unwrap();
+            Box::new(c)
+        }
+        Some(url) => {
+            let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+            sqlx::query("BEGIN").execute(&mut c).await.unwrap();
+            sqlx::query("LOCK TABLE context_sessions, conversations IN ACCESS EXCLUSIVE MODE")
+                .execute(&mut c)
+                .await
+                .unwrap();
+            Box::new(c)
+        }
+    };
+    let body = json!({ "model": "m", "user": "gus",
+        "messages": [{ "role": "user", "content": "Play me some jazz?" }] });
+    let started = std::time::Instant::now();
+    let (st, h, b) = call(&format!("{}/v1/chat/completions", s.base), &[], &body).await;
+    let took = started.elapsed();
+    assert_eq!(st, StatusCode::OK, "{b}");
+    assert_eq!(h["engram-memory"], "unavailable");
+    // The store's own waits are 10 s (SQLite's busy timeout) or unbounded (a PostgreSQL lock).
+    assert!(took < Duration::from_secs(8), "the call waited {took:?}");
+    drop(std::mem::replace(&mut lock, Box::new(())));
+}
+
 on_both_backends!(
     the_openai_proxy_adds_memory_and_passes_everything_else,
     the_proxy_keeps_users_apart_and_passes_upstream_faults,
@@ -551,4 +771,7 @@ on_both_backends!(
     the_official_sdks_work_through_the_proxy,
     an_unreachable_upstream_is_a_502,
     images_pass_through_untouched,
+    the_proxy_block_follows_the_conversation,
+    the_proxy_saves_tool_loops_once_and_marks_cut_answers,
+    a_locked_store_does_not_hold_a_proxied_call,
 );

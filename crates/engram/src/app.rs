@@ -211,7 +211,10 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
             limits,
             proxy: upstreams(&settings)?,
         },
-        settings.max_body_bytes,
+        crate::http::limits::BodyRules {
+            max_bytes: settings.max_body_bytes,
+            idle: settings.body_timeout,
+        },
         settings.max_concurrent_requests,
         crate::ui::router,
     );
@@ -226,12 +229,26 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
     });
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            server_shutdown.cancel();
-        })
-        .await;
+    let stopping = shutdown.clone();
+    let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        server_shutdown.cancel();
+    });
+    // After the signal, requests in flight get SHUTDOWN_GRACE to finish; a connection that
+    // still holds on (a stalled upload, a stream without end) does not keep the process up.
+    let served = tokio::select! {
+        r = std::future::IntoFuture::into_future(serving) => r,
+        () = async {
+            stopping.cancelled().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => {
+            tracing::warn!(
+                grace_secs = SHUTDOWN_GRACE.as_secs(),
+                "connections still open after the shutdown grace: closing them"
+            );
+            Ok(())
+        }
+    };
     shutdown.cancel();
     if let Some(w) = workers {
         let _ = w.await;
@@ -243,6 +260,9 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     tracing::info!("engram stopped");
     Ok(())
 }
+
+/// How long `serve` waits, after SIGTERM or Ctrl-C, for requests in flight to finish.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 async fn shutdown_signal() {
     let ctrl_c = async {

@@ -80,6 +80,7 @@ struct FileConfig {
     rate_limit: Option<u32>,
     rate_limit_burst: Option<u32>,
     max_concurrent_requests: Option<usize>,
+    body_timeout_secs: Option<u64>,
     database_url: Option<String>,
     database_pool_size: Option<u32>,
     llm_provider: Option<String>,
@@ -132,6 +133,8 @@ pub struct Settings {
     pub rate_limit_burst: u32,
     /// Requests handled at once; more are answered 503 at once instead of queueing.
     pub max_concurrent_requests: usize,
+    /// How long a request body may send nothing before it is refused (408).
+    pub body_timeout: std::time::Duration,
     /// None: no LLM, automatic extraction off.
     pub llm: Option<LlmSettings>,
     /// Background jobs run at once by this process.
@@ -169,6 +172,10 @@ pub struct ServeArgs {
     /// Requests handled at once (default 512); more are answered 503 at once.
     #[arg(long, env = "ENGRAM_MAX_CONCURRENT_REQUESTS")]
     pub max_concurrent_requests: Option<usize>,
+    /// Seconds a request body may send nothing before it is refused with 408 (default 30),
+    /// so a stalled upload holds no request slot.
+    #[arg(long, env = "ENGRAM_BODY_TIMEOUT_SECS")]
+    pub body_timeout_secs: Option<u64>,
     /// Do not run background workers in this process.
     #[arg(long)]
     pub no_workers: bool,
@@ -284,6 +291,10 @@ impl Settings {
         if !(1..=100_000).contains(&max_concurrent_requests) {
             bail!("max_concurrent_requests must be 1 to 100000, got {max_concurrent_requests}");
         }
+        let body_timeout_secs = serve.body_timeout_secs.or(file.body_timeout_secs).unwrap_or(30);
+        if !(1..=3600).contains(&body_timeout_secs) {
+            bail!("body_timeout_secs must be 1 to 3600, got {body_timeout_secs}");
+        }
         let llm = match common.llm_provider.clone().or(file.llm_provider) {
             None => {
                 if common.llm_model.is_some() || file.llm_model.is_some() {
@@ -387,6 +398,7 @@ impl Settings {
             rate_limit,
             rate_limit_burst,
             max_concurrent_requests,
+            body_timeout: std::time::Duration::from_secs(body_timeout_secs),
             llm,
             workers,
             run_workers: !serve.no_workers,

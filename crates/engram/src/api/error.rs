@@ -70,6 +70,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorCode::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
         ErrorCode::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+        ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
     }
 }
 

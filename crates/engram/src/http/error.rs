@@ -60,18 +60,36 @@ where
 }
 
 /// A raw request body whose rejections are engram errors: over the size limit → 413
-/// `payload_too_large`, unreadable → 400 `invalid_input` (the proxy's bodies, passed on).
+/// `payload_too_large` (naming the limit), stalled → 408 `request_timeout`, unreadable → 400
+/// `invalid_input` (the proxy's bodies, passed on).
 pub struct ApiBytes(pub axum::body::Bytes);
 
 impl<S: Send + Sync> FromRequest<S> for ApiBytes {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let rules = super::limits::body_rules(&req);
         axum::body::Bytes::from_request(req, state).await.map(ApiBytes).map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
                     ErrorCode::PayloadTooLarge,
-                    "request body is larger than the server's limit",
+                    match rules {
+                        Some(r) => format!(
+                            "request body is larger than the server's limit of {} bytes \
+                             (--max-body-bytes)",
+                            r.max_bytes
+                        ),
+                        None => "request body is larger than the server's limit".to_string(),
+                    },
+                )
+            } else if super::limits::timed_out(&e) {
+                ApiError::new(
+                    ErrorCode::RequestTimeout,
+                    format!(
+                        "the request body stopped arriving: nothing for {} s \
+                         (--body-timeout-secs)",
+                        rules.map_or(0, |r| r.idle.as_secs())
+                    ),
                 )
             } else {
                 ApiError::invalid(format!("cannot read request body: {}", e.body_text()))

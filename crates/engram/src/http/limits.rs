@@ -11,6 +11,10 @@
 //!   are shed with `503 overloaded` right away rather than queued (tower's `LoadShed` over
 //!   `ConcurrencyLimit`), so a saturated server answers quickly and clients back off.
 //!
+//! - **Bodies.** A request body that sends nothing for `--body-timeout-secs` is refused with
+//!   `408 request_timeout` ([`guard_body`], tower-http's `TimeoutBody`): a client that
+//!   stalls its upload does not hold a concurrency slot, or a shutdown, for ever.
+//!
 //! Keyed state grows with the keys and addresses seen; entries that are full again are
 //! dropped every [`SWEEP_EVERY`] requests.
 
@@ -29,6 +33,39 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 use super::AppState;
 use super::error::ApiError;
+
+/// A request body's rules: its size limit and how long it may send nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyRules {
+    pub max_bytes: usize,
+    pub idle: std::time::Duration,
+}
+
+/// Every request's body: timed out when it stalls, and its rules noted for the errors'
+/// messages.
+pub async fn guard_body(rules: BodyRules, mut req: Request, next: Next) -> Response {
+    req.extensions_mut().insert(rules);
+    let req =
+        req.map(|b| axum::body::Body::new(tower_http::timeout::TimeoutBody::new(rules.idle, b)));
+    next.run(req).await
+}
+
+/// The rules [`guard_body`] noted on a request.
+pub fn body_rules(req: &Request) -> Option<BodyRules> {
+    req.extensions().get::<BodyRules>().copied()
+}
+
+/// Whether a body read failed because the body stalled.
+pub fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
 
 /// Requests between two sweeps of the keyed state.
 pub const SWEEP_EVERY: u64 = 10_000;

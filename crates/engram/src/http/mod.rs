@@ -203,11 +203,12 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 /// passed in so that `http` does not import the UI, which imports `http`'s state).
 pub fn router(
     state: AppState,
-    max_body_bytes: usize,
+    body: limits::BodyRules,
     max_concurrent: usize,
     pages: fn(Arc<AppState>) -> Router,
 ) -> Router {
     let state = Arc::new(state);
+    let max_body_bytes = body.max_bytes;
     let mcp = mcp::service(&state, max_body_bytes);
     Router::new()
         .route("/healthz", get(healthz))
@@ -258,6 +259,7 @@ pub fn router(
                 // One semaphore for every route (`Router::layer` clones the layer per route).
                 .layer(tower::limit::GlobalConcurrencyLimitLayer::new(max_concurrent)),
         )
+        .layer(axum::middleware::from_fn(move |req, next| limits::guard_body(body, req, next)))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .layer(axum::middleware::from_fn_with_state(state, observe::observe))
 }

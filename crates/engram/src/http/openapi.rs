@@ -191,6 +191,7 @@ const ERRORS: &[(&str, &str)] = &[
     ("403", "the key's role may not do this, or a local-mode request from another host"),
     ("404", "no such row, or one the caller may not see"),
     ("405", "method not allowed on this path"),
+    ("408", "the request body stopped arriving (nothing for --body-timeout-secs)"),
     ("409", "conflict: superseded, or owned by another user or agent"),
     ("413", "body or content over the configured limit"),
     ("422", "understood but refused: PII policy reject, another embedding space"),

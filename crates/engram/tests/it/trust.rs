@@ -433,6 +433,7 @@ on_both_backends!(
     r10_plain_logs_and_llm_jobs_wait_for_an_llm,
     r10_rate_limits_and_overload,
     r10_cli_progress_only_on_a_terminal,
+    a_stalled_body_is_refused_and_does_not_hold_a_shutdown,
 );
 
 mod r10_read_only_data_dir {
@@ -440,6 +441,58 @@ mod r10_read_only_data_dir {
     fn sqlite() {
         super::r10_read_only_data_dir_is_refused_at_start()
     }
+}
+
+/// A request body that stops arriving is refused with 408 after `--body-timeout-secs`
+/// (found by a tester: three stalled bodies held every slot, `/healthz` included, for
+/// good), and a connection that keeps a request open does not keep a stopped server up:
+/// SIGTERM ends it after the shutdown grace.
+async fn a_stalled_body_is_refused_and_does_not_hold_a_shutdown(backend: Backend) {
+    use std::io::{Read, Write};
+    let db = Db::new(backend).await;
+    let key = create_key(&db, &["--tenant", "t", "--role", "admin"]);
+    let mut s = db.serve(&["--max-concurrent-requests", "1", "--body-timeout-secs", "1"]);
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let body = r#"{"content": "The user rows a boat.", "user_id": "u"}"#;
+    let head = format!(
+        "POST /v1/memories HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {key}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut stalled = std::net::TcpStream::connect(&addr).unwrap();
+    stalled.write_all(head.as_bytes()).unwrap();
+    stalled.write_all(&body.as_bytes()[..10]).unwrap();
+    stalled.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let mut answer = vec![0u8; 1024];
+    let n = stalled.read(&mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]).to_string();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"code\":\"request_timeout\""), "{answer}");
+    assert!(answer.contains("--body-timeout-secs"), "{answer}");
+    // The slot is free again; nothing was stored.
+    let (st, b) = s.with_key(&key).get("/v1/memories?user_id=u").await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    assert_eq!(b["memories"], json!([]));
+
+    // A body that trickles in (never idle for a second) holds a request open; SIGTERM still
+    // ends the server, after the grace.
+    let trickle = std::thread::spawn(move || {
+        let mut c = std::net::TcpStream::connect(&addr).unwrap();
+        let long = format!(
+            "POST /v1/memories HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {key}\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n"
+        );
+        c.write_all(long.as_bytes()).unwrap();
+        for _ in 0..600 {
+            if c.write_all(b" ").is_err() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let stopped = std::time::Instant::now();
+    assert!(s.terminate(), "engram serve exits cleanly after the grace");
+    assert!(stopped.elapsed() < std::time::Duration::from_secs(25), "{:?}", stopped.elapsed());
+    trickle.join().unwrap();
 }
 
 /// Issue 10 #11: per-key request limits with 429 and Retry-After (made-up keys are charged

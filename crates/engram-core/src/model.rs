@@ -93,13 +93,36 @@ string_id!(
 /// The prefix of the memory proxy's conversation ids, `proxy:<user>:<agent or ->`.
 pub const PROXY_CONVERSATION_PREFIX: &str = "proxy:";
 
+/// An id as one part of a proxy conversation id: `%` and `:` written `%25` and `%3A`, so
+/// that the parts never run into each other (user `x:y` with agent `z` against user `x`
+/// with agent `y:z`).
+fn proxy_part(id: &str) -> String {
+    id.replace('%', "%25").replace(':', "%3A")
+}
+
+/// The memory proxy's conversation of a user and agent when the client names none:
+/// `proxy:<user>:<agent or ->`, each id as [`proxy_part`] writes it (an agent called `-` as
+/// `%2D`, apart from no agent).
+pub fn proxy_conversation(user: &str, agent: Option<&str>) -> String {
+    let agent = match agent {
+        None => "-".to_string(),
+        Some("-") => "%2D".to_string(),
+        Some(a) => proxy_part(a),
+    };
+    format!("{PROXY_CONVERSATION_PREFIX}{}:{agent}", proxy_part(user))
+}
+
 impl ConversationId {
     /// Refuse `proxy:<other user>:…` for `user`: the memory proxy's conversation of a user
     /// takes only that user's messages (another user who started it would keep the proxy
     /// from saving that user's turns).
     pub fn check_proxy_owner(&self, user: &UserId) -> Result<()> {
         match self.as_str().strip_prefix(PROXY_CONVERSATION_PREFIX) {
-            Some(rest) if !rest.strip_prefix(user.as_str()).is_some_and(|r| r.starts_with(':')) => {
+            Some(rest)
+                if !rest
+                    .strip_prefix(&proxy_part(user.as_str()))
+                    .is_some_and(|r| r.starts_with(':')) =>
+            {
                 Err(Error::invalid(
                     "conversation_id",
                     format!(

@@ -430,7 +430,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 include_superseded,
                 since,
                 until,
-                cursor: cursor.as_deref().map(MemoryId::parse).transpose().map_err(err)?,
+                cursor: cursor
+                    .as_deref()
+                    .map(|c| {
+                        MemoryId::parse(c).map_err(|_| {
+                            anyhow::anyhow!(
+                                "--cursor '{c}' is not a cursor: pass the `next page: --cursor …` \
+                                 value of the previous page"
+                            )
+                        })
+                    })
+                    .transpose()?,
                 limit,
                 ..Default::default()
             };
@@ -578,9 +588,10 @@ async fn keys(common: &CommonArgs, k: KeysCommand) -> anyhow::Result<()> {
             };
             let (key, secret) = crate::keys::create(&ops, tenant, role).await.map_err(err)?;
             if json {
-                print_json(
-                    &serde_json::json!({ "id": key.id, "tenant": key.tenant.to_string(), "key": secret }),
-                )
+                // The listing's fields (role, binding, prefix…) and the secret, shown once.
+                let mut row = key_json(&key);
+                row["key"] = serde_json::Value::String(secret);
+                print_json(&row)
             } else {
                 out!("{secret}");
                 eprintln!(

@@ -309,6 +309,7 @@ fn serve(
             .route("/chat/completions", any(openai))
             .route("/v1/messages", any(anthropic))
             .route("/v1/models", axum::routing::get(models))
+            .route("/v1/models/{id}", axum::routing::get(models))
             .fallback(unknown)
             .with_state(Arc::clone(&shared));
         let _ = ready.send(Ok(()));
@@ -362,8 +363,8 @@ fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
         .collect()
 }
 
-/// `GET /v1/models` (OpenAI): the one model the scripted server is, after the same key
-/// check as a completion. Recorded like every request.
+/// `GET /v1/models` and `GET /v1/models/{id}` (OpenAI): the one model the scripted server
+/// is, after the same key check as a completion. Recorded like every request.
 async fn models(
     State(shared): State<Arc<Shared>>,
     method: Method,
@@ -394,9 +395,22 @@ async fn models(
     if let Some(msg) = refused {
         return json_response(401, error_body(Protocol::OpenAi, 401, msg).to_string(), None);
     }
-    let list = serde_json::json!({ "object": "list", "data": [
-        { "id": "scripted", "object": "model", "created": 0, "owned_by": "testkit" }] });
-    json_response(200, list.to_string(), None)
+    let model = serde_json::json!({ "id": "scripted", "object": "model", "created": 0,
+        "owned_by": "testkit" });
+    // `GET /v1/models/{id}`: that model, or OpenAI's 404.
+    match uri.path().strip_prefix("/v1/models/") {
+        Some("scripted") => json_response(200, model.to_string(), None),
+        Some(other) => json_response(
+            404,
+            error_body(Protocol::OpenAi, 404, &format!("The model '{other}' does not exist"))
+                .to_string(),
+            None,
+        ),
+        None => {
+            let list = serde_json::json!({ "object": "list", "data": [model] });
+            json_response(200, list.to_string(), None)
+        }
+    }
 }
 
 async fn unknown(

@@ -27,13 +27,14 @@ impl Engine {
     ) -> Result<(Memory, Vec<PiiKind>)> {
         let old = self.load_visible(p, id).await?;
         if old.superseded_at.is_some() {
-            let by = match old.superseded_by {
-                Some(s) if self.id_visible(p, s).await? => format!(" by {s}"),
-                Some(_) | None => String::new(),
-            };
-            return Err(Error::Conflict(format!(
-                "memory {id} is superseded{by}; edit the current version"
-            )));
+            return Err(Error::Conflict(match old.superseded_by {
+                Some(s) if self.id_visible(p, s).await? => {
+                    format!("memory {id} is superseded by {s}; edit the current version")
+                }
+                Some(_) => format!("memory {id} is superseded; edit the current version"),
+                // Forgotten: no version is current.
+                None => format!("memory {id} was forgotten; remember it again to restore it"),
+            }));
         }
         let now = crate::model::now();
         let content = match &input.content {

@@ -8,7 +8,7 @@ use engram_core::model::{Job, JobStatus, TenantId, UserId};
 use time::OffsetDateTime;
 
 use super::Arg::{Int, Json, OptText, Text, Ts};
-use super::rows;
+use super::rows::{self, Columns};
 use super::{Arg, Backend, limit};
 
 /// Add a pending job; false when a pending job of the same tenant and dedup key exists.
@@ -159,11 +159,28 @@ pub(crate) async fn retry<B: Backend>(b: &B, tenant: Option<&TenantId>, id: &str
             n
         }
         // Another pending job holds the dedup key: the failed job stays failed.
-        Err(e) if B::is_duplicate(&e) => 0,
+        Err(e) if B::is_duplicate(&e) => {
+            return Err(Error::Conflict(format!(
+                "job {id} stays failed: a pending job already does the same work"
+            )));
+        }
         Err(e) => return Err(B::fault(e)),
     };
     if n == 0 {
-        return Err(Error::not_found(format!("failed job {id}")));
+        // Say why: no such job, or one that is not failed.
+        let row = b
+            .read_opt(
+                "SELECT status FROM jobs WHERE id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR tenant_id = ?2)",
+                &[Text(id), OptText(tenant.map(TenantId::as_str))],
+            )
+            .await?;
+        return Err(match row {
+            Some(r) => Error::Conflict(format!(
+                "job {id} is {}: only a failed job can be retried",
+                r.text("status")?
+            )),
+            None => Error::not_found(format!("job {id}")),
+        });
     }
     Ok(())
 }

@@ -59,7 +59,7 @@ pub fn user_of(vendor: Vendor, header: Option<&str>, body: &Value) -> Option<Str
 
 /// The conversation a call belongs to when the client names none: one per user and agent.
 pub fn default_conversation(user: &str, agent: Option<&str>) -> String {
-    format!("proxy:{user}:{}", agent.unwrap_or("-"))
+    engram_core::model::proxy_conversation(user, agent)
 }
 
 /// Whether the request asks for a stream.
@@ -165,8 +165,24 @@ pub fn asked(vendor: Vendor, body: &Value) -> Asked {
     let messages = &all[..end];
     let Some(last) = messages.last() else { return Asked::default() };
     let text = |m: &Value| {
-        let t = text_of(m.get("content").unwrap_or(&Value::Null));
-        (!t.trim().is_empty()).then_some(t)
+        let content = m.get("content").unwrap_or(&Value::Null);
+        let t = text_of(content);
+        if !t.trim().is_empty() {
+            return Some(t);
+        }
+        // A turn of images or files alone is kept as what it held.
+        let parts: Vec<String> = content
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| str_at(p, "/type"))
+            .filter(|t| !matches!(*t, "text" | "tool_result" | "tool_use"))
+            .map(|t| match t {
+                "image_url" | "image" | "input_image" => "[image]".to_string(),
+                other => format!("[{other}]"),
+            })
+            .collect();
+        (!parts.is_empty()).then(|| parts.join(" "))
     };
     match vendor {
         Vendor::OpenAi if role(last) == "tool" => {
@@ -381,6 +397,19 @@ mod tests {
     }
 
     #[test]
+    fn default_conversations_of_different_scopes_never_meet() {
+        assert_eq!(default_conversation("alice", None), "proxy:alice:-");
+        assert_eq!(default_conversation("alice", Some("bot")), "proxy:alice:bot");
+        assert_ne!(default_conversation("x:y", Some("z")), default_conversation("x", Some("y:z")));
+        assert_ne!(default_conversation("alice", Some("-")), default_conversation("alice", None));
+        assert_ne!(
+            default_conversation("a%3Ab", None),
+            default_conversation("a:b", None),
+            "the escape itself is escaped"
+        );
+    }
+
+    #[test]
     fn scope_and_texts_are_read_from_either_protocol() {
         let o = json!({ "user": "alice", "messages": [
             { "role": "user", "content": "first" }, { "role": "assistant", "content": "ok" },
@@ -455,6 +484,10 @@ mod tests {
                 }]
             }
         );
+        // A turn of an image alone is kept as such.
+        let image = json!({ "messages": [{ "role": "user", "content": [
+            { "type": "image_url", "image_url": { "url": "data:," } }] }] });
+        assert_eq!(asked(Vendor::OpenAi, &image).question.as_deref(), Some("[image]"));
         // A prefilled answer is not a turn: the question before it is.
         let prefill = json!({ "messages": [{ "role": "user", "content": "Name a colour." },
             { "role": "assistant", "content": "The colour is" }] });

@@ -239,6 +239,7 @@ pub fn router(
         .route("/v1/chat/completions", post(proxy::chat_completions))
         .route("/v1/messages", post(proxy::messages))
         .route("/v1/models", get(proxy::models))
+        .route("/v1/models/{id}", get(proxy::model))
         .route("/v1/sessions/{id}/state", get(state::list))
         .route(
             "/v1/sessions/{id}/state/{key}",

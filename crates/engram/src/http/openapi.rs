@@ -431,13 +431,20 @@ fn proxy_paths() -> Vec<(&'static str, Value)> {
     for (status, what) in upstream_errors {
         models["responses"][status] = error_response(what);
     }
+    let mut model = models.clone();
+    model["summary"] = json!("One model of the OpenAI upstream, passed through.");
+    model["operationId"] = json!("proxy_model");
+    model["parameters"] = json!([{ "name": "id", "in": "path", "required": true,
+        "schema": { "type": "string", "minLength": 1 } }]);
     complete_operation("/v1/chat/completions", &mut completions);
     complete_operation("/v1/messages", &mut messages);
     complete_operation("/v1/models", &mut models);
+    complete_operation("/v1/models/{id}", &mut model);
     vec![
         ("/v1/chat/completions", json!({ "post": completions })),
         ("/v1/messages", json!({ "post": messages })),
         ("/v1/models", json!({ "get": models })),
+        ("/v1/models/{id}", json!({ "get": model })),
     ]
 }
 

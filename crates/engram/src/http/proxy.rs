@@ -2,7 +2,7 @@
 //! /v1/messages` (Anthropic) forward a chat call to the configured upstream after putting
 //! the caller's context block into its system prompt, stream the answer back as the
 //! upstream sends it, and then append the user turn and the answer to the conversation, so
-//! extraction runs as for any append. `GET /v1/models` is passed through.
+//! extraction runs as for any append. `GET /v1/models` and `GET /v1/models/{id}` are passed through.
 //!
 //! Who the call is for: the caller's key decides the scope, as for every REST call (a user
 //! key cannot name another user); the user comes from `x-engram-user-id`, else the
@@ -89,6 +89,28 @@ pub async fn models(
     let run = async {
         let up = st.proxy.of(Vendor::OpenAi)?;
         let resp = up.send("GET", "/v1/models", &header_pairs(&headers), None).await;
+        Ok::<_, ApiError>(respond(resp.map_err(upstream_error)?, true, |b| b))
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// What a path segment escapes: all but RFC 3986's unreserved characters.
+const SEGMENT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// `GET /v1/models/{id}`, passed through to the OpenAI upstream.
+pub async fn model(
+    State(st): State<Arc<AppState>>,
+    Auth(_): Auth,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let run = async {
+        let up = st.proxy.of(Vendor::OpenAi)?;
+        // The id travels as one path segment, whatever it holds.
+        let id = percent_encoding::utf8_percent_encode(&id, SEGMENT);
+        let path = format!("/v1/models/{id}");
+        let resp = up.send("GET", &path, &header_pairs(&headers), None).await;
         Ok::<_, ApiError>(respond(resp.map_err(upstream_error)?, true, |b| b))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)

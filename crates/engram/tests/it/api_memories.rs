@@ -69,6 +69,12 @@ async fn remember_find_edit_forget_erase_as_a_new_user_would(backend: Backend) {
     assert_eq!(list["memories"].as_array().unwrap().len(), 2);
     let (_, hist) = s.get(&format!("/v1/memories/{new_id}/history")).await;
     assert!(hist["events"].as_array().unwrap().iter().any(|e| e["event"] == "forgotten"));
+    // Editing a forgotten fact says so (not "superseded").
+    let r = s
+        .req("PATCH", &format!("/v1/memories/{new_id}"), Some(json!({ "content": "x y z" })))
+        .await;
+    assert_error(&r, 409, "conflict");
+    assert!(r.1["error"]["message"].as_str().unwrap().contains("was forgotten"), "{}", r.1);
 
     // Erase Alice: counts returned, nothing of hers left; Bob untouched.
     let (st, er) = s.req("DELETE", "/v1/users/alice", None).await;

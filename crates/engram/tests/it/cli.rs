@@ -685,6 +685,10 @@ async fn keys_are_printed_once_listed_without_secret_and_revocable(backend: Back
         &["keys", "create", "--tenant", "t1", "--role", "user", "--user", "u9", "--json"],
     );
     assert!(j["key"].as_str().unwrap().starts_with("engram_"), "{j}");
+    assert_eq!(
+        (&j["role"], &j["bound_to"], &j["tenant"]),
+        (&json!("user"), &json!("u9"), &json!("t1"))
+    );
     let listing = ok_json(d, &["keys", "list", "--tenant", "t1", "--json"]);
     assert!(
         listing.as_array().unwrap().iter().any(|k| k["role"] == "user" && k["bound_to"] == "u9")
@@ -762,7 +766,7 @@ async fn bad_cli_input_fails_with_a_clear_message_and_stores_nothing(backend: Ba
         (vec!["recall", "  ", "--user", "alice"], &["query must not be empty"]),
         (vec!["list", "--limit", "0"], &["limit must be 1 to"]),
         (vec!["list", "--limit", "10000"], &["limit must be 1 to"]),
-        (vec!["list", "--cursor", "bogus"], &["bogus"]),
+        (vec!["list", "--cursor", "bogus"], &["--cursor 'bogus' is not a cursor"]),
         (
             vec!["import", "/nonexistent/engram-export.jsonl"],
             &["cannot open", "/nonexistent/engram-export.jsonl"],

@@ -183,9 +183,14 @@ async fn the_openai_proxy_adds_memory_and_passes_everything_else(backend: Backen
         ]
     );
 
-    // GET /v1/models is passed through.
+    // GET /v1/models and /v1/models/{id} are passed through.
     let (st, models) = s.get("/v1/models").await;
     assert_eq!((st, &models["data"][0]["id"]), (StatusCode::OK, &json!("scripted")));
+    let (st, model) = s.get("/v1/models/scripted").await;
+    assert_eq!((st, &model["id"]), (StatusCode::OK, &json!("scripted")));
+    let (st, missing) = s.get("/v1/models/gpt-none").await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{missing}");
+    assert!(missing["error"]["message"].as_str().unwrap().contains("gpt-none"), "{missing}");
 
     // A pasted document longer than a search query may be: the call still goes through,
     // with memory (the query is the message's end), not a 413.

@@ -119,6 +119,7 @@ fn upstreams(settings: &Settings) -> anyhow::Result<crate::http::proxy::Upstream
     Ok(crate::http::proxy::Upstreams {
         openai: one(&p.openai_url, &p.openai_api_key, UpstreamAuth::Bearer)?,
         anthropic: one(&p.anthropic_url, &p.anthropic_api_key, UpstreamAuth::XApiKey)?,
+        saves: tokio_util::task::TaskTracker::new(),
     })
 }
 
@@ -203,14 +204,10 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     println!("engram listening on http://{addr}");
     let limits =
         Arc::new(crate::http::limits::Limits::new(settings.rate_limit, settings.rate_limit_burst));
+    let proxy = upstreams(&settings)?;
+    let proxy_saves = proxy.saves.clone();
     let app = router(
-        AppState {
-            engine,
-            loopback,
-            shutdown: shutdown.clone(),
-            limits,
-            proxy: upstreams(&settings)?,
-        },
+        AppState { engine, loopback, shutdown: shutdown.clone(), limits, proxy },
         crate::http::limits::BodyRules {
             max_bytes: settings.max_body_bytes,
             idle: settings.body_timeout,
@@ -250,6 +247,11 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         }
     };
     shutdown.cancel();
+    // Proxied turns answered but not yet appended are saved before the process ends.
+    proxy_saves.close();
+    if tokio::time::timeout(SHUTDOWN_GRACE, proxy_saves.wait()).await.is_err() {
+        tracing::warn!("proxied turns still being saved after the shutdown grace");
+    }
     if let Some(w) = workers {
         let _ = w.await;
     }

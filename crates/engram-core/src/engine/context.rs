@@ -61,6 +61,8 @@ struct SessionNotes {
     holds_all: bool,
     /// The earliest expiry among its facts (Unix seconds).
     expires: Option<i64>,
+    /// Not every fact fit.
+    truncated: bool,
 }
 
 impl SessionNotes {
@@ -70,6 +72,7 @@ impl SessionNotes {
             version: get("version").and_then(serde_json::Value::as_i64),
             holds_all: get("holds_all").and_then(serde_json::Value::as_bool) == Some(true),
             expires: get("expires").and_then(serde_json::Value::as_i64),
+            truncated: get("truncated").and_then(serde_json::Value::as_bool) == Some(true),
         }
     }
 
@@ -142,6 +145,9 @@ impl Engine {
             None => 0,
         };
         let mut cached = None;
+        // A followed block whose facts changed: what it held, and the new versions of what
+        // was edited, stay while they are active (only the changed fact leaves).
+        let mut stale: Vec<MemoryId> = Vec::new();
         if let Some(sid) = &input.session_id {
             if sid.is_empty() || sid.len() > 256 {
                 return Err(Error::invalid("session_id", "session_id must be 1 to 256 bytes"));
@@ -154,10 +160,16 @@ impl Engine {
                     .get_context_session(&v.tenant, sid, &user, v.pool.as_deref())
                     .await?
                 && s.params.as_ref().and_then(|p| p.get("terms")) == Some(&terms)
-                && (SessionNotes::of(&s).unchanged(version, now)
-                    || self.still_active(v, &s.memory_ids).await?)
             {
-                cached = Some(s);
+                if SessionNotes::of(&s).unchanged(version, now)
+                    || self.still_active(v, &s.memory_ids).await?
+                {
+                    cached = Some(s);
+                } else if input.follow_query {
+                    let rows = self.svc.store.get_memories(&v.tenant, &s.memory_ids).await?;
+                    stale =
+                        rows.iter().flat_map(|m| [Some(m.id), m.superseded_by]).flatten().collect();
+                }
             }
         }
         let query = input.query.as_deref().filter(|q| !q.trim().is_empty());
@@ -169,6 +181,10 @@ impl Engine {
             }
         }) {
             return self.cached_block(v, s, input.turn_id.as_deref()).await;
+        }
+        if input.follow_query && query.is_none() {
+            // Nothing to follow and no block yet: nothing is known to be relevant.
+            return Ok(ContextBlock::default());
         }
         if input.min_score.is_some() && query.is_none() {
             return Err(Error::invalid("min_score", "min_score needs a query to score facts by"));
@@ -201,7 +217,7 @@ impl Engine {
         {
             // Only what scored at least the minimum, and the profile; a followed session
             // also keeps what it holds.
-            let held = cached.as_ref().map(|s| s.memory_ids.as_slice()).unwrap_or_default();
+            let held = cached.as_ref().map_or(stale.as_slice(), |s| s.memory_ids.as_slice());
             all.retain(|m| {
                 m.kind == Kind::Profile || ranked.contains_key(&m.id) || held.contains(&m.id)
             });
@@ -239,6 +255,7 @@ impl Engine {
                             "terms": terms,
                             "version": version,
                             "holds_all": memory_ids.len() == active,
+                            "truncated": truncated,
                             "expires": chosen.iter().filter_map(|m| m.expires_at)
                                 .min().map(|t| t.unix_timestamp()),
                         })),
@@ -307,11 +324,12 @@ impl Engine {
         if let Some(t) = turn_id {
             self.svc.store.record_recall(&v.tenant, t, &s.memory_ids).await?;
         }
+        let truncated = SessionNotes::of(&s).truncated;
         Ok(ContextBlock {
             text: s.text,
             memory_ids: s.memory_ids,
             token_estimate,
-            truncated: false,
+            truncated,
             cached: true,
             ..Default::default()
         })

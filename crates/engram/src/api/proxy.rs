@@ -81,14 +81,17 @@ fn text_of(content: &Value) -> String {
     }
 }
 
-/// The text of the last user message (the query for the context block and the user turn
-/// appended afterwards); None when it has no text.
+/// The text of the last user message that has text: the question of the turn, also when
+/// the turn ends with tool results (an Anthropic `tool_result` message has none) or an image.
+/// The query for the context block.
 pub fn last_user_text(body: &Value) -> Option<String> {
     let messages = body.get("messages")?.as_array()?;
-    let last =
-        messages.iter().rev().find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
-    let text = text_of(last.get("content")?);
-    (!text.trim().is_empty()).then_some(text)
+    messages
+        .iter()
+        .rev()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .map(|m| text_of(m.get("content").unwrap_or(&Value::Null)))
+        .find(|t| !t.trim().is_empty())
 }
 
 /// Put `block` into the request's system prompt (after what the client wrote there).
@@ -473,6 +476,7 @@ mod tests {
                 "input": { "city": "Oslo" } }] },
             { "role": "user", "content": [{ "type": "tool_result", "tool_use_id": "t1",
                 "content": [{ "type": "text", "text": "4 °C, rain" }] }] }] });
+        assert_eq!(last_user_text(&anthropic).as_deref(), Some("Weather in Oslo?"));
         assert_eq!(
             asked(Vendor::Anthropic, &anthropic),
             Asked {

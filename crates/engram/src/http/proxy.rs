@@ -39,6 +39,8 @@ use crate::api::proxy::{self as wire, StreamReader, Vendor};
 pub struct Upstreams {
     pub openai: Option<Upstream>,
     pub anthropic: Option<Upstream>,
+    /// The turns being appended after their answers: a stopping server waits for them.
+    pub saves: tokio_util::task::TaskTracker,
 }
 
 impl Upstreams {
@@ -148,8 +150,16 @@ fn upstream_error(e: UpstreamError) -> ApiError {
 /// own busy timeout.
 pub const MEMORY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The minimum relevance of a fact the proxy adds: lower than search's default
+/// ([`engram_core::retrieval::DEFAULT_MIN_SCORE`]), since a missing fact costs a chat more
+/// than an extra line does; still above nothing, so unrelated facts stay out. One shared
+/// informative word ("Recommend restaurants in Bengaluru" and "The user lives in
+/// Bengaluru.") scores about 0.026.
+pub const MIN_SCORE: f64 = 0.02;
+
 /// What a proxied call appends once its answer is complete.
 struct Turn {
+    saves: tokio_util::task::TaskTracker,
     engine: engram_core::engine::Engine,
     principal: Principal,
     conversation: ConversationId,
@@ -202,7 +212,8 @@ impl Turn {
         if msgs.is_empty() {
             return;
         }
-        tokio::spawn(async move {
+        let saves = self.saves.clone();
+        saves.spawn(async move {
             let r = self
                 .engine
                 .append_messages(
@@ -278,9 +289,9 @@ async fn forward(
     let input = ContextInput {
         user_id: Some(user.clone()),
         agent_id: agent.clone(),
-        // Only the facts relevant to the question (and the profile), as a search would
-        // return them.
-        min_score: query.is_some().then_some(engram_core::retrieval::DEFAULT_MIN_SCORE),
+        // Only the facts relevant to the question (and the profile). Without a question (a
+        // turn of images alone), what the conversation has, or nothing.
+        min_score: Some(MIN_SCORE),
         query,
         conversation_id: Some(conversation.clone()),
         // The block is kept per conversation (the context's session cache) and changes only
@@ -332,7 +343,15 @@ async fn forward(
         .send("POST", vendor.path(), &header_pairs(&headers), Some(Bytes::from(sent)))
         .await
         .map_err(upstream_error)?;
-    let turn = Turn { engine: st.engine.clone(), principal: p, conversation, user, agent, asked };
+    let turn = Turn {
+        saves: st.proxy.saves.clone(),
+        engine: st.engine.clone(),
+        principal: p,
+        conversation,
+        user,
+        agent,
+        asked,
+    };
     if !(200..300).contains(&resp.status) {
         // The upstream refused: its answer as it is, and nothing to remember.
         return Ok(respond(resp, memory, |b| b));

@@ -266,6 +266,19 @@ impl Server {
         panic!("engram serve did not stop within 30 s of SIGTERM");
     }
 
+    /// [`Server::terminate`] that lets this test's own runtime go on meanwhile (a scripted
+    /// LLM the server is still talking to).
+    pub async fn terminate_async(&mut self) -> bool {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        for _ in 0..300 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("engram serve did not stop within 30 s of SIGTERM");
+    }
+
     /// Stop the process without a chance to clean up (kill -9).
     pub fn kill9(&mut self) {
         let _ = self.child.kill();

@@ -623,6 +623,36 @@ async fn the_proxy_block_follows_the_conversation(backend: Backend) {
     let fourth = ask(&mut history, "dana", "Another snack without peanuts, please?").await.unwrap();
     assert_eq!(fourth, third);
 
+    // Forgetting a fact of the block takes that fact out, and only that one.
+    let (_, list) = s.get("/v1/memories?user_id=dana").await;
+    let peanuts = list["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["content"].as_str().unwrap().contains("peanuts"))
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (st, _) = s.req("DELETE", &format!("/v1/memories/{peanuts}"), None).await;
+    assert_eq!(st, StatusCode::OK);
+    let fifth = ask(&mut history, "dana", "Tell me a joke.").await.unwrap();
+    assert!(fifth.contains("green tea") && !fifth.contains("peanuts"), "{fifth}");
+
+    // A turn without text (an image alone) starts no block of every fact.
+    let image = json!({ "model": "m", "user": "dana", "messages": [{ "role": "user", "content": [
+        { "type": "image_url", "image_url": { "url": "data:image/png;base64,iVBORw0KGgo=" } }] }] });
+    let (st, _, b) = call(&url, &[("x-engram-conversation-id", "pictures")], &image).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    let sent = llm
+        .requests()
+        .into_iter()
+        .rev()
+        .map(|r| r.body.to_string())
+        .find(|b| b.contains("iVBORw0KGgo"))
+        .unwrap();
+    assert!(!sent.contains("Known facts"), "{sent}");
+
     // Nothing relevant: no block, no empty header.
     history.clear();
     let none = ask(&mut history, "erin", "What is the capital of France?").await;
@@ -769,6 +799,27 @@ async fn a_locked_store_does_not_hold_a_proxied_call(backend: Backend) {
     drop(std::mem::replace(&mut lock, Box::new(())));
 }
 
+/// A turn answered while the server is stopping is still saved: SIGTERM waits for it.
+async fn a_turn_answered_during_a_stop_is_saved(backend: Backend) {
+    let db = Db::new(backend).await;
+    let llm = ScriptedLlm::start().await;
+    llm.on(Rule::any().reply("Slowly, but here.").delay(Duration::from_secs(2)));
+    llm.on(Rule::system_contains(EXTRACT).reply("[]"));
+    let mut s = start(&db, &llm, &[]);
+    let url = format!("{}/v1/chat/completions", s.base);
+    let body = json!({ "model": "m", "user": "ivy", "messages": [{ "role": "user", "content": "Are you there?" }] });
+    let asked = tokio::spawn(async move {
+        call(&url, &[("x-engram-conversation-id", "stopping")], &body).await.0
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(s.terminate_async().await, "engram serve exits cleanly");
+    assert_eq!(asked.await.unwrap(), StatusCode::OK);
+    drop(s);
+    let s = start(&db, &llm, &[]);
+    let got = saved(&s, "stopping", 2).await;
+    assert_eq!(got[1]["content"], "Slowly, but here.");
+}
+
 on_both_backends!(
     the_openai_proxy_adds_memory_and_passes_everything_else,
     the_proxy_keeps_users_apart_and_passes_upstream_faults,
@@ -779,4 +830,5 @@ on_both_backends!(
     the_proxy_block_follows_the_conversation,
     the_proxy_saves_tool_loops_once_and_marks_cut_answers,
     a_locked_store_does_not_hold_a_proxied_call,
+    a_turn_answered_during_a_stop_is_saved,
 );

@@ -24,8 +24,20 @@ async fn main() -> std::process::ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     telemetry::init_logging();
     let cli = cli::Cli::parse();
+    // A command asked for JSON reports its failure as JSON too (on stderr, as any error).
+    let json = std::env::args().any(|a| a == "--json");
     match cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if json => {
+            let code = e
+                .chain()
+                .find_map(|c| c.downcast_ref::<api::error::CliError>())
+                .map_or("error", |c| c.code);
+            let body =
+                serde_json::json!({ "error": { "code": code, "message": format!("{e:#}") } });
+            eprintln!("{body}");
+            std::process::ExitCode::from(1)
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::from(1)

@@ -124,5 +124,21 @@ pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 /// The command line's rendering: the operator sees the whole message (internal causes
 /// included) and the code.
 pub fn cli_error(e: Error) -> anyhow::Error {
-    anyhow::anyhow!("{e} ({})", e.code().as_str())
+    anyhow::Error::new(CliError { message: e.to_string(), code: e.code().as_str() })
 }
+
+/// An engine error as the CLI reports it: `message (code)` in plain output, both fields
+/// with `--json`.
+#[derive(Debug)]
+pub struct CliError {
+    pub message: String,
+    pub code: &'static str,
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for CliError {}

@@ -729,6 +729,12 @@ async fn bad_cli_input_fails_with_a_clear_message_and_stores_nothing(backend: Ba
     let unknown = "01a20297-0000-7000-8000-000000000000";
     let long = "x".repeat(65);
     let before = (export(d), ok(d, &["keys", "list", "--json"]));
+    // With --json, the failure is JSON too: its code and message.
+    let err = fails(d, &["forget", unknown, "--json"]);
+    let last = err.trim().lines().last().unwrap_or_default();
+    let e: Value = serde_json::from_str(last).unwrap_or_else(|_| panic!("not JSON: {err}"));
+    assert_eq!(e["error"]["code"], "not_found", "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("not found"), "{e}");
     let cases: Vec<(Vec<&str>, &[&str])> = vec![
         (
             vec!["remember", "The user likes tea.", "--user", "alice", "--importance", "11"],

@@ -167,8 +167,11 @@ impl Engine {
                     cached = Some(s);
                 } else if input.follow_query {
                     let rows = self.svc.store.get_memories(&v.tenant, &s.memory_ids).await?;
-                    stale =
-                        rows.iter().flat_map(|m| [Some(m.id), m.superseded_by]).flatten().collect();
+                    for id in &s.memory_ids {
+                        stale.push(*id);
+                        let row = rows.iter().find(|m| m.id == *id);
+                        stale.extend(row.and_then(|m| m.superseded_by));
+                    }
                 }
             }
         }
@@ -222,6 +225,10 @@ impl Engine {
                 m.kind == Kind::Profile || ranked.contains_key(&m.id) || held.contains(&m.id)
             });
         }
+        let previous: Vec<MemoryId> = match &cached {
+            Some(s) => s.memory_ids.clone(),
+            None => stale.clone(),
+        };
         if let Some(s) = cached {
             // A followed session: kept as it is while what this call would choose is in it.
             let wanted = retrieval::pack(&all, budget, relevance.as_ref());
@@ -229,7 +236,14 @@ impl Engine {
                 return self.cached_block(v, s, input.turn_id.as_deref()).await;
             }
         }
-        let packed = retrieval::pack(&all, budget, relevance.as_ref());
+        let mut packed = retrieval::pack(&all, budget, relevance.as_ref());
+        if input.follow_query {
+            // What the block held keeps its place and new facts come after it: the system
+            // prompt's cached prefix at the upstream stays valid up to the first new line.
+            packed
+                .chosen
+                .sort_by_key(|m| previous.iter().position(|id| *id == m.id).unwrap_or(usize::MAX));
+        }
         // A budget too small for the header itself gets no block at all.
         let text = if packed.chosen.is_empty() && !retrieval::fits(&[], budget) {
             String::new()

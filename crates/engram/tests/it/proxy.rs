@@ -620,6 +620,8 @@ async fn the_proxy_block_follows_the_conversation(backend: Backend) {
         ask(&mut history, "dana", "Can you suggest a snack without peanuts?").await.unwrap();
     assert!(third.contains("allergic to peanuts"), "{third}");
     assert!(third.contains("green tea"), "what the conversation had is kept: {third}");
+    // ... in its place: the new fact comes after it, so a prompt cache keeps the prefix.
+    assert!(third.starts_with(&first), "{third}");
     let fourth = ask(&mut history, "dana", "Another snack without peanuts, please?").await.unwrap();
     assert_eq!(fourth, third);
 

@@ -30,7 +30,8 @@ pub struct ContextInput {
     /// With a session: the cached block takes in the facts this call's query would choose
     /// that it lacks (the memory proxy), instead of staying as it is until `refresh`. Its
     /// text changes only when a call brings such a fact, so a conversation that stays on its
-    /// topics keeps one system prompt.
+    /// topics keeps one system prompt. While all the user's facts fit the budget, it holds
+    /// them all (`min_score` applies past the budget only).
     pub follow_query: bool,
     /// With a conversation: its summaries only, not its last messages (the memory proxy,
     /// whose client sends them itself).
@@ -215,7 +216,12 @@ impl Engine {
         {
             relevance = Some(self.rank_facts(p, v, &user, q, None).await?);
         }
+        // A followed block holds every fact while they all fit (a user's few facts, the
+        // allergy that matters to "What should I cook tonight?" whatever the words); past the
+        // budget, only the relevant ones.
+        let all_fit = input.follow_query && retrieval::fits(&all, budget);
         if input.min_score.is_some()
+            && !all_fit
             && let Some(ranked) = &relevance
         {
             // Only what scored at least the minimum, and the profile; a followed session

@@ -158,6 +158,11 @@ pub const MEMORY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(
 /// "The user lives in Bengaluru."), 0.013 in a seven-word one.
 pub const MIN_SCORE: f64 = 0.01;
 
+/// The proxy's token budget for the block: a user whose facts fit gets them all (a few
+/// dozen facts, like a core memory); past it, only those relevant to the question. Smaller
+/// than `/v1/context`'s default, since it is added to every call.
+pub const TOKEN_BUDGET: usize = 1_000;
+
 /// What a proxied call appends once its answer is complete.
 struct Turn {
     saves: tokio_util::task::TaskTracker,
@@ -293,6 +298,7 @@ async fn forward(
         // Only the facts relevant to the question (and the profile). Without a question (a
         // turn of images alone), what the conversation has, or nothing.
         min_score: Some(MIN_SCORE),
+        token_budget: Some(TOKEN_BUDGET),
         query,
         conversation_id: Some(conversation.clone()),
         // The block is kept per conversation (the context's session cache) and changes only

@@ -582,15 +582,20 @@ async fn the_proxy_block_follows_the_conversation(backend: Backend) {
     llm.on(Rule::any().reply("Noted."));
     llm.on(Rule::system_contains(EXTRACT).reply("[]"));
     let s = start(&db, &llm, &[]);
-    for (user, fact) in [
-        ("dana", "The user drinks green tea every morning."),
-        ("dana", "The user's cousin collects stamps from Peru."),
-        ("dana", "The user repaired a vintage motorcycle last winter."),
-        ("erin", "The user's cousin collects stamps from Peru."),
+    for fact in [
+        "The user drinks green tea every morning.",
+        "The user's cousin collects stamps from Peru.",
+        "The user repaired a vintage motorcycle last winter.",
     ] {
-        let (st, b) = s.post("/v1/memories", json!({ "content": fact, "user_id": user })).await;
+        let (st, b) = s.post("/v1/memories", json!({ "content": fact, "user_id": "dana" })).await;
         assert_eq!(st, StatusCode::CREATED, "{b}");
     }
+    // More facts than the proxy's budget holds: only the relevant ones go in.
+    let many: Vec<Value> = (0..100)
+        .map(|i| json!({ "content": format!("The user visited lighthouse number {i} on the northern coast."), "user_id": "dana" }))
+        .collect();
+    let (st, b) = s.post("/v1/memories/batch", json!({ "memories": many, "dedup": false })).await;
+    assert!(st.is_success(), "{b}");
     let url = format!("{}/v1/chat/completions", s.base);
     let mut history: Vec<Value> = Vec::new();
     let ask = async |history: &mut Vec<Value>, user: &str, text: &str| {
@@ -655,12 +660,29 @@ async fn the_proxy_block_follows_the_conversation(backend: Backend) {
         .unwrap();
     assert!(!sent.contains("Known facts"), "{sent}");
 
-    // Nothing relevant: no block, no empty header.
-    history.clear();
-    let none = ask(&mut history, "erin", "What is the capital of France?").await;
-    assert_eq!(none, None, "a system prompt was added");
-    let call = llm.calls_matching(&Match::any().user_contains("capital of France")).pop().unwrap();
-    assert!(!call.full_text().contains("Known facts"), "{}", call.full_text());
+    // Nothing relevant in a new conversation: no block, no empty header.
+    let france = json!({ "model": "m", "user": "dana",
+        "messages": [{ "role": "user", "content": "What is the capital of France?" }] });
+    let (st, _, b) = call(&url, &[("x-engram-conversation-id", "geo")], &france).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    assert_eq!(last_system(&llm, "capital of France"), None, "a system prompt was added");
+    let sent = llm.calls_matching(&Match::any().user_contains("capital of France")).pop().unwrap();
+    assert!(!sent.full_text().contains("Known facts"), "{}", sent.full_text());
+
+    // A user whose facts fit the budget gets them all, whatever the question: the allergy
+    // matters to "What should I cook tonight?" without a word in common.
+    let (st, _) = s
+        .post(
+            "/v1/memories",
+            json!({ "content": "The user is allergic to shellfish.", "user_id": "erin" }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    let cook = json!({ "model": "m", "user": "erin",
+        "messages": [{ "role": "user", "content": "What should I cook tonight?" }] });
+    assert_eq!(call(&url, &[], &cook).await.0, StatusCode::OK);
+    let system = last_system(&llm, "cook tonight").unwrap_or_default();
+    assert!(system.contains("allergic to shellfish"), "{system}");
 }
 
 /// An agent's tool loop is saved once: the user's question with the first call, the tool's

@@ -144,6 +144,11 @@ async fn spans_of_requests_and_jobs_reach_the_collector(backend: Backend) {
         got.iter().any(|s| s.name == "extract") && got.iter().any(|s| s.name == "persist")
     })
     .await;
+    // The job run's span ends after its stages, so it may come in a later export batch.
+    until(&spans, "the extraction job run's span", |got| {
+        got.iter().any(|s| s.name == "execute" && s.attr("kind") == Some("extract"))
+    })
+    .await;
     let got = spans.lock().unwrap().clone();
     assert!(got.iter().all(|s| s.service == "engram"), "service.name of every span");
     let search = got.iter().find(|s| s.name == "POST /v1/search").unwrap();

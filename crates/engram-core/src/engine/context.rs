@@ -162,17 +162,21 @@ impl Engine {
                     .await?
                 && s.params.as_ref().and_then(|p| p.get("terms")) == Some(&terms)
             {
-                if SessionNotes::of(&s).unchanged(version, now)
-                    || self.still_active(v, &s.memory_ids).await?
-                {
-                    cached = Some(s);
-                } else if input.follow_query {
-                    let rows = self.svc.store.get_memories(&v.tenant, &s.memory_ids).await?;
-                    for id in &s.memory_ids {
-                        stale.push(*id);
-                        let row = rows.iter().find(|m| m.id == *id);
-                        stale.extend(row.and_then(|m| m.superseded_by));
+                let changed = if SessionNotes::of(&s).unchanged(version, now) {
+                    None
+                } else {
+                    self.changed_facts(v, &s.memory_ids).await?
+                };
+                match changed {
+                    None => cached = Some(s),
+                    Some(rows) if input.follow_query => {
+                        for id in &s.memory_ids {
+                            stale.push(*id);
+                            let row = rows.iter().find(|m| m.id == *id);
+                            stale.extend(row.and_then(|m| m.superseded_by));
+                        }
                     }
+                    Some(_) => {}
                 }
             }
         }
@@ -360,9 +364,15 @@ impl Engine {
     /// Whether every fact a cached block names is still active and visible to the caller: a
     /// fact forgotten, purged, edited or expired since the block was chosen makes it be
     /// chosen again (and the session's stored text overwritten), never served from the cache.
-    async fn still_active(&self, v: &super::scope::View, ids: &[MemoryId]) -> Result<bool> {
+    /// `None` when every fact is still current; else the rows read, once (a followed block
+    /// keeps what is still current of them, and the new versions of edited ones).
+    async fn changed_facts(
+        &self,
+        v: &super::scope::View,
+        ids: &[MemoryId],
+    ) -> Result<Option<Vec<Memory>>> {
         if ids.is_empty() {
-            return Ok(true);
+            return Ok(None);
         }
         // Only the cached rows are read, and checked as the view's filter would: the user's,
         // current, unexpired, and of the view's pool, shared or user-wide.
@@ -377,6 +387,7 @@ impl Engine {
                     || m.pool.is_none()
                     || m.pool == v.pool)
         };
-        Ok(ids.iter().all(|id| rows.iter().any(|m| m.id == *id && current(m))))
+        let all_current = ids.iter().all(|id| rows.iter().any(|m| m.id == *id && current(m)));
+        Ok((!all_current).then_some(rows))
     }
 }

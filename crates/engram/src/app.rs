@@ -215,26 +215,17 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         settings.max_concurrent_requests,
         crate::ui::router,
     );
-    let server_shutdown = shutdown.clone();
-    // The client address keys the rate limit of requests without a valid key.
-    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    // Small writes (a streamed chunk, an SSE event) go out at once, not after the peer's
-    // delayed ACK.
-    use axum::serve::ListenerExt as _;
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
     let stopping = shutdown.clone();
-    let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
+    tokio::spawn(async move {
         shutdown_signal().await;
-        server_shutdown.cancel();
+        stopping.cancel();
     });
+    let serving = crate::http::serve::serve(listener, app, settings.body_timeout, shutdown.clone());
+    let stopping = shutdown.clone();
     // After the signal, requests in flight get SHUTDOWN_GRACE to finish; a connection that
     // still holds on (a stalled upload, a stream without end) does not keep the process up.
-    let served = tokio::select! {
-        r = std::future::IntoFuture::into_future(serving) => r,
+    tokio::select! {
+        () = serving => {},
         () = async {
             stopping.cancelled().await;
             tokio::time::sleep(SHUTDOWN_GRACE).await;
@@ -243,7 +234,6 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
                 grace_secs = SHUTDOWN_GRACE.as_secs(),
                 "connections still open after the shutdown grace: closing them"
             );
-            Ok(())
         }
     };
     shutdown.cancel();
@@ -258,7 +248,6 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     if let Some(t) = traces {
         t.shutdown().await;
     }
-    served.context("server error")?;
     tracing::info!("engram stopped");
     Ok(())
 }

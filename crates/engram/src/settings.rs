@@ -173,7 +173,8 @@ pub struct ServeArgs {
     #[arg(long, env = "ENGRAM_MAX_CONCURRENT_REQUESTS")]
     pub max_concurrent_requests: Option<usize>,
     /// Seconds a request body may send nothing before it is refused with 408 (default 30),
-    /// so a stalled upload holds no request slot.
+    /// so a stalled upload holds no request slot. A connection whose request headers take
+    /// longer, or that is idle this long between requests, is closed.
     #[arg(long, env = "ENGRAM_BODY_TIMEOUT_SECS")]
     pub body_timeout_secs: Option<u64>,
     /// Do not run background workers in this process.

@@ -21,6 +21,7 @@ pub mod openapi;
 pub mod other;
 pub mod proxy;
 pub mod search;
+pub mod serve;
 pub mod state;
 pub mod summaries;
 

@@ -445,7 +445,8 @@ mod r10_read_only_data_dir {
 
 /// A request body that stops arriving is refused with 408 after `--body-timeout-secs`
 /// (found by a tester: three stalled bodies held every slot, `/healthz` included, for
-/// good), and a connection that keeps a request open does not keep a stopped server up:
+/// good); headers that never finish and a silent connection are closed after the same
+/// time; and a connection that keeps a request open does not keep a stopped server up:
 /// SIGTERM ends it after the shutdown grace.
 async fn a_stalled_body_is_refused_and_does_not_hold_a_shutdown(backend: Backend) {
     use std::io::{Read, Write};
@@ -472,6 +473,24 @@ async fn a_stalled_body_is_refused_and_does_not_hold_a_shutdown(backend: Backend
     let (st, b) = s.with_key(&key).get("/v1/memories?user_id=u").await;
     assert_eq!(st, StatusCode::OK, "{b}");
     assert_eq!(b["memories"], json!([]));
+
+    // Headers that never finish, and a connection that sends nothing, are closed after the
+    // same timeout: neither holds a socket and a task for good.
+    for opening in [&b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n"[..], &b""[..]] {
+        let mut slow = std::net::TcpStream::connect(&addr).unwrap();
+        slow.write_all(opening).unwrap();
+        slow.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+        let started = std::time::Instant::now();
+        let mut rest = vec![];
+        let read = slow.read_to_end(&mut rest);
+        assert!(read.is_ok(), "closed, not timed out on our side: {read:?}");
+        assert!(
+            !String::from_utf8_lossy(&rest).contains("200 OK"),
+            "{}",
+            String::from_utf8_lossy(&rest)
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+    }
 
     // A body that trickles in (never idle for a second) holds a request open; SIGTERM still
     // ends the server, after the grace.

@@ -322,14 +322,39 @@ fn line(m: &Memory) -> String {
     format!("- {}", m.content)
 }
 
-/// What a fact's line costs in the block (its newline included).
-fn cost(m: &Memory) -> usize {
-    estimate_tokens(&line(m)) + 1
+/// The size of a block as [`estimate_tokens`] measures it, kept as characters and words so
+/// that adding a line is exact: the estimate of a whole block is not the sum of its lines'.
+#[derive(Debug, Clone, Copy)]
+struct Size {
+    chars: usize,
+    words: usize,
+}
+
+impl Size {
+    fn header() -> Size {
+        Size {
+            chars: CONTEXT_HEADER.chars().count(),
+            words: CONTEXT_HEADER.split_whitespace().count(),
+        }
+    }
+
+    /// With `m`'s line after a newline.
+    fn with(self, m: &Memory) -> Size {
+        let line = line(m);
+        Size {
+            chars: self.chars + 1 + line.chars().count(),
+            words: self.words + line.split_whitespace().count(),
+        }
+    }
+
+    fn tokens(self) -> usize {
+        self.chars.div_ceil(4).max(self.words)
+    }
 }
 
 /// Does the whole of `all` fit in `budget` tokens?
 pub fn fits(all: &[Memory], budget: usize) -> bool {
-    estimate_tokens(CONTEXT_HEADER) + 1 + all.iter().map(cost).sum::<usize>() <= budget
+    all.iter().fold(Size::header(), |s, m| s.with(m)).tokens() <= budget
 }
 
 /// Fit active facts into `budget` tokens. When all fit: profile facts first, then the rest
@@ -346,11 +371,11 @@ pub fn pack<'a>(
     if fits(all, budget) {
         return Packed { chosen: profiles.into_iter().chain(facts).collect(), truncated: false };
     }
-    let mut total = estimate_tokens(CONTEXT_HEADER) + 1;
+    let mut total = Size::header();
     let mut chosen: Vec<&Memory> = Vec::new();
     for m in profiles {
-        if total + cost(m) <= budget {
-            total += cost(m);
+        if total.with(m).tokens() <= budget {
+            total = total.with(m);
             chosen.push(m);
         }
     }
@@ -364,8 +389,8 @@ pub fn pack<'a>(
     });
     let mut picked: Vec<&Memory> = Vec::new();
     for m in ranked {
-        if total + cost(m) <= budget {
-            total += cost(m);
+        if total.with(m).tokens() <= budget {
+            total = total.with(m);
             picked.push(m);
         }
     }
@@ -609,10 +634,13 @@ mod tests {
                 3,
             ),
         ];
-        let header = estimate_tokens(CONTEXT_HEADER) + 1;
-        // Room for the profile fact and two of the three others.
-        let budget = header + cost(&all[0]) + cost(&all[1]) + cost(&all[3]);
+        // Room for the profile fact and two of the three others, to the token.
+        let three = Packed { chosen: vec![&all[0], &all[1], &all[3]], truncated: false };
+        let budget = estimate_tokens(&three.text());
         assert!(!fits(&all, budget));
+        let whole = Packed { chosen: all.iter().collect(), truncated: false };
+        assert!(fits(&all, estimate_tokens(&whole.text())), "a block as long as the budget fits");
+        assert!(!fits(&all, estimate_tokens(&whole.text()) - 1));
         // No query: by importance (10, 5), written oldest first.
         let p = pack(&all, budget, None);
         assert!(p.truncated);
@@ -622,7 +650,7 @@ mod tests {
         let relevance: HashMap<MemoryId, usize> = [(all[2].id, 0)].into_iter().collect();
         let p = pack(&all, budget, Some(&relevance));
         assert!(p.chosen.iter().any(|m| m.id == all[2].id));
-        assert!(estimate_tokens(&p.text()) <= budget + p.chosen.len());
+        assert!(estimate_tokens(&p.text()) <= budget);
         // Chosen facts (after the profile) are in observation order.
         let days: Vec<_> = p.chosen[1..].iter().map(|m| m.observed_at).collect();
         assert!(days.windows(2).all(|w| w[0] <= w[1]));

@@ -95,12 +95,7 @@ impl Engine {
         if !when::needs_anchor(query) {
             return Ok(None);
         }
-        let latest = self
-            .svc
-            .store
-            .scan_messages(&v.tenant, &TranscriptFilter::user(user.clone()), None, 1)
-            .await?;
-        let Some(latest) = latest.first() else { return Ok(None) };
+        let Some(latest) = self.latest_visible(v, user).await? else { return Ok(None) };
         Ok(when::query_time(query, Some(latest.created_at)).map(|(span, keywords)| NamedTime {
             span,
             keywords,
@@ -110,6 +105,31 @@ impl Engine {
                 latest.created_at.date()
             ),
         }))
+    }
+
+    /// The user's latest message the view may see (pages of the newest, at most
+    /// [`DATE_SCAN`] read): the "now" of relative times, never another pool's.
+    async fn latest_visible(
+        &self,
+        v: &View,
+        user: &crate::model::UserId,
+    ) -> Result<Option<Message>> {
+        let (window, mut before, mut read) = (TranscriptFilter::user(user.clone()), None, 0);
+        let page_size = if v.pool.is_some() { 100 } else { 1 };
+        while read < DATE_SCAN {
+            let page = self.svc.store.scan_messages(&v.tenant, &window, before, page_size).await?;
+            let Some(last) = page.last() else { return Ok(None) };
+            before = Some((last.created_at, last.id));
+            read += page.len();
+            let full = page.len() == page_size;
+            if let Some(m) = self.visible_messages(v, page).await?.into_iter().next() {
+                return Ok(Some(m));
+            }
+            if !full {
+                break;
+            }
+        }
+        Ok(None)
     }
 
     /// A time named relative to an event: the user's message that best names the event
@@ -206,6 +226,7 @@ impl Engine {
         )?;
         let seen: std::collections::HashSet<MessageId> = rows.iter().map(|m| m.id).collect();
         rows.extend(later.into_iter().filter(|m| !seen.contains(&m.id)));
+        let rows = self.visible_messages(v, rows).await?;
         let mut found: Vec<(u8, time::OffsetDateTime, MessageId, f64)> = Vec::new();
         for m in rows {
             let s = date_support(&m, span);

@@ -111,17 +111,7 @@ impl Engine {
             scanned += page.len();
             let full = page.len() == PAGE;
             let found: Vec<Message> = page.into_iter().filter(|m| matcher.matches(m)).collect();
-            let agents: Vec<_> = found.iter().filter_map(|m| m.agent_id.clone()).collect();
-            let pools = match &v.pool {
-                Some(_) => self.pools_of(&v.tenant, &agents).await?,
-                None => Default::default(),
-            };
-            for m in found {
-                if let (Some(pool), Some(agent)) = (&v.pool, &m.agent_id)
-                    && pools.get(agent) != Some(pool)
-                {
-                    continue;
-                }
+            for m in self.visible_messages(v, found).await? {
                 // A literal match holds the whole query: full lexical support.
                 let explain = Explain {
                     text_coverage: Some(1.0),

@@ -220,6 +220,21 @@ fn add_context_support(hits: &mut [Hit], scale: crate::embed::SimilarityScale) {
 }
 
 impl Engine {
+    /// The messages of `rows` the view may see: all of them for a view without a pool; for
+    /// an agent's, those written without an agent and those of the agents of its pool (their
+    /// settings read with one store call).
+    pub(super) async fn visible_messages(
+        &self,
+        v: &View,
+        mut rows: Vec<Message>,
+    ) -> Result<Vec<Message>> {
+        let Some(pool) = &v.pool else { return Ok(rows) };
+        let agents: Vec<AgentId> = rows.iter().filter_map(|m| m.agent_id.clone()).collect();
+        let pools = self.pools_of(&v.tenant, &agents).await?;
+        rows.retain(|m| m.agent_id.as_ref().is_none_or(|a| pools.get(a) == Some(pool)));
+        Ok(rows)
+    }
+
     /// A user's messages in the window, fused from both lists, loaded and checked against the
     /// caller's pool; best first. A message not embedded yet (they are embedded in the
     /// background, `pipeline::messages`) is found by its words only.
@@ -254,34 +269,32 @@ impl Engine {
                 None
             })
         };
-        let (vec_list, text_list, waiting) = tokio::try_join!(vector, text, waiting)?;
-        // One fusion, one load of the candidates, one read of their agents' settings: a
-        // fixed number of store calls whatever the number of candidates.
+        let (mut vec_list, mut text_list, waiting) = tokio::try_join!(vector, text, waiting)?;
+        let mut dates = match l.when {
+            Some(span) => self.date_list(v, window, span, l.k).await?,
+            None => vec![],
+        };
+        // One load of the candidates and one read of their agents' settings, a fixed number
+        // of store calls whatever their number; the messages the caller may not see leave
+        // the lists before they are fused, so that no rank counts them.
+        let mut ids: Vec<MessageId> = vec_list.iter().map(|(id, _)| *id).collect();
+        ids.extend(text_list.iter().map(|(id, _)| *id));
+        ids.extend(dates.iter().map(|(id, _)| *id));
+        ids.sort_unstable();
+        ids.dedup();
+        let rows = self.visible_messages(v, store.get_messages(&v.tenant, &ids).await?).await?;
+        let mut rows: HashMap<MessageId, Message> = rows.into_iter().map(|m| (m.id, m)).collect();
+        vec_list.retain(|(id, _)| rows.contains_key(id));
+        text_list.retain(|(id, _)| rows.contains_key(id));
+        dates.retain(|(id, _)| rows.contains_key(id));
         let mut fused = retrieval::fuse(&vec_list, &text_list);
-        if let Some(span) = l.when {
-            let dates = self.date_list(v, window, span, l.k).await?;
+        if l.when.is_some() {
             retrieval::fuse_dates(&mut fused, &dates);
         }
-        let ids: Vec<MessageId> = fused.iter().map(|(id, _)| *id).collect();
-        let mut rows: HashMap<MessageId, Message> =
-            store.get_messages(&v.tenant, &ids).await?.into_iter().map(|m| (m.id, m)).collect();
-        let pools = match &v.pool {
-            Some(_) => {
-                let agents: Vec<AgentId> =
-                    rows.values().filter_map(|m| m.agent_id.clone()).collect();
-                self.pools_of(&v.tenant, &agents).await?
-            }
-            None => HashMap::new(),
-        };
         let words = speaker::query_words(l.asked);
         let mut out = Vec::with_capacity(fused.len());
         for (id, e) in fused {
             let Some(msg) = rows.remove(&id) else { continue };
-            if let (Some(pool), Some(agent)) = (&v.pool, &msg.agent_id)
-                && pools.get(agent) != Some(pool)
-            {
-                continue;
-            }
             let speaker_named = speaker::speaks(&words, &msg.content);
             out.push((msg, Explain { unembedded_messages: waiting, speaker_named, ..e }));
         }
@@ -329,18 +342,18 @@ impl Engine {
                 }
             }
         };
-        let (vec_list, text_list, dated) = tokio::try_join!(vector, text, dates)?;
-        let mut fused = retrieval::fuse(&vec_list, &text_list);
-        let dated: Vec<(SummaryId, f64)> =
-            dated.iter().map(|s| (s.id, retrieval::DATE_WITHIN)).collect();
-        retrieval::fuse_dates(&mut fused, &dated);
-        let ids: Vec<SummaryId> = fused.iter().map(|(id, _)| *id).collect();
+        let (mut vec_list, mut text_list, dated) = tokio::try_join!(vector, text, dates)?;
+        let mut ids: Vec<SummaryId> = vec_list.iter().map(|(id, _)| *id).collect();
+        ids.extend(text_list.iter().map(|(id, _)| *id));
+        ids.sort_unstable();
+        ids.dedup();
         let mut rows: HashMap<SummaryId, Summary> =
             store.get_summaries(&v.tenant, &ids).await?.into_iter().map(|s| (s.id, s)).collect();
+        let mut dated_ids: Vec<SummaryId> = dated.iter().map(|s| s.id).collect();
+        rows.extend(dated.into_iter().map(|s| (s.id, s)));
         // An agent key sees the summaries of the conversations it may read: those of its
-        // pool and those written without an agent (the agents' settings read once).
-        let mut hidden: std::collections::HashSet<crate::model::ConversationId> =
-            Default::default();
+        // pool and those written without an agent (the agents' settings read once). The
+        // others leave the lists before they are fused, so that no rank counts them.
         if let Some(pool) = &v.pool {
             // conversation → its agent (None: gone meanwhile, so hidden).
             let mut owners: HashMap<crate::model::ConversationId, Option<Option<AgentId>>> =
@@ -353,21 +366,22 @@ impl Engine {
             }
             let agents: Vec<AgentId> = owners.values().flatten().flatten().cloned().collect();
             let pools = self.pools_of(&v.tenant, &agents).await?;
-            for (c, owner) in owners {
-                let visible = match owner {
-                    None => false,
-                    Some(None) => true,
-                    Some(Some(a)) => pools.get(&a) == Some(pool),
-                };
-                if !visible {
-                    hidden.insert(c);
-                }
-            }
+            rows.retain(|_, s| match &owners[&s.conversation_id] {
+                None => false,
+                Some(None) => true,
+                Some(Some(a)) => pools.get(a) == Some(pool),
+            });
         }
+        vec_list.retain(|(id, _)| rows.contains_key(id));
+        text_list.retain(|(id, _)| rows.contains_key(id));
+        dated_ids.retain(|id| rows.contains_key(id));
+        let mut fused = retrieval::fuse(&vec_list, &text_list);
+        let dated: Vec<(SummaryId, f64)> =
+            dated_ids.into_iter().map(|id| (id, retrieval::DATE_WITHIN)).collect();
+        retrieval::fuse_dates(&mut fused, &dated);
         let mut out = Vec::with_capacity(fused.len());
         for (id, e) in fused {
-            let Some(s) = rows.remove(&id) else { continue };
-            if !hidden.contains(&s.conversation_id) {
+            if let Some(s) = rows.remove(&id) {
                 out.push((s, e));
             }
         }

@@ -356,12 +356,22 @@ async fn speaker_names_of_other_pools_stay_out_of_an_agents_search(backend: Back
         let (st, r) = adm.req("PUT", &format!("/v1/agents/{a}"), Some(json!({}))).await;
         assert_eq!(st.as_u16(), 200, "{r}");
     }
-    for (conv, agent, text) in [
-        ("mine", "a1", "I finally climbed the big mountain trail last weekend."),
-        ("theirs", "a2", "Lisa: the hiking club meets on Sundays."),
+    for (conv, agent, text, at) in [
+        (
+            "mine",
+            "a1",
+            "I finally climbed the big mountain trail last weekend.",
+            "2024-09-08T10:00:00Z",
+        ),
+        (
+            "theirs",
+            "a2",
+            "Lisa: the hiking club meets on Sundays for a trail climb.",
+            "2024-09-10T10:00:00Z",
+        ),
     ] {
         let b = json!({ "user_id": "u", "agent_id": agent,
-            "messages": [{ "role": "user", "content": text }] });
+            "messages": [{ "role": "user", "content": text, "created_at": at }] });
         let (st, r) = adm.post(&format!("/v1/conversations/{conv}/messages"), b).await;
         assert_eq!(st.as_u16(), 202, "{r}");
     }
@@ -384,6 +394,22 @@ async fn speaker_names_of_other_pools_stay_out_of_an_agents_search(backend: Back
         assert!(h["explain"].get("speakers").is_none(), "{r:#}");
     }
     assert!(!r.to_string().contains("Lisa:"), "{r}");
+    // Nor does another pool's transcript count in a rank explain shows (a tester read the
+    // ranks to test words against it), or name the "now" of a relative time.
+    let q = json!({ "user_id": "u", "query": "trail climb hiking club", "sources": ["messages"],
+        "explain": true, "min_score": 0 });
+    let (_, r) = s.with_key(&a1).post("/v1/search", q).await;
+    assert_eq!(r["results"].as_array().unwrap().len(), 1, "{r:#}");
+    let e = &r["results"][0]["explain"];
+    assert_eq!((&e["vector_rank"], &e["text_rank"]), (&json!(1), &json!(1)), "{r:#}");
+    let q = json!({ "user_id": "u", "query": "what did I climb last week?", "sources": ["messages"],
+        "explain": true, "min_score": 0 });
+    let (_, r) = s.with_key(&a1).post("/v1/search", q.clone()).await;
+    let time = r["results"][0]["explain"]["time"].as_str().unwrap_or_default().to_string();
+    assert!(time.contains("2024-09-08") && !time.contains("2024-09-10"), "{r:#}");
+    let (_, r) = adm.post("/v1/search", q).await;
+    let time = r["results"][0]["explain"]["time"].as_str().unwrap_or_default().to_string();
+    assert!(time.contains("latest message, 2024-09-10"), "the admin's now is the user's: {r:#}");
 }
 
 on_both_backends!(

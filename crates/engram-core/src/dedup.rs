@@ -58,6 +58,14 @@ fn numbers(tokens: &[String]) -> BTreeMap<&str, usize> {
     out
 }
 
+/// Whether a stored fact `m` may stand for a new one written into `pool` (None: user-wide):
+/// only when everyone who would see the new fact sees `m` — a user-wide or shared fact, or
+/// one of the same pool. A user-wide fact is never merged into one agent's private copy,
+/// which the other agents cannot see.
+pub fn seen_wherever(m: &crate::model::Memory, pool: Option<&str>) -> bool {
+    m.pool.is_none() || m.kind == crate::model::Kind::Shared || m.pool.as_deref() == pool
+}
+
 /// Whether two texts that embed close together state the same fact (see the module doc).
 pub fn same_fact(a: &str, b: &str) -> bool {
     let (ta, tb) = (tokens(a), tokens(b));

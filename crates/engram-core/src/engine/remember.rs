@@ -74,7 +74,11 @@ impl Engine {
         let ids: Vec<MemoryId> = close.iter().map(|h| h.0).collect();
         let rows = self.svc.store.get_memories(&v.tenant, &ids).await?;
         Ok(close.into_iter().find(|(id, _)| {
-            rows.iter().any(|m| m.id == *id && crate::dedup::same_fact(&m.content, content))
+            rows.iter().any(|m| {
+                m.id == *id
+                    && crate::dedup::seen_wherever(m, v.pool.as_deref())
+                    && crate::dedup::same_fact(&m.content, content)
+            })
         }))
     }
 

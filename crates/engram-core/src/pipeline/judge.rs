@@ -67,12 +67,19 @@ impl Services {
             let ids: Vec<MemoryId> =
                 hits.iter().filter(|(_, sim)| *sim >= RELATED).map(|h| h.0).collect();
             let rows = self.store().get_memories(tenant, &ids).await?;
+            // Only a fact seen wherever the new one would be can stand for it.
+            let stands_for: Vec<MemoryId> = rows
+                .iter()
+                .filter(|m| crate::dedup::seen_wherever(m, filter.pool.as_deref()))
+                .map(|m| m.id)
+                .collect();
             let by_id: HashMap<MemoryId, String> =
                 rows.into_iter().map(|m| (m.id, m.content)).collect();
             // A stored fact it repeats is confirmed; one that is only similar (a new number,
             // a negation, other words) goes to the judge below.
             let repeat = hits.iter().find(|(id, sim)| {
                 *sim >= policy.dedup_threshold
+                    && stands_for.contains(id)
                     && by_id.get(id).is_some_and(|c| same_fact(c, &kept[i].content))
             });
             if let Some((id, _)) = repeat {

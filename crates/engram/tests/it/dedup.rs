@@ -133,3 +133,31 @@ async fn an_expired_fact_is_written_again_not_confirmed(backend: Backend) {
 }
 
 on_both_backends!(an_expired_fact_is_written_again_not_confirmed);
+
+/// A fact for the whole user that repeats one an agent keeps to itself is stored for the
+/// whole user (found by a tester: it was "confirmed" into the agent's private copy, and no
+/// other agent ever saw it); one agent repeating a user-wide fact confirms it.
+async fn a_user_wide_fact_is_not_merged_into_an_agents_private_one(backend: Backend) {
+    let s = Server::on(backend).await;
+    let content = "The user has a premium support contract number PSC-991.";
+    let (st, b) = s
+        .post("/v1/memories", json!({ "content": content, "user_id": "u", "agent_id": "support" }))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{b}");
+    let private = b["memory"]["id"].clone();
+    let (st, b) = s.post("/v1/memories", json!({ "content": content, "user_id": "u" })).await;
+    assert_eq!((st, b["decision"].as_str()), (StatusCode::CREATED, Some("ADD")), "{b}");
+    assert!(b["memory"]["agent_id"].is_null(), "{b}");
+    let wide = b["memory"]["id"].clone();
+    assert_ne!(wide, private);
+    let (_, block) = s.post("/v1/context", json!({ "user_id": "u", "agent_id": "billing" })).await;
+    assert!(block["text"].as_str().unwrap().contains("PSC-991"), "{block}");
+    // Another agent's copy of it now confirms the user-wide fact, which it sees.
+    let (st, b) = s
+        .post("/v1/memories", json!({ "content": content, "user_id": "u", "agent_id": "sales" }))
+        .await;
+    assert_eq!((st, b["decision"].as_str()), (StatusCode::OK, Some("NONE")), "{b}");
+    assert_eq!(b["memory"]["id"], wide, "{b}");
+}
+
+on_both_backends!(a_user_wide_fact_is_not_merged_into_an_agents_private_one);

@@ -765,6 +765,7 @@ impl PgDb {
                 "ELSE m.total END AS df FROM sums m CROSS JOIN stats s), \
                  kept AS MATERIALIZED (SELECT df.lexeme, df.prefix, df.quoted, \
                    CASE WHEN s.n >= 4 AND df.total * 2 >= s.n THEN 1e-6 \
+                   WHEN s.n < 4 THEN ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5)) \
                    ELSE greatest(ln((s.n - df.df + 0.5) / (df.df + 0.5)), 1e-6) END AS idf \
                    FROM df CROSS JOIN stats s WHERE df.total > 0 AND (NOT (s.n >= 4 AND df.total * 2 >= s.n) \
                    OR NOT EXISTS (SELECT 1 FROM df o WHERE NOT (s.n >= 4 AND o.total * 2 >= s.n)))), ",
@@ -813,6 +814,7 @@ impl PgDb {
                  FROM lex l CROSS JOIN stats s), \
                  kept AS MATERIALIZED (SELECT df.lexeme, df.prefix, df.quoted, df.plain, \
                    CASE WHEN s.n >= 4 AND df.df * 2 >= s.n THEN 1e-6 \
+                   WHEN s.n < 4 THEN ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5)) \
                    ELSE greatest(ln((s.n - df.df + 0.5) / (df.df + 0.5)), 1e-6) END AS idf \
                    FROM df CROSS JOIN stats s WHERE df.df > 0 AND (NOT (s.n >= 4 AND df.df * 2 >= s.n) \
                    OR NOT EXISTS (SELECT 1 FROM df o WHERE NOT (s.n >= 4 AND o.df * 2 >= s.n)))), ",
@@ -823,12 +825,14 @@ impl PgDb {
         // every term together sorted thousands of (row, tsvector, term) rows (measured:
         // 49-68 → 38-53 ms for a query matching 1,917 rows of a user of 10k, same scores).
         // The query's whole keyword weight: the kept terms, plus those no row holds (the
-        // highest IDF); terms dropped as common weigh 1e-6. A hit's coverage is the weight
-        // of the terms it holds over this (`QueryWeights::coverage` of the SQLite store).
+        // highest IDF); terms dropped as common weigh 1e-6; under 4 rows, the smoothed IDF
+        // (`text::term_weight`). A hit's coverage is the weight of the terms it holds over
+        // this (`QueryWeights::coverage` of the SQLite store).
         q.push(
             "weight AS MATERIALIZED (SELECT (SELECT coalesce(sum(idf), 0) FROM kept) + \
-             (SELECT count(*) FROM df WHERE df.df = 0) * ln((s.n + 0.5) / 0.5) AS total \
-             FROM stats s), ",
+             (SELECT count(*) FROM df WHERE df.df = 0) * (CASE WHEN s.n < 4 \
+             THEN ln(1 + (s.n + 0.5) / 0.5) ELSE ln((s.n + 0.5) / 0.5) END) \
+             AS total FROM stats s), ",
         );
         // Each matching row is scored against the kept terms. A message's context (migration
         // 10) adds CONTEXT_WEIGHT per term it holds and its lexemes to the row's length, as

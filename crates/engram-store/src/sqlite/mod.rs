@@ -38,7 +38,7 @@ use crate::common::store::Transcript;
 use crate::common::{self, Arg, Backend, SqlStore};
 pub use crate::fault::sqlite as db;
 use crate::tables::{blob_to_vec, vec_to_blob};
-use crate::text::{CONTEXT_WEIGHT, QueryWeights, idf};
+use crate::text::{CONTEXT_WEIGHT, MIN_ROWS_FOR_IDF, QueryWeights, term_weight};
 pub use crate::text::{MatchTerm, fts_query, match_terms, query_terms};
 use vectors::{Entry, VectorCache};
 
@@ -436,13 +436,13 @@ impl SqliteDb {
                 *slot = r.get::<i64, _>(1);
             }
         }
-        let common = |i: usize| n >= 4 && df[i] * 2 >= n;
+        let common = |i: usize| n >= MIN_ROWS_FOR_IDF && df[i] * 2 >= n;
         let weights = QueryWeights {
             terms: terms
                 .iter()
                 .enumerate()
                 .map(|(i, t)| {
-                    let w = if common(i) { 1e-6 } else { idf(n as f64, df[i] as f64) };
+                    let w = if common(i) { 1e-6 } else { term_weight(n as f64, df[i] as f64) };
                     (t.clone(), w)
                 })
                 .collect(),

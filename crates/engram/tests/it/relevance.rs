@@ -221,6 +221,27 @@ async fn the_builtin_embedder_abstains_too(backend: Backend) {
         serde_json::from_str(&cli(&["recall", q, "--user", "u", "--json", "--min-score", "0"]))
             .unwrap();
     assert_eq!(results(&v)[0]["memory"]["content"], FACTS[0], "{v:#}");
+
+    // In a store of two facts, a word of one of them still counts, and a word the store has
+    // never seen does not take the whole query's weight (found by a tester: "peanuts snack"
+    // found nothing, nor did "Bengaluru weather").
+    for f in ["The user is allergic to peanuts.", "The user lives in Bengaluru."] {
+        cli(&["remember", f, "--user", "small"]);
+    }
+    for (q, want) in [
+        ("peanuts snack", "The user is allergic to peanuts."),
+        ("Bengaluru weather", "The user lives in Bengaluru."),
+    ] {
+        let v: Value =
+            serde_json::from_str(&cli(&["recall", q, "--user", "small", "--json"])).unwrap();
+        assert_eq!(results(&v).len(), 1, "{q}: {v:#}");
+        assert_eq!(results(&v)[0]["memory"]["content"], want, "{q}: {v:#}");
+    }
+    for q in UNRELATED {
+        let v: Value =
+            serde_json::from_str(&cli(&["recall", q, "--user", "small", "--json"])).unwrap();
+        assert!(results(&v).is_empty(), "{q}: {v:#}");
+    }
 }
 
 /// A fact longer than MiniLM's 256-token window is read whole: a question about what its

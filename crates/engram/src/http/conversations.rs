@@ -37,7 +37,9 @@ pub struct NewMessage {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AppendRequest {
-    pub user_id: String,
+    /// Whose conversation it is; a user key's own user when left out (required with other
+    /// keys).
+    pub user_id: Option<String>,
     pub agent_id: Option<String>,
     pub messages: Vec<NewMessage>,
 }
@@ -82,7 +84,7 @@ pub async fn append(
         .append_messages(
             &p,
             conv.clone(),
-            Some(UserId::parse(b.user_id)?),
+            b.user_id.map(UserId::parse).transpose()?,
             b.agent_id.map(AgentId::parse).transpose()?,
             msgs,
         )

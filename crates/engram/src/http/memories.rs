@@ -21,7 +21,8 @@ use crate::api::dto::{self, Created, EventDto, MemoryDto};
 #[serde(deny_unknown_fields)]
 pub struct CreateMemory {
     pub content: String,
-    pub user_id: String,
+    /// Whose fact it is; a user key's own user when left out (required with other keys).
+    pub user_id: Option<String>,
     pub agent_id: Option<String>,
     /// `knowledge` (default), `profile` (needs `key`) or `shared`.
     pub kind: Option<String>,
@@ -40,7 +41,7 @@ pub struct CreateMemory {
 impl CreateMemory {
     pub fn into_input(self) -> engram_core::Result<RememberInput> {
         Ok(RememberInput {
-            user_id: Some(UserId::parse(self.user_id)?),
+            user_id: self.user_id.map(UserId::parse).transpose()?,
             agent_id: self.agent_id.map(AgentId::parse).transpose()?,
             kind: self.kind.as_deref().map(Kind::parse).transpose()?.unwrap_or_default(),
             key: self.key,

@@ -208,6 +208,29 @@ async fn user_keys_are_bound_to_their_user_and_clusters_share_new_writes(backend
     let got = admin.post("/v1/search", json!({ "query": "hiking" })).await;
     assert_error(&got, 400, "invalid_input");
     assert!(got.1["error"]["message"].as_str().unwrap().contains("user_id"), "{got:?}");
+    // Writes too: a fact and a conversation without user_id are the key's user's.
+    let (st, b) = alice.post("/v1/memories", json!({ "content": "Alice owns a red kayak." })).await;
+    assert_eq!((st, &b["memory"]["user_id"]), (StatusCode::CREATED, &json!("alice")), "{b}");
+    let (st, b) = alice
+        .post(
+            "/v1/conversations/alice-chat/messages",
+            json!({ "messages": [{ "role": "user", "content": "Hello." }] }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{b}");
+    let (_, c) = admin.get("/v1/conversations/alice-chat").await;
+    assert_eq!(c["user_id"], "alice", "{c}");
+    for (path, body) in [
+        ("/v1/memories", json!({ "content": "Someone owns a kayak." })),
+        (
+            "/v1/conversations/c/messages",
+            json!({ "messages": [{ "role": "user", "content": "Hi." }] }),
+        ),
+    ] {
+        let got = admin.post(path, body).await;
+        assert_error(&got, 400, "invalid_input");
+        assert!(got.1["error"]["message"].as_str().unwrap().contains("user_id"), "{got:?}");
+    }
     assert_error(&alice.get(&format!("/v1/memories/{bob_id}")).await, 404, "not_found");
     // Rating a message of bob's conversation: unknown, and its conversation is not named.
     let (_, m) = admin
@@ -221,10 +244,10 @@ async fn user_keys_are_bound_to_their_user_and_clusters_share_new_writes(backend
     assert_error(&got, 404, "not_found");
     assert!(!got.1.to_string().contains("bob-diary"), "{got:?}");
     let (_, l) = alice.get("/v1/memories").await;
-    assert_eq!(l["memories"].as_array().unwrap().len(), 1, "a user key lists only its user: {l}");
+    assert_eq!(l["memories"].as_array().unwrap().len(), 2, "a user key lists only its user: {l}");
     assert_error(&alice.req("DELETE", "/v1/users/bob", None).await, 403, "forbidden");
     let (st, x) = alice.get("/v1/users/alice/export").await;
-    assert_eq!((st, x["memories"].as_array().unwrap().len()), (StatusCode::OK, 1));
+    assert_eq!((st, x["memories"].as_array().unwrap().len()), (StatusCode::OK, 2));
 
     // Cluster: two agents with one cluster id share new writes; a third agent does not.
     for (a, c) in [("planner", Some("travel")), ("booker", Some("travel")), ("chef", None)] {

@@ -298,15 +298,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Mcp { tenant, key } => {
             let engine = open(&cli.common).await?;
-            let principal = match key {
-                None => admin(&tenant)?,
-                Some(secret) => engine
-                    .principal_for_key(&crate::keys::hash(secret.trim()))
-                    .await
-                    .map_err(err)?
-                    .ok_or_else(|| anyhow::anyhow!("unknown or revoked API key (--key)"))?,
+            let (principal, caller) = match key {
+                None => {
+                    let p = admin(&tenant)?;
+                    (p.clone(), crate::mcp::StdioCaller::Admin(p))
+                }
+                Some(secret) => {
+                    let hash = crate::keys::hash(secret.trim());
+                    let p = engine
+                        .principal_for_key(&hash)
+                        .await
+                        .map_err(err)?
+                        .ok_or_else(|| anyhow::anyhow!("unknown or revoked API key (--key)"))?;
+                    (p, crate::mcp::StdioCaller::Key { hash })
+                }
             };
-            crate::mcp::serve_stdio(engine, principal).await
+            crate::mcp::serve_stdio(engine, principal, caller).await
         }
         Command::Remember { content, user, agent, category, importance, kind, key, out } => {
             let engine = open(&cli.common).await?;

@@ -73,14 +73,22 @@ searches past conversation messages; `memory_browse` reads a conversation around
 #[derive(Clone)]
 pub struct McpServer {
     engine: Engine,
-    /// stdio: the principal of the whole process.
-    fixed: Option<Principal>,
+    /// stdio: who the whole process acts as.
+    fixed: Option<StdioCaller>,
+}
+
+/// The caller of a stdio server: the local admin, or an API key, whose hash is looked up
+/// again on every call so that revoking the key stops a running `engram mcp` too.
+#[derive(Clone)]
+pub enum StdioCaller {
+    Admin(Principal),
+    Key { hash: String },
 }
 
 impl McpServer {
-    /// A server acting as `principal` for every call (stdio).
-    pub fn stdio(engine: Engine, principal: Principal) -> Self {
-        Self { engine, fixed: Some(principal) }
+    /// A server acting as `caller` for every call (stdio).
+    pub fn stdio(engine: Engine, caller: StdioCaller) -> Self {
+        Self { engine, fixed: Some(caller) }
     }
 
     /// A server for one HTTP session: each request carries its principal ([`crate::http::mcp::auth_layer`]).
@@ -89,9 +97,15 @@ impl McpServer {
     }
 
     /// The caller of a request.
-    fn principal(&self, ctx: &RequestContext<RoleServer>) -> Result<Principal> {
-        if let Some(p) = &self.fixed {
-            return Ok(p.clone());
+    async fn principal(&self, ctx: &RequestContext<RoleServer>) -> Result<Principal> {
+        match &self.fixed {
+            Some(StdioCaller::Admin(p)) => return Ok(p.clone()),
+            Some(StdioCaller::Key { hash }) => {
+                return self.engine.principal_for_key(hash).await?.ok_or_else(|| {
+                    Error::Unauthorized("the API key (--key) is unknown or was revoked".into())
+                });
+            }
+            None => {}
         }
         let p = ctx
             .extensions
@@ -718,7 +732,7 @@ impl ServerHandler for McpServer {
             ));
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
-        let outcome = match self.principal(&context) {
+        let outcome = match self.principal(&context).await {
             Ok(p) => self.call(&p, name, args).await,
             Err(e) => Err(e),
         };
@@ -737,10 +751,14 @@ impl ServerHandler for McpServer {
 // ---------------------------------------------------------------------------- transports
 
 /// `engram mcp`: serve the tools over stdin/stdout until the client closes stdin.
-pub async fn serve_stdio(engine: Engine, principal: Principal) -> anyhow::Result<()> {
+pub async fn serve_stdio(
+    engine: Engine,
+    principal: Principal,
+    caller: StdioCaller,
+) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
     tracing::info!(tenant = %principal.tenant, "engram MCP server on stdio");
-    let running = McpServer::stdio(engine, principal)
+    let running = McpServer::stdio(engine, caller)
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;

@@ -639,7 +639,24 @@ async fn mcp_stdio_child_process(backend: Backend) {
     );
     let r = c.call("list_memories", json!({}));
     assert_eq!(r["structuredContent"]["memories"], json!([]), "{r}");
+    // Revoking the key stops the running server's calls (found by a tester: a revoked key
+    // kept reading and writing until the client restarted engram).
+    let (ok, out, _) = db.cli(&["keys", "list", "--json"]);
+    assert!(ok);
+    let id = serde_json::from_str::<serde_json::Value>(&out).unwrap()[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(db.cli(&["keys", "revoke", &id]).0);
+    for (tool, args) in
+        [("list_memories", json!({})), ("remember", json!({ "content": "The user likes tea." }))]
+    {
+        assert_tool_error(&c.call(tool, args), "unauthorized");
+    }
     c.close();
+    let (ok, out, err) = db.cli(&["list", "--user", "u2", "--json"]);
+    assert!(ok, "{err}");
+    assert!(!out.contains("likes tea"), "{out}");
     // An unknown key is refused at start.
     let out = db
         .engram()

@@ -288,11 +288,53 @@ pub fn fuse_dates<K: Copy + Eq + std::hash::Hash>(
 }
 
 /// Rough token count of a text for budgeting: about four characters per token, the usual
-/// figure for BPE tokenizers on English; never under one token per word.
+/// figure for BPE tokenizers on English, but one per Chinese, Japanese or Korean character
+/// (BPE tokenizers spend about one on each: a tester's 36-character Chinese fact counted
+/// 10 and blew the budget); never under one token per word.
 pub fn estimate_tokens(text: &str) -> usize {
-    let chars = text.chars().count();
-    let words = text.split_whitespace().count();
-    chars.div_ceil(4).max(words)
+    TextSize::of(text).tokens()
+}
+
+/// Whether `c` is a character of a script written without spaces that tokenizers spend about
+/// a token on: CJK ideographs, kana, Hangul syllables.
+pub fn is_wide(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF
+        | 0xF900..=0xFAFF | 0x20000..=0x3FFFF)
+}
+
+/// A text's size as [`estimate_tokens`] reads it, kept in parts so that texts can be added
+/// exactly: the estimate of a whole is not the sum of its parts' estimates.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TextSize {
+    narrow: usize,
+    wide: usize,
+    words: usize,
+}
+
+impl TextSize {
+    pub fn of(text: &str) -> TextSize {
+        let wide = text.chars().filter(|c| is_wide(*c)).count();
+        TextSize {
+            narrow: text.chars().count() - wide,
+            wide,
+            words: text.split_whitespace().count(),
+        }
+    }
+
+    /// `self`, a newline, then `text`.
+    pub fn then_line(self, text: &str) -> TextSize {
+        let t = TextSize::of(text);
+        TextSize {
+            narrow: self.narrow + 1 + t.narrow,
+            wide: self.wide + t.wide,
+            words: self.words + t.words,
+        }
+    }
+
+    pub fn tokens(self) -> usize {
+        (self.wide + self.narrow.div_ceil(4)).max(self.words)
+    }
 }
 
 /// The first line of every context block.
@@ -322,39 +364,9 @@ fn line(m: &Memory) -> String {
     format!("- {}", m.content)
 }
 
-/// The size of a block as [`estimate_tokens`] measures it, kept as characters and words so
-/// that adding a line is exact: the estimate of a whole block is not the sum of its lines'.
-#[derive(Debug, Clone, Copy)]
-struct Size {
-    chars: usize,
-    words: usize,
-}
-
-impl Size {
-    fn header() -> Size {
-        Size {
-            chars: CONTEXT_HEADER.chars().count(),
-            words: CONTEXT_HEADER.split_whitespace().count(),
-        }
-    }
-
-    /// With `m`'s line after a newline.
-    fn with(self, m: &Memory) -> Size {
-        let line = line(m);
-        Size {
-            chars: self.chars + 1 + line.chars().count(),
-            words: self.words + line.split_whitespace().count(),
-        }
-    }
-
-    fn tokens(self) -> usize {
-        self.chars.div_ceil(4).max(self.words)
-    }
-}
-
 /// Does the whole of `all` fit in `budget` tokens?
 pub fn fits(all: &[Memory], budget: usize) -> bool {
-    all.iter().fold(Size::header(), |s, m| s.with(m)).tokens() <= budget
+    all.iter().fold(TextSize::of(CONTEXT_HEADER), |s, m| s.then_line(&line(m))).tokens() <= budget
 }
 
 /// Fit active facts into `budget` tokens. When all fit: profile facts first, then the rest
@@ -371,11 +383,11 @@ pub fn pack<'a>(
     if fits(all, budget) {
         return Packed { chosen: profiles.into_iter().chain(facts).collect(), truncated: false };
     }
-    let mut total = Size::header();
+    let mut total = TextSize::of(CONTEXT_HEADER);
     let mut chosen: Vec<&Memory> = Vec::new();
     for m in profiles {
-        if total.with(m).tokens() <= budget {
-            total = total.with(m);
+        if total.then_line(&line(m)).tokens() <= budget {
+            total = total.then_line(&line(m));
             chosen.push(m);
         }
     }
@@ -389,8 +401,8 @@ pub fn pack<'a>(
     });
     let mut picked: Vec<&Memory> = Vec::new();
     for m in ranked {
-        if total.with(m).tokens() <= budget {
-            total = total.with(m);
+        if total.then_line(&line(m)).tokens() <= budget {
+            total = total.then_line(&line(m));
             picked.push(m);
         }
     }
@@ -654,6 +666,16 @@ mod tests {
         // Chosen facts (after the profile) are in observation order.
         let days: Vec<_> = p.chosen[1..].iter().map(|m| m.observed_at).collect();
         assert!(days.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn a_cjk_character_counts_a_token() {
+        // 11 ideographs and a full-width comma.
+        assert_eq!(estimate_tokens("用户住在北京，喜欢吃饺子"), 12);
+        assert_eq!(estimate_tokens("ユーザーは東京に住んでいる"), 13);
+        assert_eq!(estimate_tokens("The user lives in Porto."), 6);
+        let whole = TextSize::of("用户").then_line("The user lives in Porto.");
+        assert_eq!(whole.tokens(), estimate_tokens("用户\nThe user lives in Porto."));
     }
 
     #[test]

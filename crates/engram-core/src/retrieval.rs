@@ -202,18 +202,29 @@ pub fn finish(e: &mut Explain, scale: SimilarityScale) -> f64 {
 /// ([`context_supports`]); the weight at which the keyword index reads a message's context.
 pub const CONTEXT_SUPPORT: f64 = 0.25;
 
-/// The context support of each candidate message, given as `(conversation, seq, own
-/// relevance)`: [`CONTEXT_SUPPORT`] × the best own relevance among the candidates of its
-/// conversation numbered 1 to [`CONTEXT_MESSAGES`] before it (the context its vector and its
-/// keyword index read), or 0. Read from own relevances
-/// only, so support never chains along a conversation.
-pub fn context_supports<K: Eq + std::hash::Hash>(rows: &[(K, i64, f64)]) -> Vec<f64> {
-    let own: HashMap<(&K, i64), f64> = rows.iter().map(|(c, seq, r)| ((c, *seq), *r)).collect();
+/// How long before a message its context may have been sent and still support it: an
+/// answer to a question asked the same day. A message sent days or months after the last
+/// one starts a new talk, whatever the conversation id (found by a tester: "Last summer I
+/// hiked the Dolomites.", sent nine months after a message about a wedding, was found by
+/// "wedding").
+pub const CONTEXT_MAX_GAP: time::Duration = time::Duration::hours(24);
+
+/// The context support of each candidate message, given as `(conversation, seq, sent at,
+/// own relevance)`: [`CONTEXT_SUPPORT`] × the best own relevance among the candidates of
+/// its conversation numbered 1 to [`CONTEXT_MESSAGES`] before it (the context its vector and
+/// its keyword index read) and sent at most [`CONTEXT_MAX_GAP`] before it, or 0. Read from
+/// own relevances only, so support never chains along a conversation.
+pub fn context_supports<K: Eq + std::hash::Hash>(
+    rows: &[(K, i64, OffsetDateTime, f64)],
+) -> Vec<f64> {
+    let own: HashMap<(&K, i64), (OffsetDateTime, f64)> =
+        rows.iter().map(|(c, seq, at, r)| ((c, *seq), (*at, *r))).collect();
     rows.iter()
-        .map(|(c, seq, _)| {
+        .map(|(c, seq, at, _)| {
             let best = (1..=CONTEXT_MESSAGES as i64)
                 .filter_map(|back| own.get(&(c, seq - back)))
-                .fold(0.0_f64, |a, r| a.max(*r));
+                .filter(|(before, _)| *at - *before <= CONTEXT_MAX_GAP)
+                .fold(0.0_f64, |a, (_, r)| a.max(*r));
             CONTEXT_SUPPORT * best
         })
         .collect()
@@ -425,7 +436,9 @@ mod tests {
     fn a_message_draws_a_quarter_of_its_contexts_relevance() {
         // Conversation "a": 1 matches (0.6), 2 and 3 follow it, 4 is three places after it.
         // Conversation "b": 2 would follow a message numbered 1, which is not a candidate.
-        let rows = [("a", 1, 0.6), ("a", 2, 0.0), ("a", 3, 0.1), ("a", 4, 0.0), ("b", 2, 0.0)];
+        let t = time::macros::datetime!(2024-03-05 10:00 UTC);
+        let rows = [("a", 1, 0.6), ("a", 2, 0.0), ("a", 3, 0.1), ("a", 4, 0.0), ("b", 2, 0.0)]
+            .map(|(c, seq, r)| (c, seq, t, r));
         let s = context_supports(&rows);
         assert_eq!(s[0], 0.0, "nothing before the first message");
         assert!((s[1] - 0.15).abs() < 1e-12, "the message after it: {}", s[1]);
@@ -445,7 +458,7 @@ mod tests {
         // Two stray matches under the threshold, one after the other, do not add up to one
         // over it: a query with nothing relevant still returns nothing.
         let own = DEFAULT_MIN_SCORE - 0.001;
-        let weak = [("a", 1, own), ("a", 2, own)];
+        let weak = [("a", 1, t, own), ("a", 2, t, own)];
         for support in context_supports(&weak) {
             let mut e = Explain {
                 text_coverage: Some(own.sqrt()),
@@ -454,6 +467,17 @@ mod tests {
             };
             assert!(finish(&mut e, scale) < DEFAULT_MIN_SCORE, "{}", e.score);
         }
+    }
+
+    #[test]
+    fn a_message_sent_long_after_draws_nothing_from_before() {
+        let t = time::macros::datetime!(2023-06-20 10:00 UTC);
+        let next_day = t + time::Duration::hours(23);
+        let months = t + time::Duration::days(259);
+        let rows = [("a", 1, t, 0.6), ("a", 2, next_day, 0.0), ("a", 3, months, 0.0)];
+        let s = context_supports(&rows);
+        assert!((s[1] - 0.15).abs() < 1e-12, "an answer the next morning: {}", s[1]);
+        assert_eq!(s[2], 0.0, "months later is a new talk");
     }
 
     #[test]

@@ -202,7 +202,7 @@ fn add_context_support(hits: &mut [Hit], scale: crate::embed::SimilarityScale) {
         .iter()
         .filter_map(|h| match h {
             Hit::Message { message, score, .. } => {
-                Some((&message.conversation_id, message.seq, *score))
+                Some((&message.conversation_id, message.seq, message.created_at, *score))
             }
             Hit::Memory { .. } | Hit::Summary { .. } => None,
         })

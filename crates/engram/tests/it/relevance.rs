@@ -355,6 +355,23 @@ async fn an_answer_passes_on_the_question_before_it(backend: Backend) {
         let r = search(q, "hybrid", None).await;
         assert!(results(&r).is_empty(), "{q}: {r:#}");
     }
+    // A message sent months after the question, in the same conversation, is a new talk:
+    // it draws nothing from it (found by a tester).
+    let (st, r) = s
+        .post(
+            "/v1/conversations/later/messages",
+            json!({ "user_id": "u", "messages": [
+                { "role": "user", "content": "Which city for the sabbatical, Lisbon or Kyoto?",
+                  "created_at": "2023-06-20T10:00:00Z" },
+                { "role": "user", "content": "Anyway, I repaired my bike at the weekend.",
+                  "created_at": "2024-03-05T10:00:00Z" }] }),
+        )
+        .await;
+    assert_eq!(st, 202, "{r}");
+    crate::helpers::drained(&s.as_client()).await;
+    let r = search(q, "text", None).await;
+    assert!(hit(&r, "Which city for the sabbatical, Lisbon or Kyoto?").is_some(), "{r:#}");
+    assert!(hit(&r, "Anyway, I repaired my bike at the weekend.").is_none(), "{r:#}");
 }
 
 on_both_backends!(

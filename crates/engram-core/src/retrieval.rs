@@ -343,6 +343,15 @@ impl TextSize {
         }
     }
 
+    /// `self`, a blank line, then `other`.
+    pub fn joined(self, other: TextSize) -> TextSize {
+        TextSize {
+            narrow: self.narrow + 2 + other.narrow,
+            wide: self.wide + other.wide,
+            words: self.words + other.words,
+        }
+    }
+
     pub fn tokens(self) -> usize {
         (self.wide + self.narrow.div_ceil(4)).max(self.words)
     }

@@ -412,6 +412,14 @@ pub async fn edit(
 ) -> Page {
     v.check_csrf(&form.csrf)?;
     let id = memory_id(&id)?;
+    // The form holds the fact's text: emptied, it is a mistake, not "keep the text" (a
+    // tester's empty save made a new version of the old text and said "edited").
+    if form.content.trim().is_empty() {
+        return Err(ApiError::invalid(
+            "content must not be empty; to stop a fact being recalled, forget it",
+        )
+        .into());
+    }
     let input = EditInput {
         content: opt(&form.content).map(str::to_string),
         category: opt(&form.category).map(Category::parse).transpose()?,
@@ -428,12 +436,16 @@ pub struct ActionForm {
     csrf: String,
     #[serde(default)]
     value: String,
+    /// `yes` on a purge confirmed on its page.
+    #[serde(default)]
+    confirm: String,
     #[serde(default)]
     back: String,
 }
 
 /// `POST /memories/{id}/{action}`: `rate` (−1 or +1), `forget` (superseded by nothing,
-/// kept for audit) or `purge` (deleted with its history; admin and user keys).
+/// kept for audit) or `purge` (deleted with its history, after a confirmation page; admin
+/// and user keys).
 pub async fn act(
     State(state): State<Arc<UiState>>,
     v: Viewer,
@@ -453,6 +465,13 @@ pub async fn act(
         "forget" => {
             engine.forget(&v.principal, id, false).await?;
             "forgotten"
+        }
+        // Purging deletes the history too and cannot be undone: first a page that says
+        // so, then, confirmed there, the purge.
+        "purge" if form.confirm != "yes" => {
+            let m: Memory = engine.get(&v.principal, id).await?;
+            let rows = vec![(&m).into()];
+            return Ok(render(&ConfirmPage { v: &v, rows, back: &form.back, purge: true }));
         }
         "purge" => {
             engine.forget(&v.principal, id, true).await?;
@@ -487,6 +506,8 @@ struct ConfirmPage<'a> {
     v: &'a Viewer,
     rows: Vec<MemoryDto>,
     back: &'a str,
+    /// Purge one fact (else: forget the rows).
+    purge: bool,
 }
 
 /// `POST /memories/bulk-forget`: first a confirmation page naming the selected facts, then,
@@ -511,7 +532,7 @@ pub async fn bulk_forget(
             let m: Memory = engine.get(&v.principal, *id).await?;
             rows.push((&m).into());
         }
-        return Ok(render(&ConfirmPage { v: &v, rows, back: &form.back }));
+        return Ok(render(&ConfirmPage { v: &v, rows, back: &form.back, purge: false }));
     }
     // One already forgotten (a second tab, a double submit) is skipped, not an error
     // halfway through the selection.

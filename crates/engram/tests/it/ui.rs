@@ -185,6 +185,26 @@ async fn the_memory_screen(backend: Backend) {
     assert!(b.page_text().await.contains("Forgotten"));
     assert!(b.all(&format!("#m-{new_id}")).await.is_empty());
 
+    // Purge deletes the history too: a page says so first (found by a tester: one click
+    // deleted for good), and only its button purges.
+    let (_, made) = api
+        .post(
+            "/v1/memories",
+            json!({ "content": "Alice's locker code is 4417.", "user_id": "alice" }),
+        )
+        .await;
+    let doomed = made["memory"]["id"].as_str().unwrap().to_string();
+    b.goto("/?user=alice").await;
+    b.submit(&format!("#m-{doomed} form[action$='/purge'] button")).await;
+    assert!(b.page_text().await.contains("cannot be undone"), "{}", b.page_text().await);
+    assert_eq!(b.texts("ul.plain li").await, ["Alice's locker code is 4417."]);
+    let (st, _) = api.get(&format!("/v1/memories/{doomed}")).await;
+    assert_eq!(st, StatusCode::OK, "nothing purged before the confirmation");
+    b.submit("form[action$='/purge'] button.danger").await;
+    assert!(b.page_text().await.contains("Purged"));
+    let (st, _) = api.get(&format!("/v1/memories/{doomed}")).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+
     // Bulk forget, with a confirmation naming what goes.
     for x in XSS {
         let id = row_id(&b, x).await;
@@ -673,6 +693,29 @@ async fn bulk_forget_skips_what_is_already_forgotten(backend: Backend) {
     assert!(r.status().is_success(), "{}", r.status());
     let (_, list) = api.get("/v1/memories?user_id=alice").await;
     assert_eq!(list["memories"], json!([]), "both forgotten: {list}");
+
+    // An edit whose text was emptied is refused, not saved as the old text (found by a
+    // tester; the browser's `required` stops it first, a script does not).
+    let (_, b) =
+        api.post("/v1/memories", json!({ "content": "The user rows.", "user_id": "alice" })).await;
+    let id = b["memory"]["id"].as_str().unwrap().to_string();
+    let body = form_urlencoded::Serializer::new(String::new())
+        .append_pair("csrf", csrf)
+        .append_pair("content", "  ")
+        .append_pair("category", "fact")
+        .finish();
+    let r = http
+        .post(format!("{}/memories/{id}/edit", s.base))
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(r.text().await.unwrap().contains("content must not be empty"));
+    let (_, m) = api.get(&format!("/v1/memories/{id}")).await;
+    assert!(m["superseded_at"].is_null() && m["category"] == "general", "unchanged: {m}");
 }
 
 on_both_backends!(

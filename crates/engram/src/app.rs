@@ -110,15 +110,37 @@ pub async fn engine(settings: &Settings) -> anyhow::Result<Engine> {
 fn upstreams(settings: &Settings) -> anyhow::Result<crate::http::proxy::Upstreams> {
     use engram_providers::upstream::{Upstream, UpstreamAuth, UpstreamConfig};
     let p = &settings.proxy;
-    let one =
-        |url: &Option<String>, key: &Option<String>, auth| -> anyhow::Result<Option<Upstream>> {
-            let Some(base_url) = url.clone() else { return Ok(None) };
-            let cfg = UpstreamConfig { base_url, api_key: key.clone(), auth, timeout: p.timeout };
-            Upstream::new(cfg).map(Some).map_err(|e| anyhow::anyhow!(e))
-        };
+    let one = |url: &Option<String>,
+               key: &Option<String>,
+               auth,
+               flag: &str|
+     -> anyhow::Result<Option<Upstream>> {
+        let Some(base_url) = url.clone() else { return Ok(None) };
+        if key.is_none() {
+            // The client's engram key is never forwarded: without one of its own the
+            // proxy calls the upstream unauthenticated, which only a local model accepts.
+            tracing::warn!(
+                upstream = %base_url,
+                "memory proxy: {flag} is not set, so calls go to the upstream without a key \
+                 (a hosted upstream answers 401)"
+            );
+        }
+        let cfg = UpstreamConfig { base_url, api_key: key.clone(), auth, timeout: p.timeout };
+        Upstream::new(cfg).map(Some).map_err(|e| anyhow::anyhow!(e))
+    };
     Ok(crate::http::proxy::Upstreams {
-        openai: one(&p.openai_url, &p.openai_api_key, UpstreamAuth::Bearer)?,
-        anthropic: one(&p.anthropic_url, &p.anthropic_api_key, UpstreamAuth::XApiKey)?,
+        openai: one(
+            &p.openai_url,
+            &p.openai_api_key,
+            UpstreamAuth::Bearer,
+            "--proxy-openai-api-key",
+        )?,
+        anthropic: one(
+            &p.anthropic_url,
+            &p.anthropic_api_key,
+            UpstreamAuth::XApiKey,
+            "--proxy-anthropic-api-key",
+        )?,
         saves: tokio_util::task::TaskTracker::new(),
     })
 }

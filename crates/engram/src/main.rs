@@ -33,8 +33,10 @@ async fn main() -> std::process::ExitCode {
                 .chain()
                 .find_map(|c| c.downcast_ref::<api::error::CliError>())
                 .map_or("error", |c| c.code);
-            let body =
-                serde_json::json!({ "error": { "code": code, "message": format!("{e:#}") } });
+            // The code is a field of its own: not repeated at the end of the message.
+            let message = format!("{e:#}");
+            let message = message.strip_suffix(&format!(" ({code})")).unwrap_or(&message);
+            let body = serde_json::json!({ "error": { "code": code, "message": message } });
             eprintln!("{body}");
             std::process::ExitCode::from(1)
         }

@@ -181,6 +181,11 @@ impl Turn {
     /// within the limit, each marked with `metadata.part` and `metadata.parts`; a tool result
     /// is cut to the limit; an answer cut by the output limit is marked `metadata.truncated`.
     fn append(self, answer: wire::Answer) {
+        // A request without a user message or tool results (only a system prompt, or no
+        // messages) asked nothing: its answer alone is not a turn of the conversation.
+        if self.asked.question.is_none() && self.asked.tools.is_empty() {
+            return;
+        }
         let max = self.engine.config().max_content_bytes;
         let mut msgs = Vec::new();
         let mut say = |role: MessageRole, text: Option<String>, extra: Option<(&str, Value)>| {

@@ -735,6 +735,7 @@ async fn bad_cli_input_fails_with_a_clear_message_and_stores_nothing(backend: Ba
     let e: Value = serde_json::from_str(last).unwrap_or_else(|_| panic!("not JSON: {err}"));
     assert_eq!(e["error"]["code"], "not_found", "{e}");
     assert!(e["error"]["message"].as_str().unwrap().contains("not found"), "{e}");
+    assert!(!e["error"]["message"].as_str().unwrap().ends_with("(not_found)"), "{e}");
     let cases: Vec<(Vec<&str>, &[&str])> = vec![
         (
             vec!["remember", "The user likes tea.", "--user", "alice", "--importance", "11"],

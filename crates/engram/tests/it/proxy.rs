@@ -777,6 +777,18 @@ async fn the_proxy_saves_tool_loops_once_and_marks_cut_answers(backend: Backend)
     let got = saved(&s, "trip-5", got.len()).await;
     let texts: Vec<&str> = got.iter().map(|m| m["content"].as_str().unwrap()).collect();
     assert_eq!(texts, ["second try", "It is 4 °C and raining in Oslo."]);
+
+    // A request that asks nothing (a system prompt alone) is answered, and its answer alone
+    // is not saved as a turn (found by a tester: a lone assistant message).
+    let body = json!({ "model": "m", "messages": [{ "role": "system", "content": "Say hi." }] });
+    assert_eq!(call(&url, &conv("trip-6"), &body).await.0, StatusCode::OK);
+    let body = json!({ "model": "m", "messages": [{ "role": "user", "content": "Marker." }] });
+    assert_eq!(call(&url, &conv("trip-6"), &body).await.0, StatusCode::OK);
+    let got = saved(&s, "trip-6", 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = saved(&s, "trip-6", got.len()).await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0]["content"], "Marker.");
 }
 
 /// A store that does not answer (a long write lock on SQLite, a table lock on PostgreSQL)

@@ -293,6 +293,10 @@ fn relative_matches(w: &[String], anchor: OffsetDateTime) -> Vec<(Span, usize, u
                 found = Some((shift(d, u, n), 2));
             } else if let Some(wd) = weekday(b).filter(|_| n == -1) {
                 found = Some((Span::day(previous_weekday(d, wd)), 2));
+            } else if let Some(m) = month(b).filter(|_| n != 0) {
+                // "last May": the latest May before this month; "next May" the first after
+                // it ("this may" is a verb as often as a month, and is left alone).
+                found = named_month(d, m, n).map(|s| (s, 2));
             }
         }
         // "la settimana scorsa", "le mois dernier", "el año pasado": unit then "last".
@@ -405,6 +409,19 @@ fn last_weekend(d: Date) -> Span {
     let sat = previous_weekday(d, Weekday::Saturday);
     let sat = if d.weekday() == Weekday::Sunday { sat - Duration::days(7) } else { sat };
     Span { start: sat, end: sat + Duration::days(1) }
+}
+
+/// The month `m` nearest before (`n` = −1) or after (`n` = 1) the month of `d`, never that
+/// month itself.
+fn named_month(d: Date, m: Month, n: i64) -> Option<Span> {
+    let (now, want) = (d.month() as u8, m as u8);
+    let year = match n {
+        -1 if want < now => d.year(),
+        -1 => d.year() - 1,
+        _ if want > now => d.year(),
+        _ => d.year() + 1,
+    };
+    Date::from_calendar_date(year, m, 1).ok().map(Span::month_of)
 }
 
 fn month(w: &str) -> Option<Month> {

@@ -41,14 +41,54 @@ pub fn first_json(text: &str) -> Option<Value> {
     }
 }
 
-/// Parse the extractor's answer into candidates.
+/// The complete items of a JSON array that was cut off (an answer that hit the model's
+/// output limit: `[{"content": "a"}, {"content": "b", "categ`): those before the cut, from
+/// the first `[` of `text`. None when not even one item is whole.
+fn complete_items(text: &str) -> Option<Value> {
+    let start = text.find('[')?;
+    let mut rest = &text[start + 1..];
+    let mut items = Vec::new();
+    loop {
+        rest = rest.trim_start();
+        let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+        match stream.next() {
+            Some(Ok(v)) => {
+                items.push(v);
+                rest = rest[stream.byte_offset()..].trim_start();
+            }
+            _ => break,
+        }
+        match rest.strip_prefix(',') {
+            Some(r) => rest = r,
+            None => break,
+        }
+    }
+    (!items.is_empty()).then_some(Value::Array(items))
+}
+
+/// Parse the extractor's answer into candidates. An answer cut off inside its list keeps
+/// the facts that were written whole; the one cut is dropped, never completed.
 pub fn parse_candidates(text: &str) -> Result<Vec<Candidate>, String> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
         return Err("the LLM returned an empty answer".into());
     }
-    let value = first_json(trimmed)
-        .ok_or_else(|| format!("no JSON in the LLM answer: {}", preview(trimmed)))?;
+    // The value at the first bracket whole, else the whole items of a list cut there, else
+    // the first value that parses further on (a prose "[note]" before the list).
+    let at_first = || {
+        let start = trimmed.find(['[', '{'])?;
+        serde_json::Deserializer::from_str(&trimmed[start..]).into_iter::<Value>().next()?.ok()
+    };
+    let value = at_first()
+        .or_else(|| complete_items(trimmed))
+        .or_else(|| first_json(trimmed))
+        .ok_or_else(|| {
+            if trimmed.contains(['[', '{']) {
+                format!("the JSON of the LLM answer is cut off or malformed: {}", preview(trimmed))
+            } else {
+                format!("no JSON in the LLM answer: {}", preview(trimmed))
+            }
+        })?;
     let items = match value {
         Value::Array(a) => a,
         Value::Object(ref o) => {
@@ -216,10 +256,22 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_cut_off_keeps_its_whole_facts() {
+        let cut = r#"[{"content": "The user lives in Rome.", "importance": 7}, "The user has a cat.", {"content": "The user wor"#;
+        assert_eq!(contents(cut), ["The user lives in Rome.", "The user has a cat."]);
+        let wrapped = r#"```json
+{"facts": [{"content": "The user swims."}, {"content": "The user"#;
+        assert_eq!(contents(wrapped), ["The user swims."]);
+    }
+
+    #[test]
     fn hopeless_output_is_an_error_not_a_panic() {
         assert!(parse_candidates("I cannot help with that.").is_err());
         assert!(parse_candidates("").is_err());
         assert!(parse_candidates("[{\"content\": \"unterminated").is_err());
+        let cut =
+            r#"Sure! Here are facts: [{"content": "x", "category": "banana", "importance": 99"#;
+        assert!(parse_candidates(cut).unwrap_err().contains("cut off"), "a clear message");
         assert!(parse_candidates("42").is_err());
     }
 

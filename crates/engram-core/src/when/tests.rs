@@ -337,3 +337,30 @@ fn weekends_ago_and_days_in_digits() {
     assert_eq!(q("I scored 16 03 2023 points"), None);
     assert_eq!(query_time("on 16/03/2023", None).map(|x| x.1), Some(String::new()));
 }
+
+#[test]
+fn last_and_next_name_a_month() {
+    let sept = datetime!(2024-09-10 09:00 UTC);
+    let may = datetime!(2024-05-20 09:00 UTC);
+    let q = |s: &str, at| query_time(s, Some(at)).map(|(span, _)| span);
+    let may_2024 = span(date!(2024 - 05 - 01), date!(2024 - 05 - 31));
+    assert!(needs_anchor("what happened last May?"));
+    assert_eq!(q("what happened last May?", sept), Some(may_2024));
+    assert_eq!(
+        q("what happened last May?", may),
+        Some(span(date!(2023 - 05 - 01), date!(2023 - 05 - 31))),
+        "in May, last May is a year back"
+    );
+    assert_eq!(
+        q("plans for last December", sept),
+        Some(span(date!(2023 - 12 - 01), date!(2023 - 12 - 31)))
+    );
+    assert_eq!(
+        q("the trip next March", sept),
+        Some(span(date!(2025 - 03 - 01), date!(2025 - 03 - 31)))
+    );
+    // "this may" is as often a verb.
+    assert_eq!(q("this may take a while", sept), None);
+    let (_, rest) = query_time("what did I buy last May?", Some(sept)).unwrap();
+    assert_eq!(rest, "what did i buy");
+}

@@ -177,14 +177,25 @@ impl TenantId {
 #[serde(transparent)]
 pub struct MemoryId(pub Uuid);
 
+/// A value as an error message quotes it: whole up to 64 characters, else its start and an
+/// ellipsis (a 5,000-character path came back whole in the message).
+pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
+    const MAX: usize = 64;
+    if s.chars().count() <= MAX {
+        s.into()
+    } else {
+        format!("{}…", s.chars().take(MAX).collect::<String>()).into()
+    }
+}
+
 impl MemoryId {
     pub fn new() -> Self {
         Self(Uuid::now_v7())
     }
     pub fn parse(s: &str) -> Result<Self> {
-        Uuid::parse_str(s)
-            .map(Self)
-            .map_err(|_| Error::invalid("id", format!("'{s}' is not a valid memory id (UUID)")))
+        Uuid::parse_str(s).map(Self).map_err(|_| {
+            Error::invalid("id", format!("'{}' is not a valid memory id (UUID)", shown(s)))
+        })
     }
 }
 
@@ -210,9 +221,9 @@ impl MessageId {
         Self(Uuid::now_v7())
     }
     pub fn parse(s: &str) -> Result<Self> {
-        Uuid::parse_str(s)
-            .map(Self)
-            .map_err(|_| Error::invalid("id", format!("'{s}' is not a valid message id (UUID)")))
+        Uuid::parse_str(s).map(Self).map_err(|_| {
+            Error::invalid("id", format!("'{}' is not a valid message id (UUID)", shown(s)))
+        })
     }
 }
 
@@ -538,9 +549,9 @@ impl SummaryId {
         Self(Uuid::now_v7())
     }
     pub fn parse(s: &str) -> Result<Self> {
-        Uuid::parse_str(s)
-            .map(Self)
-            .map_err(|_| Error::invalid("id", format!("'{s}' is not a valid summary id (UUID)")))
+        Uuid::parse_str(s).map(Self).map_err(|_| {
+            Error::invalid("id", format!("'{}' is not a valid summary id (UUID)", shown(s)))
+        })
     }
 }
 

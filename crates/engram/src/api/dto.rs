@@ -590,7 +590,7 @@ impl From<&engram_core::engine::Remembered> for Created {
         Created {
             decision: decision_str(r.decision).into(),
             memory: (&r.memory).into(),
-            similarity: r.similarity,
+            similarity: r.similarity.map(|s| s.clamp(-1.0, 1.0)),
             redacted: r.redacted.iter().map(|k| k.as_str().to_string()).collect(),
         }
     }

@@ -90,6 +90,26 @@ pub type ApiResult<T> = Result<T, ApiError>;
 /// Parse a JSON object body: syntax errors are `invalid_json`; a body that is not an object
 /// (serde would accept a positional array for a struct), unknown, duplicate, missing or
 /// mistyped fields are `invalid_input` naming the field.
+/// A serde message in the words of the API, not of Rust's types: "expected usize" is
+/// "expected a whole number, 0 or more" (found by a tester: `expected i64`, `expected f64`).
+pub fn plain_types(message: &str) -> String {
+    let mut out = message.to_string();
+    for (rust, words) in [
+        ("expected usize", "expected a whole number, 0 or more"),
+        ("expected u64", "expected a whole number, 0 or more"),
+        ("expected u32", "expected a whole number, 0 or more"),
+        ("expected u16", "expected a whole number, 0 or more"),
+        ("expected u8", "expected a whole number, 0 or more"),
+        ("expected i64", "expected a whole number"),
+        ("expected i32", "expected a whole number"),
+        ("expected f64", "expected a number"),
+        ("expected f32", "expected a number"),
+    ] {
+        out = out.replace(rust, words);
+    }
+    out
+}
+
 pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     if first.is_some_and(|b| *b != b'{') {
@@ -108,6 +128,7 @@ pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
                 ApiError::new(ErrorCode::InvalidJson, format!("malformed JSON: {inner}"))
             }
             serde_json::error::Category::Data | serde_json::error::Category::Io => {
+                let inner = plain_types(&inner.to_string());
                 if path == "." {
                     ApiError::invalid(format!("invalid request body: {inner}"))
                 } else {

@@ -67,9 +67,17 @@ pub async fn append(
 ) -> ApiResult<(StatusCode, Json<AppendResponse>)> {
     let conv = ConversationId::parse(id)?;
     let mut msgs = Vec::with_capacity(b.messages.len());
-    for m in b.messages {
+    for (i, m) in b.messages.into_iter().enumerate() {
+        // The message at fault is named, as the engine names it for the other fields.
+        let role = MessageRole::parse(&m.role).map_err(|e| match e {
+            engram_core::Error::InvalidInput { message, .. } => engram_core::Error::InvalidInput {
+                field: format!("messages[{i}].role"),
+                message: format!("messages[{i}].role: {message}"),
+            },
+            other => other,
+        })?;
         msgs.push(MessageInput {
-            role: MessageRole::parse(&m.role)?,
+            role,
             content: m.content,
             created_at: dto::opt_ts("created_at", m.created_at.as_deref())?,
             tool_name: m.tool_name,

@@ -54,6 +54,18 @@ where
                 "expected a JSON body with Content-Type: application/json",
             ));
         }
+        // A compressed body would read as malformed JSON: say what is wrong instead.
+        if let Some(enc) = req.headers().get(axum::http::header::CONTENT_ENCODING)
+            && !enc.as_bytes().eq_ignore_ascii_case(b"identity")
+        {
+            return Err(ApiError::new(
+                ErrorCode::InvalidJson,
+                format!(
+                    "Content-Encoding '{}' is not supported: send the JSON body uncompressed",
+                    String::from_utf8_lossy(enc.as_bytes())
+                ),
+            ));
+        }
         let ApiBytes(bytes) = ApiBytes::from_request(req, state).await?;
         parse_body(&bytes).map(ApiJson)
     }
@@ -117,7 +129,10 @@ where
 }
 
 fn query_rejection(e: QueryRejection) -> ApiError {
-    ApiError::invalid(format!("invalid query string: {}", e.body_text()))
+    ApiError::invalid(format!(
+        "invalid query string: {}",
+        crate::api::error::plain_types(&e.body_text())
+    ))
 }
 
 /// `Path<T>` whose rejections are engram errors (400 `invalid_input`): a path segment that

@@ -385,7 +385,7 @@ async fn every_bad_request_gets_a_clear_error_and_changes_nothing(backend: Backe
         m(json!({ "importance": 0 })).says(&["importance", "1 to 10"]),
         m(json!({ "importance": 11 })).says(&["importance", "1 to 10"]),
         m(json!({ "importance": -3 })).says(&["importance"]),
-        m(json!({ "importance": "high" })).says(&["importance"]),
+        m(json!({ "importance": "high" })).says(&["importance", "expected a whole number"]),
         m(json!({ "importance": 5.5 })).says(&["importance"]),
         m(json!({ "category": "hobby" })).says(&["category", "hobby", "preference"]),
         m(json!({ "category": "Fact" })).says(&["category"]),
@@ -709,7 +709,7 @@ async fn every_bad_request_gets_a_clear_error_and_changes_nothing(backend: Backe
         msgs(json!({ "user_id": "u" })).says(&["messages"]),
         msgs(json!({ "user_id": "u", "messages": [] })).says(&["messages"]),
         msgs(json!({ "user_id": "u", "messages": { "role": "user" } })).says(&["messages"]),
-        msgs(one(json!({ "role": "robot", "content": "hi" }))).says(&["role", "robot"]),
+        msgs(one(json!({ "role": "robot", "content": "hi" }))).says(&["messages[1].role", "robot"]),
         msgs(one(json!({ "content": "hi" }))).says(&["role"]),
         msgs(one(json!({ "role": "user" }))).says(&["content"]),
         msgs(one(json!({ "role": "user", "content": "" }))).says(&["messages[1]", "content"]),
@@ -937,6 +937,50 @@ async fn positional_array_bodies_are_refused(backend: Backend) {
     run_table(&s, cases).await;
 }
 
+/// Headers a client gets wrong: a compressed body is named as such (not "malformed JSON"),
+/// and two Authorization headers are refused rather than the first silently counting
+/// (found by a tester), and a very long bad id is not echoed whole. Nothing is stored.
+async fn compressed_bodies_doubled_keys_and_long_ids_are_named(backend: Backend) {
+    let db = Db::new(backend).await;
+    let key = crate::helpers::create_key(&db, &["--tenant", "t", "--role", "admin"]);
+    let s = db.serve(&[]);
+    let url = format!("{}/v1/memories", s.base);
+    let body = json!({ "content": "The user rows.", "user_id": "u" }).to_string();
+    let r = s
+        .client
+        .post(&url)
+        .bearer_auth(&key)
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    let (st, b): (StatusCode, Value) = (r.status(), r.json().await.unwrap());
+    assert_eq!((st, &b["error"]["code"]), (StatusCode::BAD_REQUEST, &json!("invalid_json")), "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().contains("Content-Encoding 'gzip'"), "{b}");
+    let r = s
+        .client
+        .post(&url)
+        .header("authorization", format!("Bearer {key}"))
+        .header("authorization", "Bearer engram_someone_else")
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let (st, b): (StatusCode, Value) = (r.status(), r.json().await.unwrap());
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().contains("one Authorization header"), "{b}");
+    let (_, list) = s.with_key(&key).get("/v1/memories?user_id=u").await;
+    assert_eq!(list["memories"], json!([]), "{list}");
+    // A very long bad id is quoted by its start, not echoed whole.
+    let got = s.with_key(&key).get(&format!("/v1/memories/{}", "x".repeat(5000))).await;
+    assert_error(&got, 400, "invalid_input");
+    let message = got.1["error"]["message"].as_str().unwrap();
+    assert!(message.len() < 200 && message.contains("xxxx…"), "{message}");
+}
+
 /// A route that exists but not for this method: an error body too (SPEC §4: errors are
 /// `{"error": {"code", "message"}}` with the right status).
 async fn a_wrong_method_gets_405_with_an_error_body(backend: Backend) {
@@ -1042,6 +1086,7 @@ on_both_backends!(
     the_documented_search_values_are_accepted,
     every_bad_request_gets_a_clear_error_and_changes_nothing,
     positional_array_bodies_are_refused,
+    compressed_bodies_doubled_keys_and_long_ids_are_named,
     a_wrong_method_gets_405_with_an_error_body,
     default_limits_refuse_oversized_content_and_bodies,
 );

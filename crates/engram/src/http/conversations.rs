@@ -69,12 +69,15 @@ pub async fn append(
     let mut msgs = Vec::with_capacity(b.messages.len());
     for (i, m) in b.messages.into_iter().enumerate() {
         // The message at fault is named, as the engine names it for the other fields.
-        let role = MessageRole::parse(&m.role).map_err(|e| match e {
-            engram_core::Error::InvalidInput { message, .. } => engram_core::Error::InvalidInput {
-                field: format!("messages[{i}].role"),
-                message: format!("messages[{i}].role: {message}"),
-            },
-            other => other,
+        let role = MessageRole::parse(&m.role).map_err(|e| {
+            if let engram_core::Error::InvalidInput { message, .. } = e {
+                engram_core::Error::InvalidInput {
+                    field: format!("messages[{i}].role"),
+                    message: format!("messages[{i}].role: {message}"),
+                }
+            } else {
+                e
+            }
         })?;
         msgs.push(MessageInput {
             role,

@@ -133,7 +133,8 @@ pub async fn page(
         cluster: cluster.unwrap_or_default(),
     };
     let warnings = warnings(&state, &v, enabled, &s.mode).await?;
-    let can_edit = v.bound_agent().is_none();
+    // Only an admin changes agent settings (a user key saw a form whose save was a 403).
+    let can_edit = matches!(v.principal.role, engram_core::model::KeyRole::Admin);
     let page = AgentPage {
         v: &v,
         id: id.to_string(),

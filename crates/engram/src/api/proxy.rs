@@ -148,6 +148,9 @@ pub struct ToolUse {
 pub struct Asked {
     pub question: Option<String>,
     pub tools: Vec<ToolUse>,
+    /// In a tool loop, the user message that started it: saved only when the conversation
+    /// is new to engram (its first call already carried the loop).
+    pub loop_question: Option<String>,
 }
 
 fn role(m: &Value) -> &str {
@@ -222,11 +225,14 @@ pub fn asked(vendor: Vendor, body: &Value) -> Asked {
                     }
                 })
                 .collect();
-            Asked { question: None, tools }
+            let loop_question =
+                messages[..start].iter().rev().filter(|m| role(m) == "user").find_map(text);
+            Asked { question: None, tools, loop_question }
         }
         Vendor::OpenAi => Asked {
             question: (role(last) == "user").then(|| text(last)).flatten(),
             tools: Vec::new(),
+            loop_question: None,
         },
         Vendor::Anthropic => {
             if role(last) != "user" {
@@ -253,8 +259,18 @@ pub fn asked(vendor: Vendor, body: &Value) -> Asked {
                         result: text_of(r.get("content").unwrap_or(&Value::Null)),
                     }
                 })
-                .collect();
-            Asked { question: text(last), tools }
+                .collect::<Vec<_>>();
+            let question = text(last);
+            let loop_question = (question.is_none() && !tools.is_empty())
+                .then(|| {
+                    messages[..messages.len() - 1]
+                        .iter()
+                        .rev()
+                        .filter(|m| role(m) == "user")
+                        .find_map(text)
+                })
+                .flatten();
+            Asked { question, tools, loop_question }
         }
     }
 }
@@ -450,7 +466,7 @@ mod tests {
         let first = json!({ "messages": [{ "role": "user", "content": "Weather in Oslo?" }] });
         assert_eq!(
             asked(Vendor::OpenAi, &first),
-            Asked { question: Some("Weather in Oslo?".into()), tools: vec![] }
+            Asked { question: Some("Weather in Oslo?".into()), tools: vec![], loop_question: None }
         );
         let loop_ = json!({ "messages": [
             { "role": "user", "content": "Weather in Oslo?" },
@@ -465,7 +481,8 @@ mod tests {
                     name: "weather".into(),
                     args: json!({ "city": "Oslo" }),
                     result: "4 °C, rain".into()
-                }]
+                }],
+                loop_question: Some("Weather in Oslo?".into()),
             }
         );
         // The query for memory is still the user's question.
@@ -485,7 +502,8 @@ mod tests {
                     name: "weather".into(),
                     args: json!({ "city": "Oslo" }),
                     result: "4 °C, rain".into()
-                }]
+                }],
+                loop_question: Some("Weather in Oslo?".into()),
             }
         );
         // A turn of an image alone is kept as such.

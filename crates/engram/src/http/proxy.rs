@@ -219,12 +219,25 @@ impl Turn {
             .collect();
         let truncated = answer.truncated.then_some(("truncated", Value::Bool(true)));
         say(MessageRole::Assistant, answer.text, truncated);
-        let msgs: Vec<MessageInput> = tools.into_iter().chain(msgs).collect();
+        let mut msgs: Vec<MessageInput> = tools.into_iter().chain(msgs).collect();
         if msgs.is_empty() {
             return;
         }
+        // A loop whose first call engram never saw (the conversation is new to it): its
+        // question comes first, or the saved loop would answer nothing.
+        let started = self.asked.loop_question.map(|q| MessageInput {
+            role: MessageRole::User,
+            content: head(&q, max),
+            ..Default::default()
+        });
         let saves = self.saves.clone();
         saves.spawn(async move {
+            if let Some(q) = started
+                && let Err(engram_core::Error::NotFound { .. }) =
+                    self.engine.conversation(&self.principal, &self.conversation).await
+            {
+                msgs.insert(0, q);
+            }
             let r = self
                 .engine
                 .append_messages(

@@ -725,6 +725,15 @@ async fn the_proxy_saves_tool_loops_once_and_marks_cut_answers(backend: Backend)
     assert_eq!(got[1]["tool_args"], json!({ "city": "Oslo" }));
     assert_eq!(got[1]["tool_result"], "4 °C, rain");
     assert_eq!(got[2]["content"], "It is 4 °C and raining in Oslo.");
+    // A loop whose first call engram never saw (a client that turned the proxy on midway):
+    // its question is saved before the tool rows (found by a tester: it was lost).
+    let (st, _, b) =
+        call(&url, &conv("trip-1b"), &json!({ "model": "m", "messages": messages })).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    let got = saved(&s, "trip-1b", 3).await;
+    let roles: Vec<&str> = got.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "tool", "assistant"], "{got:?}");
+    assert_eq!(got[0]["content"], "Weather in Oslo?");
 
     // Anthropic: the result comes back as a user message of tool_result blocks.
     let anthropic = format!("{}/v1/messages", s.base);
@@ -736,14 +745,18 @@ async fn the_proxy_saves_tool_loops_once_and_marks_cut_answers(backend: Backend)
             "content": "9 °C, wind" }] }] });
     let (st, _, b) = call(&anthropic, &conv("trip-2"), &body).await;
     assert_eq!(st, StatusCode::OK, "{b}");
-    let got = saved(&s, "trip-2", 2).await;
-    assert_eq!(got.len(), 2, "{got:?}");
+    let got = saved(&s, "trip-2", 3).await;
+    assert_eq!(got.len(), 3, "{got:?}");
     assert_eq!(
-        (&got[0]["tool_name"], &got[0]["tool_result"]),
+        (&got[0]["role"], &got[0]["content"]),
+        (&json!("user"), &json!("Weather in Bergen?"))
+    );
+    assert_eq!(
+        (&got[1]["tool_name"], &got[1]["tool_result"]),
         (&json!("weather"), &json!("9 °C, wind"))
     );
-    assert_eq!(got[0]["tool_args"], json!({ "city": "Bergen" }));
-    assert_eq!(got[1]["role"], "assistant");
+    assert_eq!(got[1]["tool_args"], json!({ "city": "Bergen" }));
+    assert_eq!(got[2]["role"], "assistant");
 
     // A streamed step that only calls a tool: the question is saved.
     let sse_tool = "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"weather\",\"arguments\":\"{}\"}}]}}]}\n\n\

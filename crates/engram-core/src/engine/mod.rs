@@ -29,6 +29,7 @@ use crate::store::Store;
 mod access;
 mod admin;
 mod backup;
+mod cjk;
 mod context;
 mod conversations;
 mod dates;

@@ -374,7 +374,44 @@ async fn an_answer_passes_on_the_question_before_it(backend: Backend) {
     assert!(hit(&r, "Anyway, I repaired my bike at the weekend.").is_none(), "{r:#}");
 }
 
+/// Chinese and Japanese write words without spaces: a word inside a sentence is found by
+/// keyword (found by a tester: "北京" did not find "用户住在北京，喜欢吃饺子。", only the whole
+/// clause did), in facts and in messages, and an unrelated query still finds nothing.
+async fn words_inside_unspaced_sentences_are_found(backend: Backend) {
+    let db = Db::new(backend).await;
+    let mut cmd = Command::new(bin());
+    cmd.arg("--data-dir").arg(db.dir()).args(db.store_args()).args(["--embedder", "builtin"]);
+    cmd.env("ENGRAM_LOG", "warn");
+    let s = Server::spawn(cmd, &[]);
+    for f in ["用户住在北京，喜欢吃饺子。", "用户在上海工作。", "The user plays the cello."]
+    {
+        s.remember("wu", f).await;
+    }
+    append_turns(&s, "wu", &["昨日は東京で寿司を食べました。", "いいですね！"]).await;
+    crate::helpers::drained(&s.as_client()).await;
+    let search = |query: &'static str, source: &'static str| {
+        let s = &s;
+        async move {
+            let body =
+                json!({ "query": query, "user_id": "wu", "sources": [source], "explain": true });
+            let (st, r) = s.post("/v1/search", body).await;
+            assert_eq!(st, 200, "{r}");
+            r
+        }
+    };
+    let r = search("北京", "memories").await;
+    assert_eq!(results(&r)[0]["memory"]["content"], "用户住在北京，喜欢吃饺子。", "{r:#}");
+    assert_eq!(results(&r)[0]["explain"]["text_coverage"], json!(1.0), "{r:#}");
+    let r = search("上海的天气怎么样", "memories").await;
+    assert_eq!(results(&r)[0]["memory"]["content"], "用户在上海工作。", "{r:#}");
+    let r = search("東京", "messages").await;
+    assert_eq!(results(&r)[0]["message"]["content"], "昨日は東京で寿司を食べました。", "{r:#}");
+    let r = search("量子色动力学", "memories").await;
+    assert!(results(&r).is_empty(), "{r:#}");
+}
+
 on_both_backends!(
+    words_inside_unspaced_sentences_are_found,
     a_long_fact_is_found_by_its_end,
     unrelated_queries_find_nothing_and_scores_mean_the_same_everywhere,
     the_builtin_embedder_abstains_too,

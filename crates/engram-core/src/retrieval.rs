@@ -384,6 +384,32 @@ fn line(m: &Memory) -> String {
     format!("- {}", m.content)
 }
 
+/// Keep one fact of each text: a fact stored user-wide and an agent's private copy of it
+/// (dedup keeps both, `dedup::seen_wherever`) are one line for whoever sees both. The
+/// user-wide (or shared) copy stays, else the first.
+pub fn drop_repeated_contents(all: &mut Vec<Memory>) {
+    let wide = |m: &Memory| m.pool.is_none() || m.kind == Kind::Shared;
+    let mut keep: HashMap<&str, usize> = HashMap::new();
+    for (i, m) in all.iter().enumerate() {
+        let text = m.content.trim();
+        match keep.get(text) {
+            Some(&j) if !wide(&all[j]) && wide(m) => {
+                keep.insert(text, i);
+            }
+            Some(_) => {}
+            None => {
+                keep.insert(text, i);
+            }
+        }
+    }
+    let kept: std::collections::HashSet<usize> = keep.into_values().collect();
+    let mut i = 0;
+    all.retain(|_| {
+        i += 1;
+        kept.contains(&(i - 1))
+    });
+}
+
 /// Does the whole of `all` fit in `budget` tokens?
 pub fn fits(all: &[Memory], budget: usize) -> bool {
     all.iter().fold(TextSize::of(CONTEXT_HEADER), |s, m| s.then_line(&line(m))).tokens() <= budget

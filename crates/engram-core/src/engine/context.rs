@@ -212,6 +212,7 @@ impl Engine {
             relevance = Some(ranked);
         }
         let mut all = self.svc.store.all_active(&v.tenant, &self.filter(v)).await?;
+        retrieval::drop_repeated_contents(&mut all);
         let active = all.len();
         // Over budget with a query: rank the facts by relevance to it.
         if let Some(q) = query

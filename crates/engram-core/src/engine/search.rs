@@ -183,6 +183,7 @@ impl Engine {
         hits.retain(|h| h.score() >= min_score);
         let by_relevance = self.svc.cfg.rank_by_relevance;
         hits.sort_by(|a, b| Hit::rank_cmp(a, b, by_relevance));
+        Hit::drop_repeated_facts(&mut hits);
         hits.truncate(limit);
         if input.expand {
             let vectors = (message_vector, scored_by);

@@ -176,6 +176,16 @@ pub enum Hit {
 }
 
 impl Hit {
+    /// Drop a fact hit whose text a better-ranked fact hit already has (a user-wide fact and
+    /// an agent's private copy of it, for whoever sees both): one result slot, not two.
+    pub(crate) fn drop_repeated_facts(hits: &mut Vec<Hit>) {
+        let mut seen = std::collections::HashSet::new();
+        hits.retain(|h| match h {
+            Hit::Memory { memory, .. } => seen.insert(memory.content.trim().to_string()),
+            Hit::Message { .. } | Hit::Summary { .. } => true,
+        });
+    }
+
     /// A message hit: its explain finished (a message weighs as importance 5) and scored.
     pub(crate) fn of_message(
         message: Message,

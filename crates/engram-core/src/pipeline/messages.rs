@@ -54,9 +54,15 @@ const WRITE_ROWS: usize = 64;
 pub const YIELD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The text embedded for `message`, given the messages before it in its conversation
-/// (`before`, oldest first; only the last [`CONTEXT_MESSAGES`] are used).
+/// (`before`, oldest first; only the last [`CONTEXT_MESSAGES`] are used, and only those sent
+/// at most [`crate::retrieval::CONTEXT_MAX_GAP`] before it: a message sent months later
+/// starts a new talk, and read with the old one it was found by what that one said).
 pub fn document(before: &[Message], message: &Message) -> String {
-    let before: Vec<&str> = before.iter().map(|m| m.content.as_str()).collect();
+    let before: Vec<&str> = before
+        .iter()
+        .filter(|m| message.created_at - m.created_at <= crate::retrieval::CONTEXT_MAX_GAP)
+        .map(|m| m.content.as_str())
+        .collect();
     document_of(&before, &message.content)
 }
 
@@ -391,6 +397,10 @@ mod tests {
         assert_eq!(document(&[a, b.clone(), c], &d), "b\nc\nYes, last Friday");
         // Empty tool calls add nothing.
         assert_eq!(document(&[b, msg("")], &d), "b\nYes, last Friday");
+        // Context sent over a day before is another talk.
+        let mut old = msg("Which painting, the first or the second?");
+        old.created_at = d.created_at - time::Duration::days(120);
+        assert_eq!(document(&[old], &d), "Yes, last Friday");
     }
 
     #[test]

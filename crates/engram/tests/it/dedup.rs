@@ -2,7 +2,7 @@
 //! (a changed number, a negation, other words) is added, never swallowed as a confirmation.
 
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::helpers::{Backend, Server};
 
@@ -152,6 +152,26 @@ async fn a_user_wide_fact_is_not_merged_into_an_agents_private_one(backend: Back
     assert_ne!(wide, private);
     let (_, block) = s.post("/v1/context", json!({ "user_id": "u", "agent_id": "billing" })).await;
     assert!(block["text"].as_str().unwrap().contains("PSC-991"), "{block}");
+    // Whoever sees both copies (the agent that keeps one, an admin) reads the fact once,
+    // in a context block and in search results.
+    for agent in [json!("support"), Value::Null] {
+        let (_, block) =
+            s.post("/v1/context", json!({ "user_id": "u", "agent_id": agent.clone() })).await;
+        assert_eq!(block["text"].as_str().unwrap().matches("PSC-991").count(), 1, "{block}");
+        let (_, r) = s
+            .post(
+                "/v1/search",
+                json!({ "user_id": "u", "agent_id": agent, "query": "PSC-991 contract" }),
+            )
+            .await;
+        let n = r["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|h| h["memory"]["content"] == content)
+            .count();
+        assert_eq!(n, 1, "{r}");
+    }
     // Another agent's copy of it now confirms the user-wide fact, which it sees.
     let (st, b) = s
         .post("/v1/memories", json!({ "content": content, "user_id": "u", "agent_id": "sales" }))

@@ -61,7 +61,7 @@ use time::OffsetDateTime;
 
 use crate::embed::SimilarityScale;
 use crate::model::{Kind, Memory, MemoryId};
-use crate::pipeline::messages::CONTEXT_MESSAGES;
+use crate::pipeline::messages::{CONTEXT_MAX_GAP, CONTEXT_MESSAGES};
 
 /// The `min_score` of a search that names none: results need real support, lexical or
 /// semantic. On LoCoMo it leaves nothing for about 9 in 10 queries on unrelated topics while
@@ -201,13 +201,6 @@ pub fn finish(e: &mut Explain, scale: SimilarityScale) -> f64 {
 /// Share of a context message's relevance that the message after it draws
 /// ([`context_supports`]); the weight at which the keyword index reads a message's context.
 pub const CONTEXT_SUPPORT: f64 = 0.25;
-
-/// How long before a message its context may have been sent and still support it: an
-/// answer to a question asked the same day. A message sent days or months after the last
-/// one starts a new talk, whatever the conversation id (found by a tester: "Last summer I
-/// hiked the Dolomites.", sent nine months after a message about a wedding, was found by
-/// "wedding").
-pub const CONTEXT_MAX_GAP: time::Duration = time::Duration::hours(24);
 
 /// The context support of each candidate message, given as `(conversation, seq, sent at,
 /// own relevance)`: [`CONTEXT_SUPPORT`] × the best own relevance among the candidates of

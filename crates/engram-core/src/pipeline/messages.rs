@@ -35,6 +35,13 @@ use crate::store::Store;
 /// Messages before each message that are embedded with it.
 pub const CONTEXT_MESSAGES: usize = 2;
 
+/// How long before a message its context may have been sent and still support it: an
+/// answer to a question asked the same day. A message sent days or months after the last
+/// one starts a new talk, whatever the conversation id (found by a tester: "Last summer I
+/// hiked the Dolomites.", sent nine months after a message about a wedding, was found by
+/// "wedding").
+pub const CONTEXT_MAX_GAP: time::Duration = time::Duration::hours(24);
+
 /// Characters of a document (context + message) beyond which context is left out: about
 /// 200 tokens, within MiniLM's 256-token window.
 pub const DOCUMENT_CHARS: usize = 800;
@@ -55,12 +62,12 @@ pub const YIELD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The text embedded for `message`, given the messages before it in its conversation
 /// (`before`, oldest first; only the last [`CONTEXT_MESSAGES`] are used, and only those sent
-/// at most [`crate::retrieval::CONTEXT_MAX_GAP`] before it: a message sent months later
+/// at most [`CONTEXT_MAX_GAP`] before it: a message sent months later
 /// starts a new talk, and read with the old one it was found by what that one said).
 pub fn document(before: &[Message], message: &Message) -> String {
     let before: Vec<&str> = before
         .iter()
-        .filter(|m| message.created_at - m.created_at <= crate::retrieval::CONTEXT_MAX_GAP)
+        .filter(|m| message.created_at - m.created_at <= CONTEXT_MAX_GAP)
         .map(|m| m.content.as_str())
         .collect();
     document_of(&before, &message.content)

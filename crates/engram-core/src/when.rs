@@ -293,9 +293,11 @@ fn relative_matches(w: &[String], anchor: OffsetDateTime) -> Vec<(Span, usize, u
                 found = Some((shift(d, u, n), 2));
             } else if let Some(wd) = weekday(b).filter(|_| n == -1) {
                 found = Some((Span::day(previous_weekday(d, wd)), 2));
-            } else if let Some(m) = month(b).filter(|_| n != 0) {
+            } else if let Some(m) = month(b).filter(|_| n != 0 && (b != "may" || may_ends(c))) {
                 // "last May": the latest May before this month; "next May" the first after
-                // it ("this may" is a verb as often as a month, and is left alone).
+                // it ("this may" is a verb as often as a month, and is left alone, as is
+                // "the last may be…": "may" is a month only at the end or before a number or
+                // a word that cannot follow the verb).
                 found = named_month(d, m, n).map(|s| (s, 2));
             }
         }
@@ -409,6 +411,31 @@ fn last_weekend(d: Date) -> Span {
     let sat = previous_weekday(d, Weekday::Saturday);
     let sat = if d.weekday() == Weekday::Sunday { sat - Duration::days(7) } else { sat };
     Span { start: sat, end: sat + Duration::days(1) }
+}
+
+/// Whether the word after "last may" / "next may" leaves "may" a month.
+fn may_ends(next: &str) -> bool {
+    next.is_empty()
+        || next.chars().all(|c| c.is_ascii_digit())
+        || matches!(
+            next,
+            "and"
+                | "or"
+                | "with"
+                | "in"
+                | "at"
+                | "on"
+                | "for"
+                | "when"
+                | "while"
+                | "during"
+                | "before"
+                | "after"
+                | "th"
+                | "st"
+                | "nd"
+                | "rd"
+        )
 }
 
 /// The month `m` nearest before (`n` = −1) or after (`n` = 1) the month of `d`, never that

@@ -357,7 +357,7 @@ pub struct StatsArgs {}
 fn parse<T: DeserializeOwned>(args: Value) -> Result<T> {
     serde_path_to_error::deserialize(args).map_err(|e| {
         let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
+        let inner = crate::api::error::plain_types(&e.into_inner().to_string());
         let field = if path == "." { missing_field(&inner).unwrap_or("arguments") } else { &path };
         let field = field.to_string();
         Error::invalid(field.clone(), format!("{field}: {inner}"))
@@ -691,7 +691,8 @@ fn error_result(e: &Error) -> CallToolResult {
     } else if let Error::StoreUnavailable(detail) = e {
         tracing::warn!(error = %detail, "database unavailable");
     }
-    let body = json!({ "error": { "code": e.code().as_str(), "message": e.public_message() } });
+    let message = crate::api::error::capped(e.public_message());
+    let body = json!({ "error": { "code": e.code().as_str(), "message": message } });
     let mut r = CallToolResult::error(vec![ContentBlock::text(body.to_string())]);
     r.structured_content = Some(body);
     r

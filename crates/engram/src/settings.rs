@@ -372,7 +372,12 @@ impl Settings {
         };
         let proxy = ProxySettings {
             openai_url: url(&serve.proxy_openai_url, file.proxy_openai_url, "proxy_openai_url")?,
-            openai_api_key: serve.proxy_openai_api_key.clone().or(file.proxy_openai_api_key),
+            // An empty key (`ENGRAM_PROXY_OPENAI_API_KEY=`) is no key: not `Bearer ` upstream.
+            openai_api_key: serve
+                .proxy_openai_api_key
+                .clone()
+                .or(file.proxy_openai_api_key)
+                .filter(|k| !k.trim().is_empty()),
             anthropic_url: url(
                 &serve.proxy_anthropic_url,
                 file.proxy_anthropic_url,
@@ -381,7 +386,8 @@ impl Settings {
             anthropic_api_key: serve
                 .proxy_anthropic_api_key
                 .clone()
-                .or(file.proxy_anthropic_api_key),
+                .or(file.proxy_anthropic_api_key)
+                .filter(|k| !k.trim().is_empty()),
             timeout: std::time::Duration::from_secs(proxy_timeout_secs),
         };
         let otlp_endpoint = serve.otlp_endpoint.clone().or(file.otlp_endpoint);

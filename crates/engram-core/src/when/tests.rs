@@ -359,8 +359,11 @@ fn last_and_next_name_a_month() {
         q("the trip next March", sept),
         Some(span(date!(2025 - 03 - 01), date!(2025 - 03 - 31)))
     );
-    // "this may" is as often a verb.
+    // "this may" is as often a verb, and so is "last may" before one.
     assert_eq!(q("this may take a while", sept), None);
+    assert_eq!(q("the last may be the best one", sept), None);
+    assert_eq!(q("which one at last may I pick?", sept), None);
+    assert_eq!(q("what did we do last May with Anna?", sept), Some(may_2024));
     let (_, rest) = query_time("what did I buy last May?", Some(sept)).unwrap();
     assert_eq!(rest, "what did i buy");
 }

@@ -95,6 +95,14 @@ pub type ApiResult<T> = Result<T, ApiError>;
 pub fn plain_types(message: &str) -> String {
     let mut out = message.to_string();
     for (rust, words) in [
+        ("invalid digit found in string", "not a whole number"),
+        ("number too large to fit in target type", "the number is too large"),
+        ("number too small to fit in target type", "the number is too small"),
+        ("cannot parse integer from empty string", "expected a whole number, got nothing"),
+    ] {
+        out = out.replace(rust, words);
+    }
+    for (rust, words) in [
         ("expected usize", "expected a whole number, 0 or more"),
         ("expected u64", "expected a whole number, 0 or more"),
         ("expected u32", "expected a whole number, 0 or more"),
@@ -109,6 +117,20 @@ pub fn plain_types(message: &str) -> String {
     }
     out
 }
+
+/// An error message as it is sent: whole up to [`MAX_MESSAGE_CHARS`], else cut with an
+/// ellipsis (a 5,000-character category or field name came back whole, twice).
+pub fn capped(message: String) -> String {
+    if message.chars().count() <= MAX_MESSAGE_CHARS {
+        return message;
+    }
+    let mut cut: String = message.chars().take(MAX_MESSAGE_CHARS).collect();
+    cut.push('…');
+    cut
+}
+
+/// Characters of an error message at most.
+pub const MAX_MESSAGE_CHARS: usize = 400;
 
 pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());

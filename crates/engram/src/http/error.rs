@@ -15,7 +15,10 @@ pub use crate::api::error::{ApiError, ApiResult, ErrorBody, ErrorDetail, parse_b
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody {
-            error: ErrorDetail { code: self.code.as_str().to_string(), message: self.message },
+            error: ErrorDetail {
+                code: self.code.as_str().to_string(),
+                message: crate::api::error::capped(self.message),
+            },
         };
         let mut r = (status_of(self.code), Json(body)).into_response();
         if let Some(secs) = self.retry_after {

@@ -65,8 +65,10 @@ impl FromRequestParts<Arc<AppState>> for Auth {
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
         // Two keys in one request: which one counts would be a guess.
-        if parts.headers.get_all(axum::http::header::AUTHORIZATION).iter().count() > 1 {
-            return Err(ApiError::invalid("send one Authorization header, not several"));
+        if parts.headers.get_all(axum::http::header::AUTHORIZATION).iter().count() > 1
+            || parts.headers.get_all("x-api-key").iter().count() > 1
+        {
+            return Err(ApiError::invalid("send one API key header, not several"));
         }
         // The Anthropic SDKs send their key as `x-api-key` (the memory proxy's clients).
         let api_key = parts.headers.get("x-api-key").map(|k| [b"Bearer ", k.as_bytes()].concat());

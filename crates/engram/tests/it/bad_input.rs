@@ -971,7 +971,7 @@ async fn compressed_bodies_doubled_keys_and_long_ids_are_named(backend: Backend)
         .unwrap();
     let (st, b): (StatusCode, Value) = (r.status(), r.json().await.unwrap());
     assert_eq!(st, StatusCode::BAD_REQUEST, "{b}");
-    assert!(b["error"]["message"].as_str().unwrap().contains("one Authorization header"), "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().contains("one API key header"), "{b}");
     let (_, list) = s.with_key(&key).get("/v1/memories?user_id=u").await;
     assert_eq!(list["memories"], json!([]), "{list}");
     // A very long bad id is quoted by its start, not echoed whole.
@@ -979,6 +979,15 @@ async fn compressed_bodies_doubled_keys_and_long_ids_are_named(backend: Backend)
     assert_error(&got, 400, "invalid_input");
     let message = got.1["error"]["message"].as_str().unwrap();
     assert!(message.len() < 200 && message.contains("xxxx…"), "{message}");
+    // Nor is any other long value, and numbers are named in words, not Rust's.
+    let body = json!({ "content": "The user rows.", "user_id": "u", "category": "c".repeat(5000) });
+    let got = s.with_key(&key).post("/v1/memories", body).await;
+    assert_error(&got, 400, "invalid_input");
+    assert!(got.1["error"]["message"].as_str().unwrap().chars().count() <= 401, "{}", got.1);
+    let got = s.with_key(&key).get("/v1/memories?user_id=u&limit=-1").await;
+    assert_error(&got, 400, "invalid_input");
+    let message = got.1["error"]["message"].as_str().unwrap();
+    assert!(message.contains("not a whole number") && !message.contains("digit"), "{message}");
 }
 
 /// A route that exists but not for this method: an error body too (SPEC §4: errors are

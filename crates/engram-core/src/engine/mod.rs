@@ -137,9 +137,10 @@ impl Engine {
     // ------------------------------------------------------------------ scoping
 }
 
-/// Name the batch item an input error belongs to (`memories[i].field`).
-pub fn prefix_batch_error(e: Error, i: usize, n: usize) -> Error {
-    if n == 1 {
+/// Name the batch item an input error belongs to (`memories[i].field`), for a batch call
+/// (`batch`), whatever its size; a single write's error names the field alone.
+pub fn prefix_batch_error(e: Error, i: usize, batch: bool) -> Error {
+    if !batch {
         return e;
     }
     match e {

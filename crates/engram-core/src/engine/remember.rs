@@ -195,7 +195,7 @@ impl Engine {
     /// stored. Profile facts upsert by key instead (`UPDATE` supersedes the old value).
     pub async fn remember(&self, p: &Principal, input: RememberInput) -> Result<Remembered> {
         let _busy = crate::priority::RequestsInFlight::enter(&self.svc.requests);
-        let mut out = self.remember_batch(p, vec![input], true).await?;
+        let mut out = self.store_facts(p, vec![input], true, false).await?;
         out.pop().ok_or_else(|| Error::internal("empty batch result"))
     }
 
@@ -209,6 +209,17 @@ impl Engine {
         inputs: Vec<RememberInput>,
         dedup: bool,
     ) -> Result<Vec<Remembered>> {
+        self.store_facts(p, inputs, dedup, true).await
+    }
+
+    /// [`Self::remember_batch`]; a `batch` call's errors name their item.
+    async fn store_facts(
+        &self,
+        p: &Principal,
+        inputs: Vec<RememberInput>,
+        dedup: bool,
+        batch: bool,
+    ) -> Result<Vec<Remembered>> {
         let _busy = crate::priority::RequestsInFlight::enter(&self.svc.requests);
         let now = crate::model::now();
         // Validate and scope everything first.
@@ -221,12 +232,11 @@ impl Engine {
                 views.insert(key.clone(), v);
             }
             let v = &views[&key];
-            let m = self
-                .build_memory(v, input, now)
-                .map_err(|e| prefix_batch_error(e, i, inputs.len()))?;
+            let m =
+                self.build_memory(v, input, now).map_err(|e| prefix_batch_error(e, i, batch))?;
             let (m, redacted) = self
                 .apply_pii(v.settings.as_ref(), m)
-                .map_err(|e| prefix_batch_error(e, i, inputs.len()))?;
+                .map_err(|e| prefix_batch_error(e, i, batch))?;
             prepared.push((key, m, redacted));
         }
         // Embed every non-profile item in one call.

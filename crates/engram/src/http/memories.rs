@@ -108,12 +108,11 @@ pub async fn batch(
     if body.memories.is_empty() || body.memories.len() > 10_000 {
         return Err(Error::invalid("memories", "memories must hold 1 to 10000 items").into());
     }
-    let n = body.memories.len();
     let inputs = body
         .memories
         .into_iter()
         .enumerate()
-        .map(|(i, m)| m.into_input().map_err(|e| prefix_batch_error(e, i, n)))
+        .map(|(i, m)| m.into_input().map_err(|e| prefix_batch_error(e, i, true)))
         .collect::<engram_core::Result<Vec<_>>>()?;
     let out = st.engine.remember_batch(&p, inputs, body.dedup.unwrap_or(true)).await?;
     Ok(Json(BatchCreated { results: out.iter().map(Created::from).collect() }))

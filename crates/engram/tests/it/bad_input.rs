@@ -505,6 +505,15 @@ async fn every_bad_request_gets_a_clear_error_and_changes_nothing(backend: Backe
         .says(&["colour"]),
         js("POST", "/v1/memories/batch", batch(json!({ "user_id": "u" })), 400, "invalid_input")
             .says(&["content"]),
+        // A batch of one names its item too (a single write names the field alone).
+        js(
+            "POST",
+            "/v1/memories/batch",
+            json!({ "memories": [{ "content": "x y", "user_id": "u", "importance": 0 }] }),
+            400,
+            "invalid_input",
+        )
+        .says(&["memories[0]", "importance"]),
         js(
             "POST",
             "/v1/memories/batch",

@@ -264,7 +264,19 @@ async fn forward(
 ) -> Result<Response, ApiError> {
     let up = st.proxy.of(vendor)?;
     let mut request: Value = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(ErrorCode::InvalidJson, format!("the request body is not JSON: {e}"))
+        // A compressed body is not read: say so rather than "not JSON".
+        match headers.get(axum::http::header::CONTENT_ENCODING) {
+            Some(enc) if !enc.as_bytes().eq_ignore_ascii_case(b"identity") => ApiError::new(
+                ErrorCode::InvalidJson,
+                format!(
+                    "Content-Encoding '{}' is not supported: send the JSON body uncompressed",
+                    String::from_utf8_lossy(enc.as_bytes())
+                ),
+            ),
+            _ => {
+                ApiError::new(ErrorCode::InvalidJson, format!("the request body is not JSON: {e}"))
+            }
+        }
     })?;
     if !request.is_object() {
         return Err(ApiError::new(

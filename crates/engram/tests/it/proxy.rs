@@ -802,6 +802,19 @@ async fn the_proxy_saves_tool_loops_once_and_marks_cut_answers(backend: Backend)
     let got = saved(&s, "trip-6", got.len()).await;
     assert_eq!(got.len(), 2, "{got:?}");
     assert_eq!(got[0]["content"], "Marker.");
+
+    // A compressed body is named as such, not "not JSON".
+    let r = reqwest::Client::new()
+        .post(&url)
+        .header("x-engram-user-id", "finn")
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body(vec![0x1f, 0x8b, 0x08, 0x00])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(r.text().await.unwrap().contains("Content-Encoding 'gzip'"));
 }
 
 /// A store that does not answer (a long write lock on SQLite, a table lock on PostgreSQL)

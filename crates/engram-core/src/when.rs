@@ -516,8 +516,43 @@ pub fn query_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, 
     plain_time(query, anchor)
 }
 
-/// [`query_time`] without times relative to a date.
+/// [`query_time`] without times relative to a date; a month named with "early", "mid" or
+/// "late" before it ("in early March", "mid-May 2023") narrowed to its first, middle or
+/// last ten days or so.
 fn plain_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, String)> {
+    let (span, rest) = whole_time(query, anchor)?;
+    let whole_month = span.start.day() == 1 && span == Span::month_of(span.start);
+    let w = words(query);
+    let part = (0..w.len().saturating_sub(1)).find_map(|i| {
+        let third = match w[i].as_str() {
+            "early" | "inizio" | "principios" | "début" | "anfang" => 0,
+            "mid" | "middle" | "metà" | "mediados" | "mitte" => 1,
+            "late" | "fine" | "finales" | "fin" | "ende" => 2,
+            _ => return None,
+        };
+        (month(&w[i + 1]) == Some(span.start.month())).then_some((third, w[i].clone()))
+    });
+    let Some((third, word)) = part.filter(|_| whole_month) else { return Some((span, rest)) };
+    let day = |d: u8| span.start.replace_day(d).ok();
+    let narrowed = match third {
+        0 => Span { start: span.start, end: day(10)? },
+        1 => Span { start: day(11)?, end: day(20)? },
+        _ => Span { start: day(21)?, end: span.end },
+    };
+    // The part's word goes with the time, and so do the words that introduce it ("in").
+    let mut kept: Vec<&str> = rest.split(' ').filter(|x| !x.is_empty()).collect();
+    if let Some(at) = kept.iter().position(|x| *x == word) {
+        let mut from = at;
+        while from > 0 && at - from < 2 && is_intro(kept[from - 1]) {
+            from -= 1;
+        }
+        kept.drain(from..=at);
+    }
+    Some((narrowed, kept.join(" ")))
+}
+
+/// [`plain_time`] before a part of a month is read.
+fn whole_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, String)> {
     let w = words(query);
     // The query without the time's words and the (at most two) words that introduce it
     // ("on the", "in", "le", "em"): alone, they would be the whole keyword query.
@@ -588,10 +623,10 @@ fn plain_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, Stri
         return Some((span, rest(from, n)));
     }
     // "in June": the latest June up to the anchor.
-    let (m, i) = bare_month(&w)?;
+    let (m, i, n) = bare_month(&w)?;
     let year = if u8::from(m) <= u8::from(today.month()) { today.year() } else { today.year() - 1 };
     let first = Date::from_calendar_date(year, m, 1).ok()?;
-    Some((Span::month_of(first), rest(i, 2)))
+    Some((Span::month_of(first), rest(i, n)))
 }
 
 /// A day written in digits with its year at word `i`, as it stands in `query` ("16/03/2023",
@@ -797,12 +832,20 @@ fn bare_year(w: &[String]) -> Option<(Span, usize)> {
 
 /// A month named without a year after a preposition ("in June", "during March", "a giugno",
 /// "en junio", "im Juni"): the month and the preposition's index.
-fn bare_month(w: &[String]) -> Option<(Month, usize)> {
+/// "in June", "in late June": the month, the index of its preposition and the number of
+/// words.
+fn bare_month(w: &[String]) -> Option<(Month, usize, usize)> {
     (0..w.len().saturating_sub(1)).find_map(|i| {
-        let after = w.get(i + 2).map(String::as_str).unwrap_or("");
         let prep =
             matches!(w[i].as_str(), "in" | "during" | "en" | "a" | "im" | "em" | "nel" | "di");
-        if prep && year_number(after).is_none() { month(&w[i + 1]).map(|m| (m, i)) } else { None }
+        let part = matches!(w[i + 1].as_str(), "early" | "mid" | "middle" | "late");
+        let at = i + 1 + usize::from(part);
+        let after = w.get(at + 1).map(String::as_str).unwrap_or("");
+        if prep && year_number(after).is_none() {
+            month(w.get(at)?).map(|m| (m, i, at + 1 - i))
+        } else {
+            None
+        }
     })
 }
 

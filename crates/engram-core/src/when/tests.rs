@@ -367,3 +367,27 @@ fn last_and_next_name_a_month() {
     let (_, rest) = query_time("what did I buy last May?", Some(sept)).unwrap();
     assert_eq!(rest, "what did i buy");
 }
+
+#[test]
+fn early_mid_and_late_narrow_a_month() {
+    let q = |s: &str| query_time(s, Some(datetime!(2023-06-10 09:00 UTC)));
+    assert_eq!(
+        q("what did we do in early March 2023?").map(|x| x.0),
+        Some(span(date!(2023 - 03 - 01), date!(2023 - 03 - 10)))
+    );
+    assert_eq!(
+        q("mid-May 2023 plans").map(|x| x.0),
+        Some(span(date!(2023 - 05 - 11), date!(2023 - 05 - 20)))
+    );
+    assert_eq!(
+        q("the trip in late April").map(|x| x.0),
+        Some(span(date!(2023 - 04 - 21), date!(2023 - 04 - 30)))
+    );
+    let (_, rest) = q("what did we do in early March 2023?").unwrap();
+    assert_eq!(rest, "what did we do");
+    // Not a part of the month named: the whole month.
+    assert_eq!(
+        q("late for the meeting in May 2023").map(|x| x.0),
+        Some(span(date!(2023 - 05 - 01), date!(2023 - 05 - 31)))
+    );
+}

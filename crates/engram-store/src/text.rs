@@ -170,31 +170,7 @@ pub fn index_text(parts: &[&str]) -> String {
 /// loses (`benches/README.md`, "the keyword index with each message's context").
 pub const CONTEXT_WEIGHT: f64 = 0.25;
 
-/// BM25's inverse document frequency of a term found in `df` of `n` rows, as FTS5 and the
-/// PostgreSQL store compute it: `ln((n − df + 0.5) / (df + 0.5))`, at least 1e-6.
-pub fn idf(n: f64, df: f64) -> f64 {
-    ((n - df + 0.5) / (df + 0.5)).ln().max(1e-6)
-}
-
-/// A query term's share of the query's keyword weight ([`QueryWeights`]) when `df` of the
-/// scope's `n` rows hold it: its [`idf`], except under [`MIN_ROWS_FOR_IDF`] rows, where
-/// IDF says nothing: in a store of two facts a word of one of them has an IDF of 0, and a
-/// word no row holds took the whole weight, so that "peanuts snack" did not find "The user
-/// is allergic to peanuts." (found by a tester). There the smoothed
-/// `ln(1 + (n − df + 0.5) / (df + 0.5))` (Lucene's), which stays positive.
-///
-/// Tried and not taken: a term no row holds weighing as one a single row holds (at any
-/// size). On LoCoMo with the built-in embedder it kept a little more evidence at the
-/// default `min_score` (answerable questions losing evidence 0.030 → 0.025) and let far
-/// more unrelated queries through (empty 0.904 → 0.788): an unknown word is most of what
-/// tells an unrelated query from a relevant one that shares a common word.
-pub fn term_weight(n: f64, df: f64) -> f64 {
-    if n < MIN_ROWS_FOR_IDF as f64 { (1.0 + (n - df + 0.5) / (df + 0.5)).ln() } else { idf(n, df) }
-}
-
-/// Rows a scope needs before a term in half of them or more counts as common (and is
-/// dropped from the keyword query) and before IDF weighs the terms ([`term_weight`]).
-pub const MIN_ROWS_FOR_IDF: i64 = 4;
+pub use engram_core::retrieval::{MIN_ROWS_FOR_IDF, idf, term_weight};
 
 /// A query's keyword weight: its terms as matched ([`match_term`]), each with its weight in
 /// the searched corpus ([`term_weight`]). A term in half the rows or more (of a scope of

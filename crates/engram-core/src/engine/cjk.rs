@@ -71,19 +71,11 @@ pub fn ranked<K: Copy>(rows: &[(K, String)], terms: &[String], k: usize) -> Vec<
         .iter()
         .map(|t| texts.iter().filter(|x| x.contains(t.as_str())).count() as f64)
         .collect();
-    let common = |d: f64| n >= 4.0 && d * 2.0 >= n;
+    let common = |d: f64| n >= crate::retrieval::MIN_ROWS_FOR_IDF as f64 && d * 2.0 >= n;
     let all_common = df.iter().all(|d| common(*d));
     let weights: Vec<f64> = df
         .iter()
-        .map(|&d| {
-            if common(d) && !all_common {
-                1e-6
-            } else if n < 4.0 {
-                (1.0 + (n - d + 0.5) / (d + 0.5)).ln()
-            } else {
-                ((n - d + 0.5) / (d + 0.5)).ln().max(1e-6)
-            }
-        })
+        .map(|&d| if common(d) && !all_common { 1e-6 } else { crate::retrieval::term_weight(n, d) })
         .collect();
     let total: f64 = weights.iter().sum();
     if total <= 0.0 {

@@ -259,14 +259,15 @@ impl Engine {
 impl Engine {
     /// Whether `user_id` (and `agent_id`) may add to `conversation`: the check
     /// [`Engine::append_messages`] makes, for a caller (the memory proxy) that must know
-    /// before paying for an upstream call whose turn it would then fail to save.
+    /// before paying for an upstream call whose turn it would then fail to save. Whether the
+    /// conversation exists already.
     pub async fn check_append(
         &self,
         p: &Principal,
         conversation: &ConversationId,
         user_id: Option<&UserId>,
         agent_id: Option<&AgentId>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let mut v = self.view(p, user_id, agent_id, true).await?;
         let user =
             v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
@@ -274,26 +275,25 @@ impl Engine {
     }
 
     /// A conversation belongs to the user and the agent that started it (a `proxy:` id to
-    /// the user it names).
+    /// the user it names). Whether the conversation exists already.
     pub(super) async fn continue_as_owner(
         &self,
         v: &mut View,
         user: &UserId,
         conversation: &ConversationId,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         conversation.check_proxy_owner(user)?;
         // A conversation belongs to the user and the agent that started it: another agent
         // may not add to it (issue 10: it would feed that agent's private extraction), and
         // a caller that names no agent continues it as its agent.
-        if let Some((owner, conv_agent)) =
-            self.svc.store.conversation_owner(&v.tenant, conversation).await?
-        {
-            if &owner != user {
+        let found = self.svc.store.conversation_owner(&v.tenant, conversation).await?;
+        if let Some((owner, conv_agent)) = &found {
+            if owner != user {
                 return Err(Error::Conflict(format!(
                     "conversation '{conversation}' belongs to another user"
                 )));
             }
-            match (&conv_agent, &v.agent) {
+            match (conv_agent, &v.agent) {
                 (Some(c), Some(a)) if c != a => {
                     return Err(Error::Conflict(format!(
                         "conversation '{conversation}' belongs to another agent"
@@ -307,7 +307,7 @@ impl Engine {
                 (Some(_) | None, Some(_)) | (None, None) => {}
             }
         }
-        Ok(())
+        Ok(found.is_some())
     }
 }
 

@@ -57,21 +57,27 @@ where
                 "expected a JSON body with Content-Type: application/json",
             ));
         }
-        // A compressed body would read as malformed JSON: say what is wrong instead.
-        if let Some(enc) = req.headers().get(axum::http::header::CONTENT_ENCODING)
-            && !enc.as_bytes().eq_ignore_ascii_case(b"identity")
-        {
-            return Err(ApiError::new(
-                ErrorCode::InvalidJson,
-                format!(
-                    "Content-Encoding '{}' is not supported: send the JSON body uncompressed",
-                    String::from_utf8_lossy(enc.as_bytes())
-                ),
-            ));
+        if let Some(e) = compressed_body(req.headers()) {
+            return Err(e);
         }
         let ApiBytes(bytes) = ApiBytes::from_request(req, state).await?;
         parse_body(&bytes).map(ApiJson)
     }
+}
+
+/// The error of a body sent compressed (any `Content-Encoding` but `identity`), which
+/// engram does not read: it would otherwise read as malformed JSON.
+pub fn compressed_body(headers: &axum::http::HeaderMap) -> Option<ApiError> {
+    let enc = headers.get(axum::http::header::CONTENT_ENCODING)?;
+    (!enc.as_bytes().eq_ignore_ascii_case(b"identity")).then(|| {
+        ApiError::new(
+            ErrorCode::InvalidJson,
+            format!(
+                "Content-Encoding '{}' is not supported: send the JSON body uncompressed",
+                String::from_utf8_lossy(enc.as_bytes())
+            ),
+        )
+    })
 }
 
 /// A raw request body whose rejections are engram errors: over the size limit → 413

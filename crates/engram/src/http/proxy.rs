@@ -172,6 +172,8 @@ struct Turn {
     user: UserId,
     agent: Option<AgentId>,
     asked: wire::Asked,
+    /// The conversation existed before this call.
+    known: bool,
 }
 
 impl Turn {
@@ -225,19 +227,16 @@ impl Turn {
         }
         // A loop whose first call engram never saw (the conversation is new to it): its
         // question comes first, or the saved loop would answer nothing.
-        let started = self.asked.loop_question.map(|q| MessageInput {
-            role: MessageRole::User,
-            content: head(&q, max),
-            ..Default::default()
-        });
+        if let Some(q) = self.asked.loop_question.filter(|_| !self.known) {
+            let q = MessageInput {
+                role: MessageRole::User,
+                content: head(&q, max),
+                ..Default::default()
+            };
+            msgs.insert(0, q);
+        }
         let saves = self.saves.clone();
         saves.spawn(async move {
-            if let Some(q) = started
-                && let Err(engram_core::Error::NotFound { .. }) =
-                    self.engine.conversation(&self.principal, &self.conversation).await
-            {
-                msgs.insert(0, q);
-            }
             let r = self
                 .engine
                 .append_messages(
@@ -265,18 +264,9 @@ async fn forward(
     let up = st.proxy.of(vendor)?;
     let mut request: Value = serde_json::from_slice(&body).map_err(|e| {
         // A compressed body is not read: say so rather than "not JSON".
-        match headers.get(axum::http::header::CONTENT_ENCODING) {
-            Some(enc) if !enc.as_bytes().eq_ignore_ascii_case(b"identity") => ApiError::new(
-                ErrorCode::InvalidJson,
-                format!(
-                    "Content-Encoding '{}' is not supported: send the JSON body uncompressed",
-                    String::from_utf8_lossy(enc.as_bytes())
-                ),
-            ),
-            _ => {
-                ApiError::new(ErrorCode::InvalidJson, format!("the request body is not JSON: {e}"))
-            }
-        }
+        super::error::compressed_body(&headers).unwrap_or_else(|| {
+            ApiError::new(ErrorCode::InvalidJson, format!("the request body is not JSON: {e}"))
+        })
     })?;
     if !request.is_object() {
         return Err(ApiError::new(
@@ -351,12 +341,20 @@ async fn forward(
         ),
         tokio::time::timeout(MEMORY_DEADLINE, st.engine.context(&p, input)),
     );
-    match checked {
+    // Whether engram knows the conversation (unknown when the check failed: then a tool
+    // loop's question is not added, which the loop's first call would have saved).
+    let known = match checked {
         Ok(Err(e)) if !own_failure(&e) => return Err(e.into()),
-        Ok(Err(e)) => tracing::warn!(error = %e, "proxy: cannot check the conversation"),
-        Err(_) => tracing::warn!("proxy: the conversation check passed its deadline"),
-        Ok(Ok(())) => {}
-    }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "proxy: cannot check the conversation");
+            true
+        }
+        Err(_) => {
+            tracing::warn!("proxy: the conversation check passed its deadline");
+            true
+        }
+        Ok(Ok(exists)) => exists,
+    };
     let mut memory = true;
     match block {
         Ok(Ok(block)) if !block.memory_ids.is_empty() || !block.summary_ids.is_empty() => {
@@ -388,6 +386,7 @@ async fn forward(
         user,
         agent,
         asked,
+        known,
     };
     if !(200..300).contains(&resp.status) {
         // The upstream refused: its answer as it is, and nothing to remember.

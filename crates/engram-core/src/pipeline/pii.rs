@@ -131,7 +131,9 @@ fn luhn(digits: &[u32]) -> bool {
 
 fn iban_ok(s: &str) -> bool {
     let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    if !(15..=34).contains(&s.len()) {
+    // An IBAN is ASCII; the pattern's `\d` also takes other scripts' digits ("QN৪947…"),
+    // which would cut the string inside a character below.
+    if !(15..=34).contains(&s.len()) || !s.is_ascii() {
         return false;
     }
     let rearranged = format!("{}{}", &s[4..], &s[..4]);
@@ -272,6 +274,14 @@ mod tests {
             Filtered::Keep { text, .. } => text,
             Filtered::Rejected(k) => panic!("redact never rejects: {k:?}"),
         }
+    }
+
+    #[test]
+    fn digits_of_other_scripts_in_an_iban_shape_do_not_panic() {
+        // Found by the hostile-input property test: a Bengali digit inside an IBAN shape.
+        assert!(!iban_ok("QN৪94792661747"));
+        assert!(!iban_ok("QN৪947926617470000"));
+        let _ = filter("call QN৪94792661747 now", PiiPolicy::Redact);
     }
 
     #[test]

@@ -29,9 +29,20 @@ pub async fn store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
         )
         .await
         .map_err(|e| anyhow::anyhow!("cannot open the PostgreSQL store: {e}"))?,
-        None => engram_store::open_sqlite(&settings.data_dir).await.map_err(|e| {
-            anyhow::anyhow!("cannot open the store in {}: {e}", settings.data_dir.display())
-        })?,
+        None => {
+            let new = !settings.data_dir.join("engram.db").exists();
+            let store = engram_store::open_sqlite(&settings.data_dir).await.map_err(|e| {
+                anyhow::anyhow!("cannot open the store in {}: {e}", settings.data_dir.display())
+            })?;
+            if new {
+                // On stderr, so that a mistyped `--data-dir` is seen (stdout may be a protocol).
+                eprintln!(
+                    "engram: created a new, empty store in {} (no engram.db was there)",
+                    settings.data_dir.display()
+                );
+            }
+            store
+        }
     })
 }
 

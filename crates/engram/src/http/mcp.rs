@@ -40,8 +40,16 @@ pub fn service(state: &Arc<AppState>, max_body_bytes: usize) -> Router {
 }
 
 /// A `POST` body that is not JSON gets JSON-RPC's parse error (-32700) in a 400, not the
-/// transport's plain-text 415; one over `max` bytes gets the REST 413.
-async fn json_body(body: axum::body::Body, max: usize) -> Result<axum::body::Body, Response> {
+/// transport's plain-text 415 (a compressed one says so); one over `max` bytes gets the REST
+/// 413.
+async fn json_body(
+    headers: &axum::http::HeaderMap,
+    body: axum::body::Body,
+    max: usize,
+) -> Result<axum::body::Body, Response> {
+    if let Some(e) = super::error::compressed_body(headers) {
+        return Err(parse_error(&e.message));
+    }
     let bytes = axum::body::to_bytes(body, max).await.map_err(|_| {
         ApiError::new(
             engram_core::ErrorCode::PayloadTooLarge,
@@ -50,11 +58,16 @@ async fn json_body(body: axum::body::Body, max: usize) -> Result<axum::body::Bod
         .into_response()
     })?;
     if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
-        let error = serde_json::json!({ "jsonrpc": "2.0", "id": null,
-            "error": { "code": -32700, "message": format!("Parse error: the body is not JSON: {e}") } });
-        return Err((axum::http::StatusCode::BAD_REQUEST, axum::Json(error)).into_response());
+        return Err(parse_error(&format!("the body is not JSON: {e}")));
     }
     Ok(axum::body::Body::from(bytes))
+}
+
+/// JSON-RPC's parse error (-32700) in a 400.
+fn parse_error(why: &str) -> Response {
+    let error = serde_json::json!({ "jsonrpc": "2.0", "id": null,
+        "error": { "code": -32700, "message": format!("Parse error: {why}") } });
+    (axum::http::StatusCode::BAD_REQUEST, axum::Json(error)).into_response()
 }
 
 /// The principal each HTTP MCP session was opened with, by session id (issue 10: a session
@@ -79,7 +92,7 @@ pub async fn auth_layer(
     match Auth::from_request_parts(&mut parts, &st).await {
         Ok(Auth(p)) => {
             let body = if parts.method == axum::http::Method::POST {
-                match json_body(body, max_body).await {
+                match json_body(&parts.headers, body, max_body).await {
                     Ok(b) => b,
                     Err(refused) => return refused,
                 }

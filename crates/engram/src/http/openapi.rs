@@ -27,9 +27,9 @@ const CONTENT_PATTERN: &str = r"^[^\x00]*[^\x00\s][^\x00]*$";
 /// RFC 3339 timestamps within the years both stores keep (1678–2261, rounded inwards).
 const TIMESTAMP_PATTERN: &str = r"^(1[7-9]\d\d|2[01]\d\d|22[0-5]\d)-";
 
-/// A calendar date, month or year within the years both stores keep.
-const DATE_PATTERN: &str =
-    r"^(1[7-9]\d\d|2[01]\d\d|22[0-5]\d)(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?$";
+/// A calendar date, month or year (a search bound: any four-digit year, moved into the years
+/// both stores keep).
+const DATE_PATTERN: &str = r"^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?$";
 
 /// The rating filter's values (`api::dto::rating_filter`).
 const RATINGS: &[&str] = &["up", "down", "none"];
@@ -58,9 +58,17 @@ fn timestamp() -> Value {
 }
 
 /// A window's bound (`api::dto::opt_bound`): a timestamp, or a calendar date, month or
-/// year meaning the whole period.
+/// year meaning the whole period, any year (the server moves it into `api::dto::YEARS`).
 fn bound() -> Value {
-    json!({ "anyOf": [timestamp(), { "type": "string", "pattern": DATE_PATTERN }] })
+    json!({
+        "description": "An RFC 3339 timestamp, or a date, month or year (2023-05-08, 2023-05, \
+            2023) meaning the whole period. A bound outside the years 1678-2261 admits the same \
+            rows as one at their edge.",
+        "anyOf": [
+            { "type": "string", "format": "date-time", "pattern": r"^\d{4}-" },
+            { "type": "string", "pattern": DATE_PATTERN },
+        ],
+    })
 }
 
 fn names(values: &[&str]) -> Value {

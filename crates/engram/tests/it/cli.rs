@@ -729,6 +729,18 @@ async fn bad_cli_input_fails_with_a_clear_message_and_stores_nothing(backend: Ba
     let unknown = "01a20297-0000-7000-8000-000000000000";
     let long = "x".repeat(65);
     let before = (export(d), ok(d, &["keys", "list", "--json"]));
+    if backend == Backend::Sqlite {
+        // A mistyped --data-dir is a new store; it is said on stderr, once (stdout may be
+        // `engram mcp`'s protocol).
+        let typo = d.dir().join("typo");
+        for first in [true, false] {
+            let out = crate::helpers::engram(&typo).arg("mcp").stdin(Stdio::null()).output();
+            let out = out.expect("run engram mcp");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(err.contains("created a new, empty store in"), first, "{err}");
+            assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+        }
+    }
     // With --json, the failure is JSON too: its code and message.
     let err = fails(d, &["forget", unknown, "--json"]);
     let last = err.trim().lines().last().unwrap_or_default();

@@ -177,6 +177,21 @@ async fn mcp_http_tools_end_to_end(backend: Backend) {
     assert_eq!(raw.status(), 400);
     let v: Value = raw.json().await.unwrap();
     assert_eq!(v["error"]["code"], -32700, "{v}");
+    // A compressed body is named as such, not as "not JSON".
+    let gz = reqwest::Client::new()
+        .post(format!("{}/mcp", s.base))
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .header("accept", "application/json, text/event-stream")
+        .body(vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gz.status(), 400);
+    let v: Value = gz.json().await.unwrap();
+    assert_eq!(v["error"]["code"], -32700, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("Content-Encoding 'gzip'") && !msg.contains("not JSON"), "{v}");
 
     // tools/list: the eight tools, each with a description and an object schema.
     let list = m.request("tools/list", json!({})).await;

@@ -383,8 +383,8 @@ pub fn idf(n: f64, df: f64) -> f64 {
     ((n - df + 0.5) / (df + 0.5)).ln().max(1e-6)
 }
 
-/// A query term's share of the query's keyword weight (the stores' `QueryWeights`, and
-/// `engine::cjk`'s scan) when `df` of the scope's `n` rows hold it: its [`idf`], except under [`MIN_ROWS_FOR_IDF`] rows, where
+/// A query term's share of the query's keyword weight (the stores' `QueryWeights`) when
+/// `df` of the scope's `n` rows hold it: its [`idf`], except under [`MIN_ROWS_FOR_IDF`] rows, where
 /// IDF says nothing: in a store of two facts a word of one of them has an IDF of 0, and a
 /// word no row holds took the whole weight, so that "peanuts snack" did not find "The user
 /// is allergic to peanuts." (found by a tester). There the smoothed

@@ -508,8 +508,14 @@ pub(crate) async fn sqlite_restore(
         versions.insert(key, v);
     }
     for mut d in decoded {
-        let Some(extra) = prepare(&mut d, &mut next, &versions) else { continue };
+        let Some(mut extra) = prepare(&mut d, &mut next, &versions) else { continue };
         let name = d.table.name;
+        if !d.table.fts.is_empty()
+            && let Some(words) = crate::text::keyword_text(&d.text("content"))
+        {
+            // SQLite's keyword index reads it for text written without spaces (migration 19).
+            extra.push(("keyword_text", Val::Text(Some(words))));
+        }
         let insert = |skip_id: bool| {
             let mut q = insert_values::<Sqlite>(
                 &d,

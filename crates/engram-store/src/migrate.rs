@@ -35,6 +35,7 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
     (16, "message_dates", include_str!("../migrations/sqlite/0016_message_dates.sql")),
     (17, "active_content", include_str!("../migrations/sqlite/0017_active_content.sql")),
     (18, "context_params", include_str!("../migrations/sqlite/0018_context_params.sql")),
+    (19, "unspaced_words", include_str!("../migrations/sqlite/0019_unspaced_words.sql")),
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.
@@ -70,6 +71,7 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
     (17, "message_dates", include_str!("../migrations/postgres/0017_message_dates.sql")),
     (18, "active_content", include_str!("../migrations/postgres/0018_active_content.sql")),
     (19, "context_params", include_str!("../migrations/postgres/0019_context_params.sql")),
+    (20, "unspaced_words", include_str!("../migrations/postgres/0020_unspaced_words.sql")),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).
@@ -113,6 +115,7 @@ pub async fn run_sqlite(pool: &SqlitePool) -> Result<i64> {
             .execute(&mut *tx)
             .await
             .map_err(|e| failed(*version, name, e))?;
+        after_sqlite(*version, &mut tx).await.map_err(|e| failed(*version, name, e))?;
         sqlx::query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)")
             .bind(version)
             .bind(name)
@@ -156,6 +159,7 @@ pub async fn run_postgres(pool: &PgPool) -> Result<i64> {
             .execute(&mut *tx)
             .await
             .map_err(|e| failed(*version, name, e))?;
+        after_postgres(*version, &mut tx).await.map_err(|e| failed(*version, name, e))?;
         sqlx::query(
             "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, now())",
         )
@@ -168,4 +172,108 @@ pub async fn run_postgres(pool: &PgPool) -> Result<i64> {
     }
     tx.commit().await.map_err(db)?;
     Ok(newest)
+}
+
+/// The tables whose rows are keyword-indexed.
+const INDEXED: [&str; 3] = ["memories", "messages", "summaries"];
+
+/// What a SQLite migration derives in Rust, in its transaction right after its script:
+/// migration 19's `keyword_text` of the rows already stored whose text has characters
+/// written without spaces (non-ASCII rows are read, in pages; the update triggers
+/// re-index them).
+async fn after_sqlite(
+    version: i64,
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+) -> sqlx::Result<()> {
+    if version != 19 {
+        return Ok(());
+    }
+    for table in INDEXED {
+        let select = format!(
+            "SELECT rowid AS r, content FROM {table} \
+             WHERE rowid > ? AND length(content) <> length(CAST(content AS BLOB)) \
+             ORDER BY rowid LIMIT 500"
+        );
+        let update = format!("UPDATE {table} SET keyword_text = ? WHERE rowid = ?");
+        let mut after = i64::MIN;
+        loop {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(select.clone()))
+                .bind(after)
+                .fetch_all(&mut **tx)
+                .await?;
+            let Some(last) = rows.last() else { break };
+            after = last.try_get("r")?;
+            for r in &rows {
+                let content: String = r.try_get("content")?;
+                if let Some(words) = crate::text::keyword_text(&content) {
+                    sqlx::query(sqlx::AssertSqlSafe(update.clone()))
+                        .bind(words)
+                        .bind(r.try_get::<i64, _>("r")?)
+                        .execute(&mut **tx)
+                        .await?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a PostgreSQL migration derives in Rust, in its transaction right after its script:
+/// migration 20's `fts_text` of the rows already stored whose text has characters written
+/// without spaces (non-ASCII rows are read, in pages; triggers keep the context and the
+/// statistics).
+async fn after_postgres(
+    version: i64,
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+) -> sqlx::Result<()> {
+    if version != 20 {
+        return Ok(());
+    }
+    for table in INDEXED {
+        let tool = if table == "messages" { "coalesce(tool_name, '')" } else { "''" };
+        let select = format!(
+            "SELECT tenant_id, id::text AS id, content, {tool} AS tool FROM {table} \
+             WHERE (tenant_id, id) > ($1, $2::uuid) AND octet_length(content) <> length(content) \
+             ORDER BY tenant_id, id LIMIT 500"
+        );
+        let len = if table == "memories" {
+            ", fts_len = length(to_tsvector('simple'::regconfig, v.t))"
+        } else {
+            ""
+        };
+        let update = format!(
+            "UPDATE {table} m SET fts_text = v.t{len} \
+             FROM unnest($1::text[], $2::text[], $3::text[]) AS v(tenant_id, id, t) \
+             WHERE m.tenant_id = v.tenant_id AND m.id = v.id::uuid"
+        );
+        let mut after = (String::new(), uuid::Uuid::nil().to_string());
+        loop {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(select.clone()))
+                .bind(&after.0)
+                .bind(&after.1)
+                .fetch_all(&mut **tx)
+                .await?;
+            let Some(last) = rows.last() else { break };
+            after = (last.try_get("tenant_id")?, last.try_get("id")?);
+            let (mut tenants, mut ids, mut texts) = (Vec::new(), Vec::new(), Vec::new());
+            for r in &rows {
+                let content: String = r.try_get("content")?;
+                if content.chars().any(crate::text::is_wide) {
+                    let tool: String = r.try_get("tool")?;
+                    tenants.push(r.try_get::<String, _>("tenant_id")?);
+                    ids.push(r.try_get::<String, _>("id")?);
+                    texts.push(crate::text::index_text(&[&content, &tool]));
+                }
+            }
+            if !ids.is_empty() {
+                sqlx::query(sqlx::AssertSqlSafe(update.clone()))
+                    .bind(tenants)
+                    .bind(ids)
+                    .bind(texts)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+        }
+    }
+    Ok(())
 }

@@ -15,6 +15,15 @@
 //!
 //! A message is indexed with its context ([`CONTEXT_WEIGHT`]): the words of the two messages
 //! before it in its conversation, in a field of their own.
+//!
+//! Text written without spaces (Chinese, Japanese; Korean words carry their particles) is
+//! split by characters ([`words`]): a run of such characters is indexed as each character
+//! and each overlapping pair (`北京烤鸭` → 北, 京, 烤, 鸭, 北京, 京烤, 烤鸭), the way
+//! Lucene's CJK bigram filter does with unigrams kept, and a query asks for the pairs of
+//! its runs, split at function characters ([`query_terms`]). So `北京` finds
+//! `用户住在北京`, by the index and in every source. PostgreSQL gets the split through
+//! [`index_text`]; SQLite's FTS5 tokenizer cannot split a run, so a row with such
+//! characters carries [`keyword_text`] for its index (migration 19).
 
 use unicode_normalization::UnicodeNormalization;
 
@@ -37,17 +46,72 @@ pub const STOPWORDS: &[&str] = &[
 /// English function words (none left: no terms, and the keyword list is empty).
 pub fn query_terms(q: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
-    for t in words(q).filter(|t| !is_clitic_tail(q, t)) {
-        let t = t.to_lowercase();
-        if !terms.contains(&t) {
-            terms.push(t);
-        }
-        if terms.len() == 64 {
-            break;
+    let runs = q.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty());
+    'runs: for run in runs.filter(|t| !is_clitic_tail(q, t)) {
+        for t in query_pieces(run) {
+            let t = t.to_lowercase();
+            if !terms.contains(&t) {
+                terms.push(t);
+            }
+            if terms.len() == 64 {
+                break 'runs;
+            }
         }
     }
     terms.retain(|t| !STOPWORDS.contains(&t.as_str()));
     terms
+}
+
+/// Chinese function characters, which split a query's run like punctuation, as English
+/// function words leave keyword queries: "上海的天气怎么样" asks about 上海 and 天气, and the
+/// pairs across them (海的, 的天, 气怎) are words of no text. Japanese hiragana, which mostly
+/// writes grammar (は, を, に, でした), split it too.
+const FUNCTION_CHARS: &str =
+    "的了是在和与及或也就都而吗呢吧啊呀这那哪怎么什样为把被给我你他她它们个很还着过";
+
+fn splits_a_query(c: char) -> bool {
+    FUNCTION_CHARS.contains(c) || ('\u{3040}'..='\u{309F}').contains(&c)
+}
+
+/// The terms of one run of a query: itself, or for characters written without spaces the
+/// overlapping pairs of each stretch between function characters (a lone character as
+/// itself).
+fn query_pieces(run: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for (wide, seg) in segments(run) {
+        if !wide {
+            out.push(seg);
+            continue;
+        }
+        for stretch in seg.split(splits_a_query).filter(|x| !x.is_empty()) {
+            let b = char_bounds(stretch);
+            if b.len() == 2 {
+                out.push(stretch);
+            }
+            out.extend(b.windows(3).map(|w| &stretch[w[0]..w[2]]));
+        }
+    }
+    out
+}
+
+/// A run cut where it passes between characters written without spaces
+/// ([`is_wide`]) and others: (`wide`, slice) in order.
+fn segments(run: &str) -> impl Iterator<Item = (bool, &str)> {
+    let mut rest = run;
+    std::iter::from_fn(move || {
+        let first = rest.chars().next()?;
+        let wide = is_wide(first);
+        let end =
+            rest.char_indices().find(|(_, c)| is_wide(*c) != wide).map_or(rest.len(), |x| x.0);
+        let (seg, tail) = rest.split_at(end);
+        rest = tail;
+        Some((wide, seg))
+    })
+}
+
+/// The byte offsets of `s`'s characters, and its length.
+fn char_bounds(s: &str) -> Vec<usize> {
+    s.char_indices().map(|(i, _)| i).chain(std::iter::once(s.len())).collect()
 }
 
 /// Shorter words match only themselves; words of this many characters match as prefixes,
@@ -118,9 +182,33 @@ pub fn fts_query(q: &str) -> Option<String> {
     }
 }
 
-/// Runs of alphanumeric characters: the tokenization of both queries and indexed text.
+/// The words of indexed text: runs of alphanumeric characters, where characters written
+/// without spaces ([`is_wide`]) give each character and each overlapping pair of them.
 fn words(s: &str) -> impl Iterator<Item = &str> {
-    s.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty())
+    s.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()).flat_map(|run| {
+        let mut out = Vec::new();
+        if !run.chars().any(is_wide) {
+            out.push(run);
+            return out;
+        }
+        for (wide, seg) in segments(run) {
+            if wide {
+                let b = char_bounds(seg);
+                out.extend(b.windows(2).map(|w| &seg[w[0]..w[1]]));
+                out.extend(b.windows(3).map(|w| &seg[w[0]..w[2]]));
+            } else {
+                out.push(seg);
+            }
+        }
+        out
+    })
+}
+
+/// What SQLite's keyword index reads of a row instead of its text, when the text has
+/// characters written without spaces (FTS5's tokenizer keeps a run of them as one word):
+/// its [`index_text`]. `None` for every other text, indexed as it is.
+pub fn keyword_text(text: &str) -> Option<String> {
+    text.chars().any(is_wide).then(|| index_text(&[text]))
 }
 
 /// Whether `word` (a slice of `q`) is a short tail glued to the word before it by an
@@ -170,7 +258,7 @@ pub fn index_text(parts: &[&str]) -> String {
 /// loses (`benches/README.md`, "the keyword index with each message's context").
 pub const CONTEXT_WEIGHT: f64 = 0.25;
 
-pub use engram_core::retrieval::{MIN_ROWS_FOR_IDF, idf, term_weight};
+pub use engram_core::retrieval::{MIN_ROWS_FOR_IDF, idf, is_wide, term_weight};
 
 /// A query's keyword weight: its terms as matched ([`match_term`]), each with its weight in
 /// the searched corpus ([`term_weight`]). A term in half the rows or more (of a scope of
@@ -279,10 +367,33 @@ mod tests {
     #[test]
     fn index_text_splits_like_queries_and_folds_accents() {
         assert_eq!(
-            index_text(&["Café résumé: a@b.com Москва 東京に住んでいます", "tool_name"]),
-            "cafe resume a b com москва 東京に住んでいます tool name"
+            index_text(&["Café résumé: a@b.com Москва 東京に住ん", "tool_name"]),
+            "cafe resume a b com москва 東 京 に 住 ん 東京 京に に住 住ん tool name"
         );
+        assert_eq!(keyword_text("The user lives in Zürich."), None);
+        assert_eq!(keyword_text("iPhone手机").as_deref(), Some("iphone 手 机 手机"));
         assert_eq!(fold_diacritics("zürich"), "zurich");
         assert_eq!(fold_diacritics("が"), "が");
+    }
+
+    #[test]
+    fn unspaced_queries_ask_for_pairs_between_function_characters() {
+        assert_eq!(query_terms("北京"), ["北京"]);
+        assert_eq!(query_terms("北京烤鸭 in Berlin?"), ["北京", "京烤", "烤鸭", "berlin"]);
+        assert_eq!(query_terms("猫"), ["猫"]);
+        assert_eq!(query_terms("東京に住んでいる"), ["東京", "住"]);
+        assert_eq!(query_terms("上海的天气怎么样"), ["上海", "天气"]);
+        assert_eq!(query_terms("ユーザーは東京"), ["ユー", "ーザ", "ザー", "東京"]);
+        assert_eq!(query_terms("서울에서"), ["서울", "울에", "에서"]);
+        assert!(query_terms("我的").is_empty(), "function characters alone name nothing");
+        // Each query pair is a word of the text that holds it.
+        let text = index_text(&["用户住在北京，喜欢吃北京烤鸭。"]);
+        let words: Vec<&str> = text.split(' ').collect();
+        for t in query_terms("北京烤鸭") {
+            assert!(words.contains(&t.as_str()), "{t} in {text}");
+        }
+        let w =
+            QueryWeights { terms: vec![(match_term("上海"), 1.0), (match_term("天气"), 1.0)] };
+        assert_eq!(w.coverage(&["用户在上海工作。"]), 0.5);
     }
 }

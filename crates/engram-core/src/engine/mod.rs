@@ -29,7 +29,6 @@ use crate::store::Store;
 mod access;
 mod admin;
 mod backup;
-mod cjk;
 mod context;
 mod conversations;
 mod dates;

@@ -107,7 +107,7 @@ impl Engine {
                 if input.mode == SearchMode::VectorOnly {
                     Ok(vec![])
                 } else {
-                    self.memory_keywords(&v.tenant, &f, keywords, n).await
+                    self.svc.store.text_search(&v.tenant, &f, keywords, n).await
                 }
             };
             let (vec_list, text_list) = tokio::try_join!(vector, text)?;
@@ -257,7 +257,7 @@ impl Engine {
             if l.mode == SearchMode::VectorOnly {
                 Ok(vec![])
             } else {
-                self.message_keywords(&v.tenant, window, l.query, l.k).await
+                store.text_search_messages(&v.tenant, window, l.query, l.k).await
             }
         };
         // Messages waiting for their vector: counted for an explained search by a caller

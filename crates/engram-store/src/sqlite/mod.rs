@@ -158,16 +158,25 @@ impl Backend for SqliteDb {
         matches!(e, sqlx::Error::Database(d) if d.message().contains("UNIQUE"))
     }
 
-    fn memory_index(_: &Memory) -> (&'static str, &'static str, Vec<Arg<'static>>) {
-        ("", "", vec![])
+    fn memory_index(m: &Memory) -> (&'static str, &'static str, Vec<Arg<'static>>) {
+        keyword_column(&m.content)
     }
 
-    fn message_index(_: &Message) -> (&'static str, &'static str, Vec<Arg<'static>>) {
-        ("", "", vec![])
+    fn message_index(m: &Message) -> (&'static str, &'static str, Vec<Arg<'static>>) {
+        keyword_column(&m.content)
     }
 
-    fn summary_index(_: &str) -> (&'static str, &'static str, Vec<Arg<'static>>) {
-        ("", "", vec![]) // FTS5 follows by trigger
+    fn summary_index(content: &str) -> (&'static str, &'static str, Vec<Arg<'static>>) {
+        keyword_column(content)
+    }
+}
+
+/// The `keyword_text` column of a new row whose text has characters written without spaces
+/// (`text::keyword_text`; FTS5 follows by trigger, and reads the content of every other row).
+fn keyword_column(text: &str) -> (&'static str, &'static str, Vec<Arg<'static>>) {
+    match crate::text::keyword_text(text) {
+        Some(k) => (", keyword_text", ", ?", vec![Arg::Owned(k)]),
+        None => ("", "", vec![]),
     }
 }
 

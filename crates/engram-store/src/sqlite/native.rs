@@ -205,8 +205,15 @@ impl Native for SqliteDb {
 
     async fn fill_message(&self, tenant: &TenantId, id: MessageId, text: &str) -> Result<bool> {
         // The FTS5 index follows by trigger.
-        let sql = "UPDATE messages SET content = ? WHERE tenant_id = ? AND id = ? AND content = ''";
-        let args = [Arg::Text(text), Arg::Text(tenant.as_str()), Arg::Id(id.0)];
+        let sql = "UPDATE messages SET content = ?, keyword_text = ? \
+                   WHERE tenant_id = ? AND id = ? AND content = ''";
+        let words = crate::text::keyword_text(text);
+        let args = [
+            Arg::Text(text),
+            Arg::OptText(words.as_deref()),
+            Arg::Text(tenant.as_str()),
+            Arg::Id(id.0),
+        ];
         Ok(self.write(sql, &args).await? == 1)
     }
 

@@ -63,7 +63,63 @@ fn undo_sqlite_12() -> String {
     format!("{drop} {messages} DELETE FROM schema_migrations WHERE version = 12;")
 }
 
-/// Migrations 19 (PostgreSQL; 18 on SQLite) to 13 undone: no index of finished jobs, of job
+/// The statements of `sql` that start with each of `heads`, each up to its end (`END;` of a
+/// trigger, or the first `;` at a line's end).
+fn statements(sql: &str, heads: &[&str]) -> String {
+    heads
+        .iter()
+        .map(|h| {
+            let at = sql.find(h).unwrap_or_else(|| panic!("{h} not in the migration"));
+            let rest = &sql[at..];
+            let end = if h.starts_with("CREATE TRIGGER") {
+                rest.find("\nEND;").unwrap() + 5
+            } else {
+                rest.find(";\n").unwrap() + 1
+            };
+            rest[..end].to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// SQLite's migration 19 undone: rows indexed by their text, no `keyword_text` (emptied first
+/// through its triggers, which re-index the rows), and migration 12's triggers and view.
+fn undo_sqlite_19() -> String {
+    let m12 = include_str!("../../migrations/sqlite/0012_keyword_scopes.sql");
+    let again = statements(
+        m12,
+        &[
+            "CREATE TRIGGER memories_fts_ai",
+            "CREATE TRIGGER summaries_fts_ai",
+            "CREATE TRIGGER summaries_fts_au",
+            "CREATE VIEW messages_fts_rows",
+            "CREATE TRIGGER messages_fts_ai",
+            "CREATE TRIGGER messages_fts_au",
+        ],
+    );
+    format!(
+        "UPDATE memories SET keyword_text = NULL WHERE keyword_text IS NOT NULL; \
+         UPDATE messages SET keyword_text = NULL WHERE keyword_text IS NOT NULL; \
+         UPDATE summaries SET keyword_text = NULL WHERE keyword_text IS NOT NULL; \
+         DROP TRIGGER memories_fts_ai; DROP TRIGGER memories_fts_au; \
+         DROP TRIGGER summaries_fts_ai; DROP TRIGGER summaries_fts_au; \
+         DROP TRIGGER messages_fts_ai; DROP TRIGGER messages_fts_au; DROP VIEW messages_fts_rows; \
+         ALTER TABLE memories DROP COLUMN keyword_text; \
+         ALTER TABLE messages DROP COLUMN keyword_text; \
+         ALTER TABLE summaries DROP COLUMN keyword_text; \
+         {again} DELETE FROM schema_migrations WHERE version = 19;"
+    )
+}
+
+/// PostgreSQL's migration 20 undone: no statistics trigger on a memory's `fts_text` (the
+/// texts themselves are set back by the test that needs it).
+const UNDO_PG_20: &str = "\
+    DROP TRIGGER memories_fts_stats_update ON memories; \
+    DROP FUNCTION engram_memory_stats_update; \
+    DELETE FROM schema_migrations WHERE version = 20;";
+
+/// Migrations 19 (PostgreSQL; 18 on SQLite) to 13 undone, after the newer ones'
+/// ([`undo_sqlite_19`], [`UNDO_PG_20`]): no index of finished jobs, of job
 /// counts, of active contents, or of the messages without a vector, and no context-session
 /// terms (the record of the messages' dates is kept: its migration creates it only if absent). Undone first whenever an older migration is:
 /// the runner applies what is past the newest version recorded.
@@ -131,14 +187,16 @@ async fn speakers_of_earlier_messages_are_backfilled(backend: Backend) {
             sqlite_raw(
                 &f,
                 &format!(
-                    "{UNDO_13_17} {} {UNDO_SQLITE_11} {UNDO_SQLITE_10} {undo}",
+                    "{} {UNDO_13_17} {} {UNDO_SQLITE_11} {UNDO_SQLITE_10} {undo}",
+                    undo_sqlite_19(),
                     undo_sqlite_12()
                 ),
             )
             .await;
         }
         Backend::Postgres => {
-            let sql = format!("{UNDO_13_17} {UNDO_PG_12} {UNDO_PG_11} {UNDO_PG_10} {undo}");
+            let sql =
+                format!("{UNDO_PG_20} {UNDO_13_17} {UNDO_PG_12} {UNDO_PG_11} {UNDO_PG_10} {undo}");
             sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(f.pg().pool()).await.unwrap();
         }
     }
@@ -174,8 +232,15 @@ async fn message_vectors_from_before_their_counter_are_searched_on_sqlite() {
     let mut f = Fixture::new(Backend::Sqlite).await;
     let (t, u) = (tenant("t"), user("u"));
     f.store.ensure_embedding_space(MODEL, 4).await.unwrap();
-    sqlite_raw(&f, &format!("{UNDO_13_17} {} {UNDO_SQLITE_11} {UNDO_SQLITE_10}", undo_sqlite_12()))
-        .await;
+    sqlite_raw(
+        &f,
+        &format!(
+            "{} {UNDO_13_17} {} {UNDO_SQLITE_11} {UNDO_SQLITE_10}",
+            undo_sqlite_19(),
+            undo_sqlite_12()
+        ),
+    )
+    .await;
     let say = |text: &str| message(&t, &u, "c", MessageRole::User, text);
     let ms = f.store.append_messages(&t, vec![say("one"), say("two")]).await.unwrap();
     let old = vec![(ms[0].id, unit(4, 1)), (ms[1].id, unit(4, 2))];
@@ -205,10 +270,14 @@ async fn message_context_of_earlier_messages_is_backfilled(backend: Backend) {
     f.store.append_messages(&t, filler).await.unwrap();
     match backend {
         Backend::Sqlite => {
-            sqlite_raw(&f, &format!("{UNDO_13_17} {} {UNDO_SQLITE_11}", undo_sqlite_12())).await
+            sqlite_raw(
+                &f,
+                &format!("{} {UNDO_13_17} {} {UNDO_SQLITE_11}", undo_sqlite_19(), undo_sqlite_12()),
+            )
+            .await
         }
         Backend::Postgres => {
-            let sql = format!("{UNDO_13_17} {UNDO_PG_12} {UNDO_PG_11} {UNDO_PG_10}");
+            let sql = format!("{UNDO_PG_20} {UNDO_13_17} {UNDO_PG_12} {UNDO_PG_11} {UNDO_PG_10}");
             sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(f.pg().pool()).await.unwrap();
         }
     }
@@ -264,7 +333,7 @@ async fn keyword_scopes_of_earlier_rows_are_backfilled_on_sqlite() {
     use engram_core::store::MemoryFilter;
     let mut f = Fixture::new(Backend::Sqlite).await;
     let (t, a, b) = (tenant("t"), user("a"), user("b"));
-    sqlite_raw(&f, &format!("{UNDO_13_17} {}", undo_sqlite_12())).await;
+    sqlite_raw(&f, &format!("{} {UNDO_13_17} {}", undo_sqlite_19(), undo_sqlite_12())).await;
     let facts = ["I bought a red kayak", "My sister lives in Lyon", "Night shifts", "Tea"];
     let mine: Vec<_> = facts.iter().map(|x| new_row(memory(&t, &a, x), None)).collect();
     f.store.insert_memories(&t, mine.clone()).await.unwrap();
@@ -353,4 +422,109 @@ async fn dates_backfilled_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dates_backfilled_on_postgres() {
     dates_of_earlier_messages_are_backfilled(Backend::Postgres).await;
+}
+
+/// Rows written before words without spaces were split (SQLite's migration 19, PostgreSQL's
+/// 20) are found by a word inside their sentence once the migration has run: facts, messages
+/// and summaries; PostgreSQL's statistics stay exact.
+async fn unspaced_words_of_earlier_rows_are_backfilled(backend: Backend) {
+    use crate::harness::{memory, new_row};
+    use crate::summaries::{new, summary};
+    use engram_core::store::MemoryFilter;
+    use engram_core::store::SummaryClaim;
+    let mut f = Fixture::new(backend).await;
+    let (t, u) = (tenant("t"), user("u"));
+    f.store.ensure_embedding_space(MODEL, 4).await.unwrap();
+    let facts = ["用户住在北京，喜欢吃饺子。", "用户在上海工作。", "The user plays the cello."];
+    let rows: Vec<_> = facts.iter().map(|x| new_row(memory(&t, &u, x), None)).collect();
+    f.store.insert_memories(&t, rows.clone()).await.unwrap();
+    let said = ["昨日は東京で寿司を食べました。", "いいですね！", "Tokyo again?"];
+    let said = said.iter().map(|x| message(&t, &u, "c", MessageRole::User, x)).collect();
+    let said = f.store.append_messages(&t, said).await.unwrap();
+    let leaf = summary(&t, &u, "c", 0, "二人は東京の寿司について話した。", (0, 2), 3);
+    let claim = SummaryClaim::Messages { after_seq: 0, through_seq: 3 };
+    let sources = said.iter().map(|m| m.id.0).collect();
+    assert!(f.store.insert_summary(&t, new(leaf.clone(), sources, 1, claim)).await.unwrap());
+    // Written now, the rows are split already.
+    let only = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+    let found = f.store.text_search(&t, &only, "北京", 10).await.unwrap();
+    assert_eq!(found.iter().map(|h| h.0).collect::<Vec<_>>(), [rows[0].memory.id]);
+    match backend {
+        Backend::Sqlite => {
+            sqlite_raw(&f, &undo_sqlite_19()).await;
+        }
+        Backend::Postgres => {
+            // The texts as the store wrote them before: runs of letters, whole.
+            let old = |x: &str| {
+                x.split(|c: char| !c.is_alphanumeric())
+                    .filter(|w| !w.is_empty())
+                    .map(str::to_lowercase)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            let pool = f.pg().pool().clone();
+            for (table, id, text) in [
+                ("memories", rows[0].memory.id.0.to_string(), old(facts[0])),
+                ("memories", rows[1].memory.id.0.to_string(), old(facts[1])),
+                ("messages", said[0].id.0.to_string(), old(&said[0].content)),
+                ("messages", said[1].id.0.to_string(), old(&said[1].content)),
+                ("summaries", leaf.id.to_string(), old(&leaf.content)),
+            ] {
+                let sql = format!("UPDATE {table} SET fts_text = $1 WHERE id::text = $2");
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(text)
+                    .bind(id)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+            sqlx::raw_sql(UNDO_PG_20).execute(&pool).await.unwrap();
+        }
+    }
+    let all = TranscriptFilter::user(u.clone());
+    // Before the migration, as a store of the last version had them: not found.
+    assert!(f.store.text_search(&t, &only, "北京", 10).await.unwrap().is_empty());
+    assert!(f.store.text_search_summaries(&t, &all, "寿司", 10).await.unwrap().is_empty());
+    let s = f.reopen().await;
+    let found = s.text_search(&t, &only, "北京", 10).await.unwrap();
+    assert_eq!(found.iter().map(|h| h.0).collect::<Vec<_>>(), [rows[0].memory.id]);
+    assert_eq!(found[0].1, 1.0, "the whole query: {found:?}");
+    let found = s.text_search(&t, &only, "上海的天气", 10).await.unwrap();
+    assert_eq!(found.iter().map(|h| h.0).collect::<Vec<_>>(), [rows[1].memory.id]);
+    let found = s.text_search_messages(&t, &all, "寿司", 10).await.unwrap();
+    assert_eq!(found[0].0, said[0].id, "{found:?}");
+    let found = s.text_search_summaries(&t, &all, "寿司", 10).await.unwrap();
+    assert_eq!(found.iter().map(|h| h.0).collect::<Vec<_>>(), [leaf.id]);
+    assert!(s.text_search(&t, &only, "量子色动力学", 10).await.unwrap().is_empty());
+    if let Backend::Postgres = backend {
+        let wrong: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT m.tenant_id, m.user_id, l AS lexeme, count(*) AS rows \
+             FROM memories m, unnest(tsvector_to_array(m.fts)) AS l GROUP BY 1, 2, 3 \
+             UNION ALL SELECT tenant_id, user_id, '', count(*) FROM memories GROUP BY 1, 2) x \
+             FULL JOIN memory_fts_stats s USING (tenant_id, user_id, lexeme) \
+             WHERE x.rows IS DISTINCT FROM s.rows",
+        )
+        .fetch_one(f.pg().pool())
+        .await
+        .unwrap();
+        assert_eq!(wrong, 0, "memory statistics after the backfill");
+        let len: i64 = sqlx::query_scalar(
+            "SELECT s.len - (SELECT sum(length(fts)) FROM memories) FROM memory_fts_stats s \
+             WHERE lexeme = ''",
+        )
+        .fetch_one(f.pg().pool())
+        .await
+        .unwrap();
+        assert_eq!(len, 0, "memory lengths after the backfill");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unspaced_words_backfilled_on_sqlite() {
+    unspaced_words_of_earlier_rows_are_backfilled(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unspaced_words_backfilled_on_postgres() {
+    unspaced_words_of_earlier_rows_are_backfilled(Backend::Postgres).await;
 }

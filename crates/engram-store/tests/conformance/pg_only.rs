@@ -349,7 +349,7 @@ async fn keyword_search_same_without_fts_len_or_btree_gin() {
     assert_eq!(other_key.len(), 1, "one key per user: {other_key:?}");
 
     // Migration 4 applied to a store that already holds rows (the index is built over them);
-    // what migrations 6 to 12 add is undone too, since every later migration runs again.
+    // what migrations 6 to 20 add is undone too, since every later migration runs again.
     sqlx::raw_sql(
         "DROP FUNCTION engram_vector_xid CASCADE; ALTER TABLE messages DROP COLUMN vector_xid; \
          ALTER TABLE summaries DROP COLUMN vector_xid; \
@@ -368,7 +368,8 @@ async fn keyword_search_same_without_fts_len_or_btree_gin() {
          ALTER TABLE summaries DROP COLUMN access_count, DROP COLUMN last_accessed_at; \
          DROP FUNCTION engram_scoped_fts, engram_scoped_fts_long, engram_fts_key; \
          DROP TABLE memory_fts_stats; \
-         DROP FUNCTION engram_fts_stats_insert, engram_fts_stats_delete CASCADE; \
+         DROP FUNCTION engram_fts_stats_insert, engram_fts_stats_delete, \
+         engram_memory_stats_update CASCADE; \
          DROP TABLE session_state, speakers; \
          CREATE INDEX messages_fts_user ON messages USING gin (tenant_id, user_id, fts); \
          DROP INDEX messages_unembedded, jobs_tenant_status, jobs_done, jobs_done_kind; \

@@ -23,6 +23,11 @@
 //!   tenant and memory, or (for one that got a new id) the same kind, time, actor and related
 //!   fact. A re-run after an interrupted restore, which wrote a memory but not all of its
 //!   events, so completes its history.
+//! - an active profile value restored under a key where the store already has another active
+//!   value for the same user and pool (a store keeps one, [`crate::common::unique`]): the
+//!   newer statement stays active and the other becomes its history (superseded by it, at
+//!   the newer one's time), so nothing is overwritten and no key has two values
+//!   ([`place_profile`]).
 //! - rows restored into another tenant (`--tenant`): API keys are not copied (a key is one
 //!   tenant's credential; its secret hash is unique in the store); jobs get an id derived from
 //!   the target tenant and their old id (jobs are claimed by id alone, store-wide), the same
@@ -33,8 +38,8 @@ use std::collections::HashMap;
 use base64::Engine as _;
 use engram_core::error::{Error, Result};
 use engram_core::model::{
-    AgentId, Category, ConversationId, EventKind, JobKind, JobStatus, Kind, MessageRole,
-    SourceKind, TenantId, UserId,
+    AgentId, Category, ConversationId, EventKind, JobKind, JobStatus, Kind, MemoryEvent, MemoryId,
+    MessageRole, SourceKind, TenantId, UserId,
 };
 use engram_core::store::{BackupRow, BackupScope, RestoreState};
 use futures_util::TryStreamExt;
@@ -509,6 +514,7 @@ pub(crate) async fn sqlite_restore(
     }
     for mut d in decoded {
         let Some(mut extra) = prepare(&mut d, &mut next, &versions) else { continue };
+        let superseded = place_profile::<crate::sqlite::SqliteDb>(&mut tx, &mut d, &extra).await?;
         let name = d.table.name;
         if !d.table.fts.is_empty()
             && let Some(words) = crate::text::keyword_text(&d.text("content"))
@@ -540,6 +546,13 @@ pub(crate) async fn sqlite_restore(
                 written =
                     insert(true).build().execute(&mut *tx).await.map_err(|e| store_err(name, e))?;
             }
+        }
+        if let Some((user, ev)) = superseded.filter(|_| written.rows_affected() > 0) {
+            let tenant = d.text("tenant_id");
+            crate::common::memories::insert_event::<crate::sqlite::SqliteDb>(
+                &mut tx, &tenant, &user, &ev,
+            )
+            .await?;
         }
         count(&d, written.rows_affected() > 0, &mut next);
     }
@@ -633,6 +646,67 @@ fn prepare(
         extra.push(("version", Val::Int(v)));
     }
     Some(extra)
+}
+
+/// An active profile row `d` about to be restored under a key where the store holds another
+/// active value (same tenant, user, pool and key): the older of the two becomes the history
+/// of the newer, superseded at the newer one's `created_at` (of equal times, the stored one
+/// stays). The stored row, when it is the older, gets the batch's version (`extra`), so that
+/// vector caches see it change. A row already present (same id) is left to `ON CONFLICT`.
+async fn place_profile<B: crate::common::Backend>(
+    tx: &mut B::Tx,
+    d: &mut Decoded,
+    extra: &[(&'static str, Val)],
+) -> Result<Option<(String, MemoryEvent)>> {
+    use crate::common::Arg::{Id, Int, OptText, Text, Ts};
+    use crate::common::rows::Columns;
+    let active = matches!(d.get("superseded_at"), None | Some(Val::Ts(None)));
+    if d.table.name != "memories" || d.text("kind") != "profile" || !active {
+        return Ok(None);
+    }
+    let (Some(Val::Uuid(Some(id))), Some(Val::Ts(Some(created)))) =
+        (d.get("id").cloned(), d.get("created_at").cloned())
+    else {
+        return Ok(None);
+    };
+    let (tenant, user, key) = (d.text("tenant_id"), d.text("user_id"), d.text("key"));
+    let present = "SELECT 1 AS one FROM memories WHERE tenant_id = ? AND id = ?";
+    if B::tx_opt(tx, present, &[Text(&tenant), Id(id)]).await?.is_some() {
+        return Ok(None);
+    }
+    let pool = match d.get("pool") {
+        Some(Val::Text(p)) => p.clone(),
+        _ => None,
+    };
+    let sql = "SELECT id, created_at FROM memories WHERE tenant_id = ? AND user_id = ? \
+               AND kind = 'profile' AND key = ? AND superseded_at IS NULL \
+               AND pool IS NOT DISTINCT FROM ? AND id <> ? LIMIT 1";
+    let args = [Text(&tenant), Text(&user), Text(&key), OptText(pool.as_deref()), Id(id)];
+    let Some(row) = B::tx_opt(tx, sql, &args).await? else { return Ok(None) };
+    let (stored, stored_at) = (row.id("id")?, row.ts("created_at")?);
+    let event = |old: uuid::Uuid, new: uuid::Uuid, at| MemoryEvent {
+        memory_id: MemoryId(old),
+        event: EventKind::Superseded,
+        related_id: Some(MemoryId(new)),
+        actor: "import".into(),
+        detail: serde_json::json!({ "reason": "a restored value under the same profile key" }),
+        at,
+    };
+    if created <= stored_at {
+        d.set("superseded_at", Val::Ts(Some(stored_at)));
+        d.set("superseded_by", Val::Uuid(Some(stored)));
+        return Ok(Some((user, event(id, stored, stored_at))));
+    }
+    let version = extra.iter().find_map(|e| match e {
+        ("version", Val::Int(v)) => *v,
+        _ => None,
+    });
+    let sql = "UPDATE memories SET superseded_at = ?, superseded_by = ?, updated_at = ?, \
+               version = ? WHERE tenant_id = ? AND id = ?";
+    let version = version.ok_or_else(|| Error::internal("a restored memory without version"))?;
+    let args = [Ts(created), Id(id), Ts(created), Int(version), Text(&tenant), Id(stored)];
+    B::tx_run(tx, sql, &args).await.map_err(B::fault)?;
+    Ok(Some((user, event(stored, id, created))))
 }
 
 /// Whether to write a row at all (a row not written is counted in `batch`).
@@ -739,6 +813,7 @@ pub(crate) async fn pg_restore(
     let mut events_with_ids = false;
     for mut d in decoded {
         let Some(mut extra) = prepare(&mut d, &mut next, &versions) else { continue };
+        let superseded = place_profile::<crate::postgres::PgDb>(&mut tx, &mut d, &extra).await?;
         let name = d.table.name;
         if !d.table.fts.is_empty() {
             let parts: Vec<String> = d.table.fts.iter().map(|c| d.text(c)).collect();
@@ -781,6 +856,13 @@ pub(crate) async fn pg_restore(
                     .await
                     .map_err(|e| store_err(name, e))?;
             }
+        }
+        if let Some((user, ev)) = superseded.filter(|_| written.rows_affected() > 0) {
+            let tenant = d.text("tenant_id");
+            crate::common::memories::insert_event::<crate::postgres::PgDb>(
+                &mut tx, &tenant, &user, &ev,
+            )
+            .await?;
         }
         count(&d, written.rows_affected() > 0, &mut next);
     }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
-use crate::model::{Content, Kind, Memory, MemoryEvent, MemoryId, Principal, UserId};
+use crate::model::{Content, EventKind, Kind, Memory, MemoryEvent, MemoryId, Principal, UserId};
 use crate::store::{BackupRow, BackupScope, NewMemory, RestoreState};
 
 use super::{Engine, ImportReport};
@@ -126,12 +126,51 @@ impl Engine {
                             .ok_or_else(|| Error::internal("embedder returned too few vectors"))?,
                     )
                 };
-                rows.push(NewMemory { memory: m, vector, events: events.clone(), unique: false });
+                let mut events = events.clone();
+                if let Some(current) = self.profile_in_place(p, &m).await? {
+                    // The store already has another active value under this key: the newer
+                    // statement stays active and the other becomes its history (the store
+                    // keeps one active value per key; nothing is overwritten).
+                    if m.created_at > current.created_at {
+                        let ev = Self::event(
+                            current.id,
+                            EventKind::Superseded,
+                            Some(m.id),
+                            p,
+                            crate::model::now(),
+                        );
+                        let row = NewMemory { memory: m, vector, events, unique: false };
+                        self.svc.store.supersede(&p.tenant, current.id, Some(row), ev).await?;
+                        report.imported += 1;
+                        continue;
+                    }
+                    m.superseded_at = Some(current.created_at);
+                    m.superseded_by = Some(current.id);
+                    events.push(Self::event(
+                        m.id,
+                        EventKind::Superseded,
+                        Some(current.id),
+                        p,
+                        crate::model::now(),
+                    ));
+                }
+                rows.push(NewMemory { memory: m, vector, events, unique: false });
             }
             report.imported += rows.len();
             self.svc.store.insert_memories(&p.tenant, rows).await?;
             progress(&report);
         }
         Ok(report)
+    }
+
+    /// The active profile value an imported one would stand beside: another row under the
+    /// same user, pool and key, while the imported one is active too.
+    async fn profile_in_place(&self, p: &Principal, m: &Memory) -> Result<Option<Memory>> {
+        let (Kind::Profile, Some(key), None) = (m.kind, &m.key, m.superseded_at) else {
+            return Ok(None);
+        };
+        let found =
+            self.svc.store.find_profile(&p.tenant, &m.user_id, m.pool.as_deref(), key).await?;
+        Ok(found.filter(|f| f.id != m.id))
     }
 }

@@ -818,6 +818,74 @@ async fn bad_cli_input_fails_with_a_clear_message_and_stores_nothing(backend: Ba
     assert_eq!(dec, "ADD");
 }
 
+/// A profile key holds one value: an import into a store that already holds another value
+/// under the key keeps the newer one active and the older as its history (found by a
+/// session: the restore left two active time zones).
+async fn an_import_never_leaves_two_values_under_one_profile_key(backend: Backend) {
+    let (a, b) = (Db::new(backend).await, Db::new(backend).await);
+    let tz = |d: &Db, zone: &str| {
+        let fact = format!("The user's timezone is {zone}.");
+        let args = ["--user", "alice", "--kind", "profile", "--key", "timezone"];
+        remember(d, &[&[fact.as_str()][..], &args[..]].concat()).1
+    };
+    let import = |d: &Db, export: &str, name: &str| {
+        let file = d.dir().join(name);
+        std::fs::write(&file, export).unwrap();
+        ok(d, &["import", file.to_str().unwrap()])
+    };
+    // (content, superseded_by) of alice's time zones in `d`, oldest first.
+    let zones = |d: &Db| {
+        let rows = rows(&export(d));
+        let mut zones: Vec<(String, String, Value)> = table(&rows, "memories")
+            .into_iter()
+            .filter(|m| m["key"] == "timezone")
+            .map(|m| {
+                let id = m["id"].as_str().unwrap().to_string();
+                (m["created_at"].as_str().unwrap().to_string(), id, m.clone())
+            })
+            .collect();
+        zones.sort_by(|x, y| x.0.cmp(&y.0));
+        zones.into_iter().map(|z| (z.1, z.2["superseded_by"].clone())).collect::<Vec<_>>()
+    };
+    let kolkata = tz(&a, "Asia/Kolkata");
+    let older = export(&a);
+    let lisbon = tz(&b, "Europe/Lisbon");
+    // The import brings an older value: it becomes the history of the stored one.
+    import(&b, &older, "older.jsonl");
+    assert_eq!(zones(&b), [(kolkata.clone(), json!(lisbon)), (lisbon.clone(), Value::Null)]);
+    // A newer one: the stored value becomes its history.
+    let chicago = tz(&a, "America/Chicago");
+    let newer = export(&a);
+    import(&b, &newer, "newer.jsonl");
+    assert_eq!(
+        zones(&b),
+        [
+            (kolkata.clone(), json!(lisbon)),
+            (lisbon.clone(), json!(chicago)),
+            (chicago.clone(), Value::Null)
+        ]
+    );
+    // Again: nothing changes; the CLI's search reads the one value.
+    import(&b, &newer, "again.jsonl");
+    assert_eq!(zones(&b).len(), 3);
+    assert_eq!(zones(&b)[2], (chicago.clone(), Value::Null));
+    let listed = listed(&ok_json(&b, &["list", "--user", "alice", "--json"]));
+    let active: Vec<&str> = listed.iter().map(|m| m["content"].as_str().unwrap()).collect();
+    assert_eq!(active, ["The user's timezone is America/Chicago."]);
+    // An earlier engram's export (memory lines) follows the same rule.
+    let paris = "01a20297-0000-7000-8000-000000000009";
+    let line = r#"{"type":"memory","memory":{"id":"01a20297-0000-7000-8000-000000000009","user_id":"alice","agent_id":null,"pool":null,"kind":"profile","key":"timezone","category":"fact","importance":5,"rating":0,"content":"The user's timezone is Europe/Paris.","source":{"kind":"manual","conversation_id":null,"message_ids":[]},"observed_at":"2025-01-01T00:00:00Z","created_at":"2025-01-01T00:00:00Z","updated_at":"2025-01-01T00:00:00Z","last_accessed_at":null,"access_count":0,"mention_count":1,"expires_at":null,"superseded_at":null,"superseded_by":null,"metadata":{},"embedding_model":null},"events":[]}"#;
+    import(&b, line, "lines.jsonl");
+    assert_eq!(zones(&b)[0], (paris.to_string(), json!(chicago)));
+    assert_eq!(zones(&b)[3], (chicago.clone(), Value::Null));
+    // The history says what the import did.
+    let rows = rows(&export(&b));
+    let said = table(&rows, "memory_events").into_iter().any(|e| {
+        e["memory_id"] == json!(lisbon) && e["event"] == "superseded" && e["actor"] == "import"
+    });
+    assert!(said, "{rows:?}");
+}
+
 async fn the_cli_and_a_running_server_share_one_data_dir(backend: Backend) {
     let db = Db::new(backend).await;
     let d = &db;
@@ -975,6 +1043,7 @@ async fn recall_searches_the_transcript_archive_from_the_shell(backend: Backend)
 on_both_backends!(
     remember_recall_list_and_forget_from_the_shell,
     export_then_import_into_a_fresh_dir_is_lossless_and_idempotent,
+    an_import_never_leaves_two_values_under_one_profile_key,
     recall_is_not_swayed_by_a_function_word_the_query_shares_with_a_fact,
     a_malformed_import_line_is_named_and_nothing_is_imported,
     output_into_a_closed_pipe_ends_quietly,

@@ -273,6 +273,8 @@ fn check_domain(table: &str, vals: &[(&'static str, Ty, Val)]) -> Result<()> {
         let checked = match *col {
             "tenant_id" => TenantId::parse(s).map(drop),
             "user_id" => UserId::parse(s).map(drop),
+            // Working memory kept without an agent is stored under '' (its key's column).
+            "agent_id" if table == "session_state" && s.is_empty() => Ok(()),
             "agent_id" => AgentId::parse(s).map(drop),
             "conversation_id" | "source_conversation_id" => ConversationId::parse(s).map(drop),
             "kind" if table == "memories" => Kind::parse(s).map(drop),

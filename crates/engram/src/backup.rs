@@ -189,8 +189,7 @@ enum Line {
 }
 
 fn parse_line(n: usize, text: &str) -> anyhow::Result<Line> {
-    dto::check_no_nul(text.as_bytes())
-        .map_err(|e| anyhow::anyhow!("line {n}: {}", e.public_message()))?;
+    dto::check_no_nul(text.as_bytes()).map_err(|e| located(e, "line", n))?;
     let v: serde_json::Value =
         serde_json::from_str(text).with_context(|| format!("line {n}: not JSON"))?;
     let has = |k: &str| v.get(k).is_some();
@@ -255,8 +254,7 @@ where
                 bail!("line {n}: the file does not start with an export header")
             }
             Line::Row(r) => {
-                engram_store::backup::check_row(&r)
-                    .map_err(|e| anyhow::anyhow!("line {n}: {}", e.public_message()))?;
+                engram_store::backup::check_row(&r).map_err(|e| located(e, "line", n))?;
                 if let Some(t) = r.row.get("tenant_id").and_then(|t| t.as_str()) {
                     tenants.insert(t.to_string());
                 }
@@ -308,10 +306,7 @@ where
             batch.push(r);
         }
         if batch.len() == BATCH {
-            engine
-                .restore(&batch, &mut state)
-                .await
-                .map_err(|e| anyhow::anyhow!("before line {n}: {}", e.public_message()))?;
+            engine.restore(&batch, &mut state).await.map_err(|e| located(e, "before line", n))?;
             done += batch.len() as u64;
             progress.set(done);
             batch.clear();
@@ -377,21 +372,17 @@ async fn import_memory_lines(
         let (i, line) = item?;
         let parsed: ExportLine = serde_json::from_str(&line)
             .with_context(|| format!("line {i}: not an engram export line"))?;
-        dto::check_no_nul(line.as_bytes())
-            .map_err(|e| anyhow::anyhow!("line {i}: {}", e.public_message()))?;
+        dto::check_no_nul(line.as_bytes()).map_err(|e| located(e, "line", i))?;
         if parsed.kind != "memory" {
             bail!("line {i}: unknown record type '{}'", parsed.kind);
         }
-        let m = parsed
-            .memory
-            .into_memory(&p.tenant)
-            .map_err(|e| anyhow::anyhow!("line {i}: {}", e.public_message()))?;
+        let m = parsed.memory.into_memory(&p.tenant).map_err(|e| located(e, "line", i))?;
         let events = parsed
             .events
             .into_iter()
             .map(dto::EventDto::into_event)
             .collect::<engram_core::Result<Vec<_>>>()
-            .map_err(|e| anyhow::anyhow!("line {i}: {}", e.public_message()))?;
+            .map_err(|e| located(e, "line", i))?;
         records.push((m, events));
     }
     // Nothing is written unless every line parsed.
@@ -411,4 +402,14 @@ async fn import_memory_lines(
         );
     }
     Ok(())
+}
+
+/// An engine error of an import, where it happened (`line 12`, `before line 1001`): its code
+/// and its whole message. The operator runs the command, so nothing is kept for a server
+/// log (a full disk is named as such, not "internal error").
+fn located(e: engram_core::Error, at: &str, line: usize) -> anyhow::Error {
+    anyhow::Error::new(crate::api::error::CliError {
+        message: format!("{at} {line}: {e}"),
+        code: e.code().as_str(),
+    })
 }

@@ -245,6 +245,23 @@ impl SqliteStore {
     }
 }
 
+/// Whether a connection given back to its pool may serve again: not while it believes
+/// itself inside a transaction. SQLite ends a transaction by itself on some errors (a full
+/// disk, `SQLITE_FULL`; an I/O error); sqlx then still counts it open, its `ROLLBACK` fails
+/// ("no transaction is active"), and every later `BEGIN IMMEDIATE` on the connection was
+/// refused: with one writer connection, every write failed until a restart (found by a
+/// tester on a full disk). A connection counted in a transaction is pinged, which runs what
+/// the dropped transaction queued (its rollback); still counted in one, it is closed, and
+/// the pool opens a fresh one. A connection whose transaction ended costs nothing more.
+async fn outside_a_transaction(conn: &mut sqlx::SqliteConnection) -> sqlx::Result<bool> {
+    use sqlx::Connection as _;
+    if !conn.is_in_transaction() {
+        return Ok(true);
+    }
+    conn.ping().await?;
+    Ok(!conn.is_in_transaction())
+}
+
 /// The SQLite database of a [`SqliteStore`]: its connections and vector index.
 pub struct SqliteDb {
     /// Readers (several connections; WAL lets them run beside the writer).
@@ -281,6 +298,7 @@ impl SqliteDb {
         let write = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
+            .after_release(|conn, _| Box::pin(outside_a_transaction(conn)))
             .connect_with(opts.clone())
             .await
             .map_err(|e| {
@@ -311,6 +329,7 @@ impl SqliteDb {
         probe.await.map_err(|e| not_writable(data_dir, &e.to_string()))?;
         let read = SqlitePoolOptions::new()
             .max_connections(8)
+            .after_release(|conn, _| Box::pin(outside_a_transaction(conn)))
             .connect_with(opts.read_only(true))
             .await
             .map_err(db)?;

@@ -28,3 +28,35 @@ async fn sqlite_busy_past_its_timeout_is_unavailable_and_writes_nothing() {
     store.insert_memories(&t, vec![new_row(m.clone(), None)]).await.unwrap();
     assert!(store.get_memory(&t, m.id).await.unwrap().is_some());
 }
+
+/// A write that SQLite rolls back by itself (a full disk: `SQLITE_FULL` ends the transaction;
+/// here a trigger's `RAISE(ROLLBACK)`, which does the same) fails that write only: the next
+/// writes succeed. Found by a tester: after one "database or disk is full" every write was a
+/// 500 until a restart, because the connection pool kept a connection that believed itself
+/// still inside the rolled-back transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_sqlite_rolled_back_by_itself_spoils_no_later_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = engram_store::open_sqlite(dir.path()).await.unwrap();
+    let (t, u) = (tenant("t"), user("u"));
+    let url = format!("sqlite://{}", dir.path().join("engram.db").display());
+    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE TRIGGER full_disk BEFORE INSERT ON memories WHEN new.content = 'no room' \
+         BEGIN SELECT RAISE(ROLLBACK, 'database or disk is full'); END;",
+    )
+    .execute(&mut other)
+    .await
+    .unwrap();
+    other.close().await.unwrap();
+
+    let full = memory(&t, &u, "no room");
+    assert!(store.insert_memories(&t, vec![new_row(full.clone(), None)]).await.is_err());
+    for i in 0..3 {
+        let m = memory(&t, &u, &format!("written after the disk had room again {i}"));
+        store.insert_memories(&t, vec![new_row(m.clone(), None)]).await.unwrap();
+        assert!(store.get_memory(&t, m.id).await.unwrap().is_some());
+    }
+    assert!(store.get_memory(&t, full.id).await.unwrap().is_none());
+    store.erase_user(&t, &u).await.unwrap();
+}

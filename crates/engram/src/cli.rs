@@ -50,8 +50,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Serve the MCP tools over stdin/stdout, for an MCP client that starts engram itself.
     Mcp {
-        /// Tenant to act in, as admin (like the other store commands).
-        #[arg(long, default_value = "default")]
+        /// Tenant to act in, as admin (like the other store commands). Not with --key,
+        /// whose tenant it is.
+        #[arg(long, default_value = "default", conflicts_with = "key")]
         tenant: String,
         /// Act as this API key instead: its tenant and role (an agent or user key narrows
         /// what the client can see and do).

@@ -421,11 +421,17 @@ impl Settings {
 }
 
 impl Settings {
-    /// The address to listen on, or why the configured one is not an address.
+    /// The address to listen on (an IP address, or a host name resolved here, the first of
+    /// its addresses: `localhost:8420`), or why the configured one is not an address.
     pub fn listen_addr(&self) -> anyhow::Result<SocketAddr> {
-        self.addr.parse().with_context(|| {
-            format!("--addr '{}' is not an address like 127.0.0.1:8420", self.addr)
-        })
+        if let Ok(a) = self.addr.parse() {
+            return Ok(a);
+        }
+        let bad = || format!("--addr '{}' is not an address like 127.0.0.1:8420", self.addr);
+        std::net::ToSocketAddrs::to_socket_addrs(&self.addr)
+            .with_context(bad)?
+            .next()
+            .with_context(bad)
     }
 }
 

@@ -26,16 +26,7 @@ impl Engine {
         input: EditInput,
     ) -> Result<(Memory, Vec<PiiKind>)> {
         let old = self.load_visible(p, id).await?;
-        if old.superseded_at.is_some() {
-            return Err(Error::Conflict(match old.superseded_by {
-                Some(s) if self.id_visible(p, s).await? => {
-                    format!("memory {id} is superseded by {s}; edit the current version")
-                }
-                Some(_) => format!("memory {id} is superseded; edit the current version"),
-                // Forgotten: no version is current.
-                None => format!("memory {id} was forgotten; remember it again to restore it"),
-            }));
-        }
+        self.require_current(p, &old, "edit").await?;
         let now = crate::model::now();
         let content = match &input.content {
             Some(c) => Content::parse(c, self.svc.cfg.max_content_bytes)?.into_string(),
@@ -198,12 +189,31 @@ impl Engine {
         Ok(History { chain: kept, events: shown })
     }
 
-    /// Rate a memory −1 or +1.
+    /// `Conflict` unless `m` is its fact's current version, naming the one to `verb` instead
+    /// (when the caller may see it).
+    async fn require_current(&self, p: &Principal, m: &Memory, verb: &str) -> Result<()> {
+        if m.superseded_at.is_none() {
+            return Ok(());
+        }
+        let id = m.id;
+        Err(Error::Conflict(match m.superseded_by {
+            Some(s) if self.id_visible(p, s).await? => {
+                format!("memory {id} is superseded by {s}; {verb} the current version")
+            }
+            Some(_) => format!("memory {id} is superseded; {verb} the current version"),
+            // Forgotten: no version is current.
+            None => format!("memory {id} was forgotten; remember it again to restore it"),
+        }))
+    }
+
+    /// Rate a memory −1 or +1 (its current version).
     pub async fn rate(&self, p: &Principal, id: MemoryId, value: i64) -> Result<Memory> {
         if value != 1 && value != -1 {
             return Err(Error::invalid("value", "a rating is -1 or 1"));
         }
         let m = self.load_visible(p, id).await?;
+        // History is not rewritten: a past version keeps the rating it had.
+        self.require_current(p, &m, "rate").await?;
         let mut ev = Self::event(m.id, EventKind::Rated, None, p, crate::model::now());
         ev.detail = serde_json::json!({ "value": value });
         self.svc.store.rate_memory(&p.tenant, m.id, value, ev).await?;

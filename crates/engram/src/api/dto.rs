@@ -653,6 +653,8 @@ impl From<engram_core::engine::Stats> for StatsDto {
 pub struct StoreStatsDto {
     pub memories_active: u64,
     pub memories_superseded: u64,
+    /// Active facts that are searchable by meaning: those with a vector, and profile facts,
+    /// which need none (every context block holds them).
     pub memories_with_vector: u64,
     /// Users with memories or conversations.
     pub users: u64,
@@ -751,7 +753,8 @@ pub struct StatsDto {
     pub store: StoreStatsDto,
     pub embedder: String,
     pub embedder_dims: usize,
-    /// Share of active facts with a vector of the current model (1.0 = complete).
+    /// Share of active facts with a vector of the current model, profile facts counted as
+    /// covered (they need none); 1.0 = complete.
     pub embedding_coverage: f64,
     /// Share of transcript messages with a vector (embedded in the background; 1.0 when
     /// the queue has caught up; tool calls not yet described have no text to embed).

@@ -212,6 +212,15 @@ async fn list_paginates_filters_and_rating_reorders(backend: Backend) {
         400,
         "invalid_input",
     );
+    // A forgotten fact keeps its history: rating it is a conflict, as editing it is (found
+    // by a tester: its rating and updated_at changed).
+    let (st, _) = s.req("DELETE", &format!("/v1/memories/{winner}"), None).await;
+    assert!(st.is_success(), "{st}");
+    let before = s.get(&format!("/v1/memories/{winner}")).await.1;
+    let r = s.post(&format!("/v1/memories/{winner}/rating"), json!({ "value": 1 })).await;
+    assert_error(&r, 409, "conflict");
+    assert!(r.1["error"]["message"].as_str().unwrap().contains("was forgotten"), "{}", r.1);
+    assert_eq!(s.get(&format!("/v1/memories/{winner}")).await.1, before);
 }
 
 async fn search_explains_bumps_access_and_filters(backend: Backend) {

@@ -65,6 +65,28 @@ async fn refuses_a_non_loopback_address_without_keys(backend: Backend) {
     assert!(err.contains("without API keys"), "{err}");
 }
 
+/// `--addr` takes a host name too (found by a tester: `localhost:8420` was "not an
+/// address"); one that does not resolve is still refused.
+async fn a_host_name_is_an_address(backend: Backend) {
+    use std::io::BufRead;
+    let db = Db::new(backend).await;
+    let out = db.engram().args(["serve", "--addr", "no-such-host.invalid:80"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not an address"));
+    let mut child = db
+        .engram()
+        .args(["serve", "--addr", "localhost:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.starts_with("engram listening on http://"), "{line}");
+    assert!(line.contains("127.0.0.1:") || line.contains("[::1]:"), "loopback: {line}");
+}
+
 async fn tenants_never_see_each_other(backend: Backend) {
     let db = Db::new(backend).await;
     let a = create_key(&db, &["--tenant", "acme", "--role", "admin"]);
@@ -277,6 +299,7 @@ async fn user_keys_are_bound_to_their_user_and_clusters_share_new_writes(backend
 on_both_backends!(
     local_mode_until_a_key_exists_then_keys_are_required,
     refuses_a_non_loopback_address_without_keys,
+    a_host_name_is_an_address,
     tenants_never_see_each_other,
     agent_keys_see_their_pool_shared_and_user_wide_facts_only,
     user_keys_are_bound_to_their_user_and_clusters_share_new_writes,

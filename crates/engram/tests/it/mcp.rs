@@ -681,6 +681,15 @@ async fn mcp_stdio_child_process(backend: Backend) {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown or revoked API key"));
+    // A key names its tenant: another --tenant beside it is refused, not ignored.
+    let out = db
+        .engram()
+        .args(["mcp", "--key", &u2, "--tenant", "t2"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
 }
 
 on_both_backends!(

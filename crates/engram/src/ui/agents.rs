@@ -114,7 +114,13 @@ pub async fn page(
     let engine = &state.app.engine;
     let stored = match engine.get_agent(&v.principal, &id).await {
         Ok(a) => Some(a),
-        Err(engram_core::Error::NotFound { .. }) if v.bound_agent().is_none() => None,
+        // Never configured: its defaults, for an admin or the agent's own key (another
+        // agent's key learns nothing of it).
+        Err(engram_core::Error::NotFound { .. })
+            if v.bound_agent().is_none_or(|b| b == id.as_str()) =>
+        {
+            None
+        }
         Err(e) => return Err(e.into()),
     };
     let default_threshold = engine.config().dedup_threshold;

@@ -414,6 +414,19 @@ async fn the_memory_screen(backend: Backend) {
     let (_, b_list) = api.get("/v1/memories?user_id=bob").await;
     assert_eq!(b_list["memories"][0]["content"], "Bob keeps bees on his roof.");
     assert_eq!(b_list["memories"].as_array().unwrap().len(), 1);
+    // An agent key opens its own settings, defaults while never configured (found by a
+    // tester: "agent new-bot not found"), and no other agent's.
+    let bot = create_key(&db, &["--tenant", "default", "--role", "agent", "--agent", "new-bot"]);
+    let as_bot = |path: &str| {
+        http.get(format!("{}{path}", s.base)).header("cookie", format!("engram_key={bot}")).send()
+    };
+    let r = as_bot("/agents").await.unwrap();
+    assert_eq!(r.headers()["location"], "/agents/new-bot");
+    let r = as_bot("/agents/new-bot").await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let page = r.text().await.unwrap();
+    assert!(page.contains("new-bot") && page.contains("post-turn"), "{page}");
+    assert_eq!(as_bot("/agents/support-bot").await.unwrap().status(), StatusCode::NOT_FOUND);
     b.close().await;
 }
 

@@ -146,7 +146,9 @@ impl Error {
                 "the database is unavailable; retry later (details in the server log)".to_string()
             }
             Error::Embedder(e) => format!("the embedder failed: {}", e.message),
-            Error::Llm(m) => format!("the LLM failed: {m}"),
+            // The detail names the LLM's address and quotes its answer: for the server log,
+            // not for every caller (found by a tester with a user key).
+            Error::Llm(_) => "the LLM failed; retry later (details in the server log)".to_string(),
             Error::InvalidInput { .. }
             | Error::TooLarge(_)
             | Error::NotFound { .. }

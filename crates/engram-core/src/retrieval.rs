@@ -61,7 +61,7 @@ use time::OffsetDateTime;
 
 use crate::embed::SimilarityScale;
 use crate::model::{Kind, Memory, MemoryId};
-use crate::pipeline::messages::{CONTEXT_MAX_GAP, CONTEXT_MESSAGES};
+use crate::pipeline::messages::{CONTEXT_MESSAGES, within_context_gap};
 
 /// The `min_score` of a search that names none: results need real support, lexical or
 /// semantic. On LoCoMo it leaves nothing for about 9 in 10 queries on unrelated topics while
@@ -205,7 +205,7 @@ pub const CONTEXT_SUPPORT: f64 = 0.25;
 /// The context support of each candidate message, given as `(conversation, seq, sent at,
 /// own relevance)`: [`CONTEXT_SUPPORT`] × the best own relevance among the candidates of
 /// its conversation numbered 1 to [`CONTEXT_MESSAGES`] before it (the context its vector and
-/// its keyword index read) and sent at most [`CONTEXT_MAX_GAP`] before it, or 0. Read from
+/// its keyword index read) and sent at most [`CONTEXT_MAX_GAP`](crate::pipeline::messages::CONTEXT_MAX_GAP) before it, or 0. Read from
 /// own relevances only, so support never chains along a conversation.
 pub fn context_supports<K: Eq + std::hash::Hash>(
     rows: &[(K, i64, OffsetDateTime, f64)],
@@ -216,7 +216,7 @@ pub fn context_supports<K: Eq + std::hash::Hash>(
         .map(|(c, seq, at, _)| {
             let best = (1..=CONTEXT_MESSAGES as i64)
                 .filter_map(|back| own.get(&(c, seq - back)))
-                .filter(|(before, _)| *at - *before <= CONTEXT_MAX_GAP)
+                .filter(|(before, _)| within_context_gap(*before, *at))
                 .fold(0.0_f64, |a, (_, r)| a.max(*r));
             CONTEXT_SUPPORT * best
         })
@@ -532,6 +532,9 @@ mod tests {
         let s = context_supports(&rows);
         assert!((s[1] - 0.15).abs() < 1e-12, "an answer the next morning: {}", s[1]);
         assert_eq!(s[2], 0.0, "months later is a new talk");
+        // Earlier in the conversation but sent later (an older created_at appended after).
+        let rows = [("b", 1, months, 0.6), ("b", 2, t, 0.0)];
+        assert_eq!(context_supports(&rows)[1], 0.0, "support from a message sent after it");
     }
 
     #[test]

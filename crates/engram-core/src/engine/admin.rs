@@ -6,7 +6,7 @@ use crate::model::{Agent, AgentId, ConversationId, Job, JobStatus, KeyRole, Prin
 use crate::pipeline::policy::MemoryPolicy;
 use crate::store::{Activity, EraseCounts};
 
-use super::{AgentInput, Engine, Stats, UserExport};
+use super::{AgentInput, Engine, ExportedConversation, Stats, UserExport};
 
 /// Most conversations one agent save queues for compaction (the most recently updated; the
 /// others compact at their next append).
@@ -100,13 +100,17 @@ impl Engine {
         self.authorize_user_admin(p, user)?;
         let (memories, events) = self.svc.store.user_memories(&p.tenant, user).await?;
         let messages = self.svc.store.user_messages(&p.tenant, user).await?;
-        let mut conversations: Vec<&ConversationId> =
-            messages.iter().map(|m| &m.conversation_id).collect();
-        conversations.dedup();
-        let mut summaries = Vec::new();
-        for c in conversations {
+        let mut ids: Vec<&ConversationId> = messages.iter().map(|m| &m.conversation_id).collect();
+        ids.sort();
+        ids.dedup();
+        let (mut conversations, mut summaries) = (Vec::new(), Vec::new());
+        for c in ids {
             summaries
                 .extend(self.svc.store.conversation_summaries(&p.tenant, c, None, false).await?);
+            if let Some(info) = self.svc.store.get_conversation(&p.tenant, c).await? {
+                let (rolling_summary, _) = self.svc.store.rolling_summary(&p.tenant, c).await?;
+                conversations.push(ExportedConversation { info, rolling_summary });
+            }
         }
         let now = crate::model::now();
         let session_state = self.svc.store.list_state(&p.tenant, user, None, now).await?;
@@ -116,6 +120,7 @@ impl Engine {
             memories,
             events,
             messages,
+            conversations,
             summaries,
             session_state,
         })

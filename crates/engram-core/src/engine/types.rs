@@ -299,10 +299,20 @@ pub struct UserExport {
     pub memories: Vec<Memory>,
     pub events: Vec<MemoryEvent>,
     pub messages: Vec<Message>,
+    /// The user's conversations, each with the rolling summary extraction keeps of it.
+    pub conversations: Vec<ExportedConversation>,
     /// The summaries of the user's conversations.
     pub summaries: Vec<Summary>,
     /// The user's live working memory, every session.
     pub session_state: Vec<crate::model::SessionState>,
+}
+
+/// A conversation in a user's export: what `GET /v1/conversations/{id}` says of it.
+#[derive(Debug, Clone)]
+pub struct ExportedConversation {
+    pub info: crate::store::ConversationInfo,
+    /// The rolling summary extraction keeps (LLM text about the user: part of the export).
+    pub rolling_summary: Option<String>,
 }
 
 /// Outcome of an import.

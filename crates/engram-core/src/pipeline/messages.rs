@@ -42,6 +42,15 @@ pub const CONTEXT_MESSAGES: usize = 2;
 /// "wedding").
 pub const CONTEXT_MAX_GAP: time::Duration = time::Duration::hours(24);
 
+/// Whether a message sent at `before` is context of one sent at `at`: sent before it (or at
+/// the same time), by at most [`CONTEXT_MAX_GAP`]. A message earlier in the conversation but
+/// sent later (appended with an older `created_at`) is not: a tester's message of 2020 drew
+/// support from one of 2024 before it.
+pub fn within_context_gap(before: time::OffsetDateTime, at: time::OffsetDateTime) -> bool {
+    let gap = at - before;
+    gap >= time::Duration::ZERO && gap <= CONTEXT_MAX_GAP
+}
+
 /// Characters of a document (context + message) beyond which context is left out: about
 /// 200 tokens, within MiniLM's 256-token window.
 pub const DOCUMENT_CHARS: usize = 800;
@@ -62,12 +71,12 @@ pub const YIELD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The text embedded for `message`, given the messages before it in its conversation
 /// (`before`, oldest first; only the last [`CONTEXT_MESSAGES`] are used, and only those sent
-/// at most [`CONTEXT_MAX_GAP`] before it: a message sent months later
+/// at most [`CONTEXT_MAX_GAP`] before it, [`within_context_gap`]: a message sent months later
 /// starts a new talk, and read with the old one it was found by what that one said).
 pub fn document(before: &[Message], message: &Message) -> String {
     let before: Vec<&str> = before
         .iter()
-        .filter(|m| message.created_at - m.created_at <= CONTEXT_MAX_GAP)
+        .filter(|m| within_context_gap(m.created_at, message.created_at))
         .map(|m| m.content.as_str())
         .collect();
     document_of(&before, &message.content)

@@ -843,9 +843,24 @@ pub struct UserExportDto {
     pub memories: Vec<MemoryDto>,
     pub events: Vec<EventDto>,
     pub messages: Vec<MessageDto>,
+    /// The user's conversations, each with the rolling summary extraction keeps of it.
+    pub conversations: Vec<ExportedConversationDto>,
     pub summaries: Vec<SummaryDto>,
     /// The user's live working memory, every session.
     pub session_state: Vec<super::state::StateEntryDto>,
+}
+
+/// A conversation in a user's export (as `GET /v1/conversations/{id}` shows it).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExportedConversationDto {
+    pub id: String,
+    pub agent_id: Option<String>,
+    pub message_count: i64,
+    pub created_at: String,
+    pub updated_at: String,
+    /// The rolling summary extraction keeps of the conversation (null before the first
+    /// extraction, or with no LLM configured).
+    pub rolling_summary: Option<String>,
 }
 
 impl From<&engram_core::engine::UserExport> for UserExportDto {
@@ -856,6 +871,18 @@ impl From<&engram_core::engine::UserExport> for UserExportDto {
             memories: x.memories.iter().map(Into::into).collect(),
             events: x.events.iter().map(Into::into).collect(),
             messages: x.messages.iter().map(Into::into).collect(),
+            conversations: x
+                .conversations
+                .iter()
+                .map(|c| ExportedConversationDto {
+                    id: c.info.id.to_string(),
+                    agent_id: c.info.agent_id.as_ref().map(ToString::to_string),
+                    message_count: c.info.messages,
+                    created_at: fmt_ts(c.info.created_at),
+                    updated_at: fmt_ts(c.info.updated_at),
+                    rolling_summary: c.rolling_summary.clone(),
+                })
+                .collect(),
             summaries: x.summaries.iter().map(Into::into).collect(),
             session_state: x.session_state.iter().map(Into::into).collect(),
         }

@@ -80,6 +80,8 @@ impl From<Error> for ApiError {
             tracing::error!(error = %detail, "internal error");
         } else if let Error::StoreUnavailable(detail) = &e {
             tracing::warn!(error = %detail, "database unavailable");
+        } else if let Error::Llm(detail) = &e {
+            tracing::warn!(error = %detail, "LLM failed");
         }
         ApiError::new(e.code(), e.public_message())
     }

@@ -280,6 +280,12 @@ async fn italian_conversations_and_the_rolling_summary(backend: Backend) {
     assert_eq!(c["message_count"], 20);
     assert_eq!(c["summarized_user_turns"], 10, "{c}");
     assert!(c["rolling_summary"].as_str().unwrap().contains("Basic plan at 10 EUR"), "{c}");
+    // ... and in the user's GDPR export (found by a tester: it was left out).
+    let (_, x) = s.get("/v1/users/bob/export").await;
+    let plans = x["conversations"].as_array().unwrap().iter().find(|c| c["id"] == "plans");
+    let plans = plans.unwrap_or_else(|| panic!("{x}"));
+    assert_eq!(plans["rolling_summary"], c["rolling_summary"], "{x}");
+    assert_eq!(plans["message_count"], 20);
     let (_, c) = s.get("/v1/conversations/it").await;
     assert_eq!((c["message_count"].as_i64(), c["rolling_summary"].is_null()), (Some(1), true));
     crate::helpers::assert_error(&s.get("/v1/conversations/nope").await, 404, "not_found");

@@ -574,6 +574,8 @@ async fn synthesis_answers_from_the_results_and_cites_them(backend: Backend) {
     let (st, r) = s.post("/v1/search", ask.clone()).await;
     assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{r}");
     assert_eq!(r["error"]["code"], "llm_unavailable", "{r}");
+    // Its address and answer stay in the server log (found by a tester with a user key).
+    assert!(!r.to_string().contains("127.0.0.1") && !r.to_string().contains("http"), "{r}");
     // With no LLM configured, synthesis is refused plainly, never silently skipped.
     drop(s);
     let s = db.serve(&[]);

@@ -53,6 +53,16 @@ fn points_into(said: Span, span: Span) -> bool {
     said.days() <= 2 * span.days().max(7)
 }
 
+/// The one day a message says something happened on: a relative day read against when it
+/// was sent ("yesterday"), or a date it names ("on June 10, 2023").
+fn stated_day(m: &Message) -> Option<time::Date> {
+    let relative = when::relative_spans(&m.content, m.created_at);
+    if let Some(s) = relative.first().filter(|s| s.days() == 1) {
+        return Some(s.start);
+    }
+    when::query_time(&m.content, None).map(|(s, _)| s).filter(|s| s.days() == 1).map(|s| s.start)
+}
+
 /// A message's date support for a query naming `span`: [`retrieval::DATE_SAID`] when one
 /// of its relative dates points into it, else [`retrieval::DATE_WITHIN`] when it was sent
 /// within it, else 0. A property of the message, whatever list found it.
@@ -83,27 +93,37 @@ impl Engine {
     /// the conversation ("two days before the wedding": the event's day is read from the
     /// user's message that names it); or a relative time ("last week") or a month without
     /// its year ("in June") against the user's latest message (the conversation's own
-    /// "now", not the clock).
+    /// "now", not the clock), or today when there is none.
     pub(super) async fn query_time(&self, v: &View, query: &str) -> Result<Option<NamedTime>> {
         if let Some((span, keywords)) = when::query_time(query, None) {
             return Ok(Some(NamedTime { span, keywords, how: days(span) }));
         }
-        let Some(user) = &v.user else { return Ok(None) };
-        if let Some(found) = self.event_time(v, user, query).await? {
+        if let Some(user) = &v.user
+            && let Some(found) = self.event_time(v, user, query).await?
+        {
             return Ok(Some(found));
         }
         if !when::needs_anchor(query) {
             return Ok(None);
         }
-        let Some(latest) = self.latest_visible(v, user).await? else { return Ok(None) };
-        Ok(when::query_time(query, Some(latest.created_at)).map(|(span, keywords)| NamedTime {
+        // With no message to read "now" from (a store of facts alone, or no user named),
+        // today: the time still boosts facts of its dates, and its words still leave the
+        // keyword query (found by a tester: "where did the user live last week" found
+        // nothing, its words weighing against the fact).
+        let latest = match &v.user {
+            Some(user) => self.latest_visible(v, user).await?,
+            None => None,
+        };
+        let (anchor, whose) = match &latest {
+            Some(m) => {
+                (m.created_at, format!("the user's latest message, {}", m.created_at.date()))
+            }
+            None => (crate::model::now(), "today: no message to read it from".to_string()),
+        };
+        Ok(when::query_time(query, Some(anchor)).map(|(span, keywords)| NamedTime {
             span,
             keywords,
-            how: format!(
-                "{} (relative to the user's latest message, {})",
-                days(span),
-                latest.created_at.date()
-            ),
+            how: format!("{} (relative to {whose})", days(span)),
         }))
     }
 
@@ -145,7 +165,7 @@ impl Engine {
         let Some((event, keywords)) = when::event_time(query) else { return Ok(None) };
         let window = TranscriptFilter::user(user.clone());
         let (now, scale) = (crate::model::now(), self.svc.embedder.similarity_scale());
-        let mut best: Option<(f64, Message)> = None;
+        let mut found: Vec<(f64, Message)> = Vec::new();
         // The whole name first; a shorter one when no message names the event so.
         for name in event.names() {
             let vector = self.embed_one(&name).await?;
@@ -163,19 +183,25 @@ impl Engine {
                 let Hit::Message { message, score, .. } = Hit::of_message(m, e, now, scale) else {
                     continue;
                 };
-                if score >= EVENT_MIN_SCORE && best.as_ref().is_none_or(|(s, _)| score > *s) {
-                    best = Some((score, message));
+                // A message that dates something by the event ("two days before the
+                // wedding, …") does not date the event.
+                if score >= EVENT_MIN_SCORE && when::event_time(&message.content).is_none() {
+                    found.push((score, message));
                 }
             }
-            if best.is_some() {
+            if !found.is_empty() {
                 break;
             }
         }
-        let Some((_, m)) = best else { return Ok(None) };
-        let said = when::relative_spans(&m.content, m.created_at);
-        let day = match said.first() {
-            Some(s) if s.days() == 1 => s.start,
-            Some(_) | None => m.created_at.date(),
+        found.sort_by(|a, b| b.0.total_cmp(&a.0));
+        // The best message that says the event's day ("our wedding is on June 10",
+        // "the wedding was yesterday"), else the best one's day (found by a tester: "the
+        // wedding was amazing", sent two days after it, dated the wedding).
+        let stated = found.iter().find_map(|(_, m)| stated_day(m).map(|d| (m, d)));
+        let Some((m, day)) =
+            stated.or_else(|| found.first().map(|(_, m)| (m, m.created_at.date())))
+        else {
+            return Ok(None);
         };
         let span = event.span(day);
         Ok(Some(NamedTime {

@@ -230,11 +230,51 @@ async fn a_time_named_by_an_event_is_read_from_the_conversation(backend: Backend
     let (_, r) = s.post("/v1/search", ask("How did Maya feel the day after the wedding?")).await;
     let how = r["results"][0]["explain"]["time"].as_str().unwrap_or_else(|| panic!("{r}"));
     assert!(how.contains("2023-05-08"), "{how}");
+    // The day a message states beats the day a later message was sent (found by a tester:
+    // "the wedding was amazing", sent two days after it, dated the wedding), and a message
+    // that dates something by the event does not date it.
+    let (st, b) = s
+        .post(
+            "/v1/conversations/w/messages",
+            json!({ "user_id": "w", "messages": [
+                { "role": "user", "content": "Our wedding is on June 10, 2023 in Sintra.", "created_at": "2023-03-01T10:00:00Z" },
+                { "role": "user", "content": "Two days before the wedding I tried on the suit again.", "created_at": "2023-05-20T10:00:00Z" },
+                { "role": "user", "content": "I picked up my grandmother from the airport.", "created_at": "2023-06-08T10:00:00Z" },
+                { "role": "user", "content": "The wedding was amazing, everyone danced.", "created_at": "2023-06-12T10:00:00Z" }
+            ] }),
+        )
+        .await;
+    assert_eq!(st, 202, "{b}");
+    let q = json!({ "user_id": "w", "query": "What did I do two days before the wedding?",
+        "sources": ["messages"], "explain": true });
+    let (_, r) = s.post("/v1/search", q).await;
+    let how = r["results"][0]["explain"]["time"].as_str().unwrap_or_else(|| panic!("{r}"));
+    assert!(how.starts_with("2023-06-08") && how.contains("on 2023-06-10"), "{how}");
+    assert_eq!(contents(&r)[0], "I picked up my grandmother from the airport.", "{r}");
     // An event the user never mentioned: no time is named, nothing is made up.
     let (_, r) =
         s.post("/v1/search", ask("What did Maya do two days before the coronation?")).await;
     for h in r["results"].as_array().unwrap() {
         assert!(h["explain"]["time"].is_null() && h["explain"]["date_rank"].is_null(), "{h}");
+    }
+}
+
+/// A query's relative time with no message to read "now" from (a store of facts alone) is
+/// read against today: its words leave the keyword query, so the fact is still found (found
+/// by a tester: "where did the user live last week" found nothing).
+async fn a_relative_time_without_messages_still_finds_facts(backend: Backend) {
+    let s = Server::on(backend).await;
+    s.remember("one", "The user lives in Bengaluru.").await;
+    for q in ["where did the user live last week", "where did the user live yesterday"] {
+        let (st, r) =
+            s.post("/v1/search", json!({ "user_id": "one", "query": q, "explain": true })).await;
+        assert_eq!(st, 200, "{r}");
+        assert_eq!(
+            r["results"][0]["memory"]["content"], "The user lives in Bengaluru.",
+            "{q}: {r}"
+        );
+        let how = r["results"][0]["explain"]["time"].as_str().unwrap_or_else(|| panic!("{r}"));
+        assert!(how.contains("relative to today"), "{how}");
     }
 }
 
@@ -311,4 +351,5 @@ on_both_backends!(
     seasons_and_the_one_before_last_are_read,
     a_query_that_names_a_time_finds_what_was_said_about_it,
     a_time_named_by_an_event_is_read_from_the_conversation,
+    a_relative_time_without_messages_still_finds_facts,
 );

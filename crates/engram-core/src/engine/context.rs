@@ -104,7 +104,9 @@ impl Engine {
             let left = budget.saturating_sub(block.token_estimate + 2);
             let st = self.short_term(&v, p, &user, &c, left, summaries_only).await?;
             if !st.text.is_empty() {
-                block.text.push_str("\n\n");
+                if !block.text.is_empty() {
+                    block.text.push_str("\n\n");
+                }
                 block.text.push_str(&st.text);
                 block.token_estimate = retrieval::estimate_tokens(&block.text);
             }
@@ -255,12 +257,15 @@ impl Engine {
                 .chosen
                 .sort_by_key(|m| previous.iter().position(|id| *id == m.id).unwrap_or(usize::MAX));
         }
-        // A budget too small for the header itself gets no block at all.
-        let text = if packed.chosen.is_empty() && !retrieval::fits(&[], budget) {
-            String::new()
-        } else {
-            packed.text()
-        };
+        // No fact known gets no block at all (a header over nothing only costs tokens), nor
+        // does a budget too small for the header itself; facts that do not fit leave the
+        // header, which says there are some.
+        let text =
+            if packed.chosen.is_empty() && (!packed.truncated || !retrieval::fits(&[], budget)) {
+                String::new()
+            } else {
+                packed.text()
+            };
         let truncated = packed.truncated;
         let chosen = packed.chosen;
         let memory_ids: Vec<MemoryId> = chosen.iter().map(|m| m.id).collect();

@@ -85,6 +85,11 @@ impl Engine {
             // The messages that hold what the query asks, first: by relevance (a message
             // embedded with the one before it as context can outrank it in the fused order).
             expanded.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.seq.cmp(&b.0.seq)));
+            // Messages with no support of their own only pad the list beside one that has
+            // some (found by a tester); when none has, the covered messages stay, in order.
+            if expanded.first().is_some_and(|m| m.1 > 0.0) {
+                expanded.retain(|m| m.1 > 0.0);
+            }
             expanded.truncate(EXPANDED_MESSAGES);
         }
         Ok(())

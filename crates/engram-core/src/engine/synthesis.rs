@@ -71,6 +71,21 @@ pub fn records(hits: &[Hit]) -> String {
 
 /// The citations of an answer: every `[n]` label of a shown hit, in order of first use;
 /// labels of no hit are removed from the text.
+/// Longest answer passed on, in characters: the LLM is asked for 400 tokens (about 1,600
+/// characters); one that ignores it is cut at the last sentence end before this (found by a
+/// tester: a 100,000-character answer came back whole).
+pub const ANSWER_CHARS: usize = 4_000;
+
+fn capped(answer: &str) -> &str {
+    let Some((cut, _)) = answer.char_indices().nth(ANSWER_CHARS) else { return answer };
+    let head = &answer[..cut];
+    let end = head.char_indices().rev().find(|(_, c)| matches!(c, '.' | '!' | '?' | '。'));
+    match end {
+        Some((i, c)) if i > cut / 2 => &head[..i + c.len_utf8()],
+        _ => head,
+    }
+}
+
 pub fn cite(answer: &str, hits: &[Hit]) -> Synthesis {
     let mut text = String::with_capacity(answer.len());
     let mut citations: Vec<Citation> = Vec::new();
@@ -95,8 +110,14 @@ pub fn cite(answer: &str, hits: &[Hit]) -> Synthesis {
                 }
                 rest = &after[close + 1..];
             }
-            // A label of nothing shown: dropped.
-            Some((_, close)) => rest = &after[close + 1..],
+            // A label of nothing shown: dropped, with the space before it when punctuation
+            // follows ("a claim [9]." → "a claim.").
+            Some((_, close)) => {
+                rest = &after[close + 1..];
+                if rest.starts_with(['.', ',', ';', ':', '!', '?', ')']) {
+                    text.truncate(text.trim_end().len());
+                }
+            }
             None => {
                 text.push('[');
                 rest = after;
@@ -140,7 +161,7 @@ impl Engine {
         if answer.is_empty() {
             return Err(Error::Llm("the LLM returned an empty answer".into()));
         }
-        Ok(cite(answer, hits))
+        Ok(cite(capped(answer), hits))
     }
 }
 
@@ -172,7 +193,7 @@ mod tests {
         assert!(r.contains("[2] (fact"));
         let s =
             cite("They live in Porto [1] with a cat [2][ 1 ] and a dog [7]. See [note].", &hits);
-        assert_eq!(s.answer, "They live in Porto [1] with a cat [2][1] and a dog . See [note].");
+        assert_eq!(s.answer, "They live in Porto [1] with a cat [2][1] and a dog. See [note].");
         let labels: Vec<usize> = s.citations.iter().map(|c| c.label).collect();
         assert_eq!(labels, [1, 2]);
         let Hit::Memory { memory, .. } = &hits[1] else { unreachable!() };
@@ -182,5 +203,15 @@ mod tests {
         );
         let none = cite("Nothing relevant is known.", &hits);
         assert!(none.citations.is_empty());
+    }
+
+    #[test]
+    fn a_long_answer_is_cut_at_a_sentence_end() {
+        let long = "The user likes tea. ".repeat(1_000);
+        let cut = capped(&long);
+        assert!(cut.chars().count() <= ANSWER_CHARS && cut.ends_with("tea."), "{}", cut.len());
+        assert_eq!(capped("Short."), "Short.");
+        let unbroken = "x".repeat(ANSWER_CHARS + 10);
+        assert_eq!(capped(&unbroken).chars().count(), ANSWER_CHARS);
     }
 }

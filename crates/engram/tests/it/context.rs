@@ -121,9 +121,13 @@ async fn a_small_budget_keeps_the_most_relevant_and_sessions_are_stable(backend:
         400,
         "invalid_input",
     );
-    // A user without facts gets just the header.
+    // A user without facts gets no block (a header over nothing only cost tokens); one
+    // whose facts do not fit gets the header, which says there are some.
     let (_, empty) = s.post("/v1/context", json!({ "user_id": "nobody" })).await;
-    assert_eq!(empty["text"], "Known facts about the user:");
+    assert_eq!((&empty["text"], &empty["token_estimate"]), (&json!(""), &json!(0)), "{empty}");
+    let (_, full) = s.post("/v1/context", json!({ "user_id": "u", "token_budget": 8 })).await;
+    assert_eq!(full["text"], "Known facts about the user:", "{full}");
+    assert_eq!(full["truncated"], true, "{full}");
 }
 
 on_both_backends!(

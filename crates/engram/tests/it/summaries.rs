@@ -171,6 +171,8 @@ async fn a_long_conversation_compacts_into_a_dag_that_search_expands(backend: Ba
     let seqs: Vec<&Value> = expanded.iter().map(|e| &e["message"]["seq"]).collect();
     assert_eq!(expanded[0]["message"]["seq"], 137, "{seqs:?}");
     assert!(expanded[0]["score"].as_f64().unwrap() > 0.0);
+    // No message without support of its own pads it (found by a tester).
+    assert!(expanded.iter().all(|e| e["score"].as_f64().unwrap() > 0.0), "{seqs:?}");
     // An expansion keeps to the search's own time window too.
     let since = at(138).format(&Rfc3339).unwrap();
     let q = json!({ "user_id": "u", "query": "greyhound Biscuit", "sources": ["summaries"], "expand": true, "since": since });

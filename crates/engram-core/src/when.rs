@@ -12,6 +12,7 @@
 use time::{Date, Duration, Month, OffsetDateTime, UtcOffset, Weekday};
 
 mod event;
+mod range;
 mod season;
 
 pub use event::{EventTime, event_time};
@@ -480,16 +481,23 @@ fn month(w: &str) -> Option<Month> {
 }
 
 fn day_number(w: &str) -> Option<u8> {
+    // The first of a month in words ("le premier août", "il primo maggio").
+    if matches!(w, "premier" | "primo" | "primero" | "erster" | "ersten") {
+        return Some(1);
+    }
     let digits: String = w.chars().take_while(char::is_ascii_digit).collect();
     let rest = &w[digits.len()..];
-    if !matches!(rest, "" | "st" | "nd" | "rd" | "th") {
+    // English ordinals, and French "1er" / "1re", Spanish and Italian "1º" / "1°".
+    if !matches!(rest, "" | "st" | "nd" | "rd" | "th" | "er" | "re" | "º" | "°") {
         return None;
     }
     digits.parse::<u8>().ok().filter(|d| (1..=31).contains(d))
 }
 
+/// A year as the stores keep them (1678–2261: a message may be dated 1750, and a query
+/// naming "January 1, 1750" lost its year when only 1900–2200 were years).
 fn year_number(w: &str) -> Option<i32> {
-    w.parse::<i32>().ok().filter(|y| (1900..=2200).contains(y))
+    w.parse::<i32>().ok().filter(|y| (1678..=2261).contains(y))
 }
 
 /// The time a query names: a day ("March 16, 2022", "16 March 2022", "2022-03-16"), a month
@@ -513,7 +521,7 @@ pub fn query_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<(Span, 
         let rest = [rest, after].iter().filter(|p| !p.is_empty()).cloned().collect::<Vec<_>>();
         return Some((event.span(day), rest.join(" ")));
     }
-    plain_time(query, anchor)
+    range::range_time(query, anchor).or_else(|| plain_time(query, anchor))
 }
 
 /// [`query_time`] without times relative to a date; a month named with "early", "mid" or

@@ -391,3 +391,51 @@ fn early_mid_and_late_narrow_a_month() {
         Some(span(date!(2023 - 05 - 01), date!(2023 - 05 - 31)))
     );
 }
+
+#[test]
+fn a_range_of_two_times_is_read_whole() {
+    let t = datetime!(2023-06-01 10:00 UTC);
+    let q = |s: &str| query_time(s, Some(t)).map(|(s, rest)| (s.start, s.end, rest));
+    assert_eq!(
+        q("What did I do between January 10 and January 16, 2022?"),
+        Some((date!(2022 - 01 - 10), date!(2022 - 01 - 16), "What did I do".into()))
+    );
+    assert_eq!(
+        q("where did she travel from May 2022 to July 2022"),
+        Some((date!(2022 - 05 - 01), date!(2022 - 07 - 31), "where did she travel".into()))
+    );
+    assert_eq!(
+        q("du 3 au 9 mai 2023").map(|x| (x.0, x.1)),
+        Some((date!(2023 - 05 - 03), date!(2023 - 05 - 09)))
+    );
+    assert_eq!(
+        q("entre el 10 y el 16 de enero de 2022").map(|x| (x.0, x.1)),
+        Some((date!(2022 - 01 - 10), date!(2022 - 01 - 16)))
+    );
+    // Across a year's end, the first end's year from the second.
+    assert_eq!(
+        q("between December 28 and January 3, 2023").map(|x| (x.0, x.1)),
+        Some((date!(2022 - 12 - 28), date!(2023 - 01 - 03)))
+    );
+    // Not ranges: the first end is no time, or the range is years long.
+    assert_eq!(
+        q("between the kids and me, what happened on May 3, 2023?").map(|x| (x.0, x.1)),
+        Some((date!(2023 - 05 - 03), date!(2023 - 05 - 03)))
+    );
+    assert_eq!(q("what changed from 1990 to 2020"), None);
+}
+
+#[test]
+fn the_first_of_a_month_in_words_is_a_day() {
+    let q = |s: &str| query_time(s, None).map(|(s, _)| (s.start, s.end));
+    let first = Some((date!(2022 - 08 - 01), date!(2022 - 08 - 01)));
+    assert_eq!(q("Qu'est-ce que j'ai fait le 1er août 2022 ?"), first);
+    assert_eq!(q("Qu'est-ce que j'ai fait le premier août 2022 ?"), first);
+    assert_eq!(q("Cosa ho fatto il primo agosto 2022?"), first);
+    assert_eq!(q("What did I do on the 1st of August 2022?"), first);
+    // Years as old as a message may be.
+    assert_eq!(
+        q("What did I eat on January 1, 1750?"),
+        Some((date!(1750 - 01 - 01), date!(1750 - 01 - 01)))
+    );
+}

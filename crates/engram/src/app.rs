@@ -225,6 +225,13 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         mode = if !keys_exist { "local (no API keys: tenant 'default', loopback only)" } else { "API keys" },
         "engram listening"
     );
+    if let Ok(Some(import)) = engine.import_mark().await {
+        tracing::warn!(
+            import = %import,
+            "an engram import into this store did not finish: its rows so far are served; \
+             run it again to complete it"
+        );
+    }
     let shutdown = CancellationToken::new();
     let workers = settings.run_workers.then(|| {
         tokio::spawn(run_workers(

@@ -295,7 +295,19 @@ where
         .await
         .map_err(crate::api::error::cli_error)?;
 
-    // Pass 2: write, in batches.
+    // Pass 2: write, in batches, the store marked until the last row is in: an import cut
+    // short (killed, a full disk) is said to be unfinished by `/v1/stats`, the server's
+    // start and the next import, which completes it (rows already there are skipped).
+    let err = crate::api::error::cli_error;
+    if let Some(earlier) = engine.import_mark().await.map_err(err)? {
+        eprintln!(
+            "engram: an earlier import did not finish ({earlier}); this one completes it if it \
+             is the same file (rows already there are skipped)"
+        );
+    }
+    let name = if file == "-" { "stdin".to_string() } else { file.to_string() };
+    let mark = format!("{name}, begun {}", crate::api::dto::fmt_ts(engram_core::model::now()));
+    engine.set_import_mark(Some(&mark)).await.map_err(err)?;
     let progress = Progress::new("importing", "rows", Some(rows), json);
     let mut state = RestoreState { target: target.clone(), ..Default::default() };
     let mut batch = Vec::with_capacity(BATCH);
@@ -315,6 +327,7 @@ where
     if !batch.is_empty() {
         engine.restore(&batch, &mut state).await.map_err(crate::api::error::cli_error)?;
     }
+    engine.set_import_mark(None).await.map_err(err)?;
     progress.finish();
     let r = state.report;
     let summary = ImportSummary {

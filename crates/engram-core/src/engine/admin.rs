@@ -150,6 +150,7 @@ impl Engine {
             compaction: CompactionStatus::of(llm.is_some(), &s),
             store: s,
             backlog,
+            import_unfinished: self.svc.store.import_mark().await?,
             at: crate::model::now(),
         })
     }

@@ -40,6 +40,17 @@ impl Engine {
         }
     }
 
+    /// What an import that has not finished said when it began (`engram import` marks the
+    /// store before its first row and clears the mark after its last), if one has not.
+    pub async fn import_mark(&self) -> Result<Option<String>> {
+        self.svc.store.import_mark().await
+    }
+
+    /// Mark an import begun (Some) or finished (None).
+    pub async fn set_import_mark(&self, mark: Option<&str>) -> Result<()> {
+        self.svc.store.set_import_mark(mark).await
+    }
+
     /// Operator restore (`engram import`): one batch of backup rows, see [`Store::restore`].
     pub async fn restore(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()> {
         self.svc.store.restore(rows, state).await

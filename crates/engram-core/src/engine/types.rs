@@ -363,6 +363,9 @@ pub struct Stats {
     pub compaction: super::admin::CompactionStatus,
     /// What background work has not caught up with yet.
     pub backlog: crate::store::Backlog,
+    /// An `engram import` that has not finished: the file and when it began (its rows so far
+    /// are in the store; running it again completes it).
+    pub import_unfinished: Option<String>,
     /// When the figures were read (backlog ages are measured from it).
     pub at: time::OffsetDateTime,
 }

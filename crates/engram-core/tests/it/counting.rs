@@ -939,6 +939,14 @@ impl MaintenanceStore for Counting {
         self.hit("restore");
         self.inner.restore(rows, state).await
     }
+    async fn import_mark(&self) -> Result<Option<String>> {
+        self.hit("import_mark");
+        self.inner.import_mark().await
+    }
+    async fn set_import_mark(&self, mark: Option<&str>) -> Result<()> {
+        self.hit("set_import_mark");
+        self.inner.set_import_mark(mark).await
+    }
 }
 
 /// [`Words`], recording the texts of every background call; it adds a message alone to its

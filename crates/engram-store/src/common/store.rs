@@ -860,4 +860,25 @@ impl<D: Native> MaintenanceStore for SqlStore<D> {
     async fn restore(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()> {
         self.0.restore_rows(rows, state).await
     }
+
+    async fn import_mark(&self) -> Result<Option<String>> {
+        let sql = "SELECT value FROM meta WHERE key = 'import_unfinished'";
+        self.0
+            .read_opt(sql, &[])
+            .await?
+            .map(|r| super::rows::Columns::text(&r, "value"))
+            .transpose()
+    }
+
+    async fn set_import_mark(&self, mark: Option<&str>) -> Result<()> {
+        match mark {
+            Some(m) => {
+                let sql = "INSERT INTO meta (key, value) VALUES ('import_unfinished', ?) \
+                           ON CONFLICT (key) DO UPDATE SET value = excluded.value";
+                self.0.write(sql, &[Arg::Text(m)]).await?
+            }
+            None => self.0.write("DELETE FROM meta WHERE key = 'import_unfinished'", &[]).await?,
+        };
+        Ok(())
+    }
 }

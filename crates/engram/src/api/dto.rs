@@ -599,6 +599,7 @@ impl From<&engram_core::engine::Remembered> for Created {
 impl From<engram_core::engine::Stats> for StatsDto {
     fn from(s: engram_core::engine::Stats) -> Self {
         StatsDto {
+            import_unfinished: s.import_unfinished.clone(),
             embedder: s.embedder,
             embedder_dims: s.embedder_dims,
             embedding_coverage: s.embedding_coverage,
@@ -762,6 +763,10 @@ pub struct StatsDto {
     pub extraction: ExtractionStats,
     pub compaction: CompactionStats,
     pub backlog: BacklogDto,
+    /// An `engram import` that has not finished (killed, a full disk): the file and when it
+    /// began. Its rows so far are in the store; running it again completes it. Null
+    /// otherwise.
+    pub import_unfinished: Option<String>,
 }
 
 /// Seconds from `since` to `at` (0 if the clock went back), or none.

@@ -265,3 +265,63 @@ async fn a_refused_import_creates_no_store() {
     assert!(!ok && err.contains("line 2"), "{err}");
     assert!(!db.dir().join("engram.db").exists(), "a store was created");
 }
+
+/// An import killed part way (found by a tester: half of a restore was served with nothing
+/// saying so) leaves the store marked: `/v1/stats` names the unfinished import, the next
+/// import says so and completes it, and the mark is then gone.
+async fn an_import_killed_part_way_is_said_to_be_unfinished(backend: Backend) {
+    let a = Db::new(backend).await;
+    let (ok, _, err) = a.cli(&["remember", "Fact number zero.", "--user", "bulk"]);
+    assert!(ok, "{err}");
+    let one = cli_ok(&a, &["export"]);
+    let lines: Vec<Value> = one.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let memory = lines.iter().find(|l| l["table"] == "memories").unwrap().clone();
+    // Many copies of the row under new ids: a file that takes a while to import.
+    const N: usize = 6_000;
+    let mut file = vec![lines[0].to_string()];
+    for i in 0..N {
+        let mut m = memory.clone();
+        m["row"]["id"] = json!(format!("01a20297-0000-7000-8000-{i:012}"));
+        m["row"]["content"] = json!(format!("Fact number {i}."));
+        file.push(m.to_string());
+    }
+    file.push(json!({ "end": { "rows": N } }).to_string());
+    let b = Db::new(backend).await;
+    let path = b.dir().join("bulk.jsonl");
+    std::fs::write(&path, file.join("\n")).unwrap();
+    let s = b.serve(&[]);
+    let unfinished = async || s.get("/v1/stats").await.1["import_unfinished"].clone();
+    assert_eq!(unfinished().await, Value::Null);
+    let mut child = b
+        .engram()
+        .args(["import", path.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed as soon as the mark is there (it is set before the first row).
+    let mut seen = Value::Null;
+    for _ in 0..2_000 {
+        seen = unfinished().await;
+        if !seen.is_null() || child.try_wait().unwrap().is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let _ = child.kill();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the import ended before it was killed: make the file larger");
+    let mark = seen.as_str().unwrap_or_else(|| panic!("no mark while importing: {seen}"));
+    assert!(mark.contains("bulk.jsonl") && mark.contains("begun"), "{mark}");
+    assert_eq!(unfinished().await, seen, "the mark outlives the killed import");
+    // Run again: said, completed, unmarked.
+    let (ok, out, err) = b.cli(&["import", path.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(err.contains("an earlier import did not finish"), "{err}");
+    assert!(out.contains("imported") && out.contains("already present"), "{out}");
+    assert_eq!(unfinished().await, Value::Null);
+    let (_, st) = s.get("/v1/stats").await;
+    assert_eq!(st["memories_active"], N, "{st}");
+}
+
+on_both_backends!(an_import_killed_part_way_is_said_to_be_unfinished);

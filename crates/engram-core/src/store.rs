@@ -893,9 +893,7 @@ pub trait MaintenanceStore: Send + Sync {
     /// re-run. Rows that are not a valid backup row of a known table are `Unprocessable`,
     /// naming the table and column, and nothing of the batch is written.
     async fn restore(&self, rows: &[BackupRow], state: &mut RestoreState) -> Result<()>;
-    /// The mark of an import under way (`engram import` sets it before its first row and
-    /// clears it after its last): what it says while one has not finished, else None.
+    /// The mark of an unfinished import (`engram import` sets it, then clears it), if any.
     async fn import_mark(&self) -> Result<Option<String>>;
-    /// Set (Some) or clear (None) the mark of an import under way.
     async fn set_import_mark(&self, mark: Option<&str>) -> Result<()>;
 }

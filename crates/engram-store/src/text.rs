@@ -65,9 +65,10 @@ pub fn query_terms(q: &str) -> Vec<String> {
 /// Chinese function characters, which split a query's run like punctuation, as English
 /// function words leave keyword queries: "上海的天气怎么样" asks about 上海 and 天气, and the
 /// pairs across them (海的, 的天, 气怎) are words of no text. Japanese hiragana, which mostly
-/// writes grammar (は, を, に, でした), split it too.
+/// writes grammar (は, を, に, でした), split it too. Not 都 ("all", but also the 都 of
+/// 京都 and 成都: a tester's 京都 found 北京 and 東京 through 京 alone).
 const FUNCTION_CHARS: &str =
-    "的了是在和与及或也就都而吗呢吧啊呀这那哪怎么什样为把被给我你他她它们个很还着过";
+    "的了是在和与及或也就而吗呢吧啊呀这那哪怎么什样为把被给我你他她它们个很还着过";
 
 fn splits_a_query(c: char) -> bool {
     FUNCTION_CHARS.contains(c) || ('\u{3040}'..='\u{309F}').contains(&c)
@@ -386,6 +387,7 @@ mod tests {
         assert_eq!(query_terms("ユーザーは東京"), ["ユー", "ーザ", "ザー", "東京"]);
         assert_eq!(query_terms("서울에서"), ["서울", "울에", "에서"]);
         assert!(query_terms("我的").is_empty(), "function characters alone name nothing");
+        assert_eq!(query_terms("住在京都"), ["住", "京都"], "京都 is Kyoto, not 京");
         // Each query pair is a word of the text that holds it.
         let text = index_text(&["用户住在北京，喜欢吃北京烤鸭。"]);
         let words: Vec<&str> = text.split(' ').collect();

@@ -315,7 +315,10 @@ impl Engine {
                 if rated.contains(&mid) {
                     continue;
                 }
+                // A version edited or forgotten since the turn keeps the rating it had:
+                // history is not rewritten (found by a tester, as for a direct rating).
                 if let Some(m) = self.svc.store.get_memory(&p.tenant, mid).await?
+                    && m.superseded_at.is_none()
                     && self.visible(p, &m).await?
                 {
                     let mut ev = Self::event(mid, EventKind::Rated, None, p, now);

@@ -423,6 +423,31 @@ fn a_range_of_two_times_is_read_whole() {
         Some((date!(2023 - 05 - 03), date!(2023 - 05 - 03)))
     );
     assert_eq!(q("what changed from 1990 to 2020"), None);
+    // Forms a tester found unread, or read as one day.
+    let jan = Some((date!(2022 - 01 - 10), date!(2022 - 01 - 16)));
+    assert_eq!(q("What did I do between January 10 and 16, 2022?").map(|x| (x.0, x.1)), jan);
+    assert_eq!(
+        q("museum January 10-16, 2022").map(|x| (x.0, x.2)),
+        Some((date!(2022 - 01 - 10), "museum".into()))
+    );
+    assert_eq!(q("museum January 10-16, 2022").map(|x| (x.0, x.1)), jan);
+    assert_eq!(q("between the 10th and the 16th of January 2022").map(|x| (x.0, x.1)), jan);
+    assert_eq!(q("between January 16 and January 10, 2022").map(|x| (x.0, x.1)), jan, "reversed");
+    assert_eq!(
+        q("What did I do since January 10, 2023?"),
+        Some((date!(2023 - 01 - 10), date!(2023 - 06 - 01), "What did I do".into()))
+    );
+    assert_eq!(
+        q("from March 3, 2023 until now").map(|x| (x.0, x.1)),
+        Some((date!(2023 - 03 - 03), date!(2023 - 06 - 01)))
+    );
+    // Ends that are no times leave the query to the other rules.
+    let may = Some((date!(2023 - 05 - 01), date!(2023 - 05 - 31)));
+    assert_eq!(q("since the move, what did I do in May 2023?").map(|x| (x.0, x.1)), may);
+    assert_eq!(
+        q("from 3 to 5 people came on May 4, 2023").map(|x| (x.0, x.1)),
+        Some((date!(2023 - 05 - 04), date!(2023 - 05 - 04)))
+    );
 }
 
 #[test]

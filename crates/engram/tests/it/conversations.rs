@@ -106,6 +106,25 @@ async fn rating_a_reply_cascades_to_the_memories_recalled_for_its_turn(backend: 
             .iter()
             .any(|e| e["event"] == "rated" && e["detail"]["via_message"] == msg)
     );
+    // A fact forgotten since its turn keeps its rating: the cascade skips it (found by a
+    // tester, as for a direct rating of a forgotten fact).
+    let (_, r) = s.post("/v1/search", json!({ "query": "what is the user's job", "user_id": "u", "limit": 1, "turn_id": "t-43" })).await;
+    assert_eq!(r["results"][0]["memory"]["id"], other.as_str());
+    let (_, b) = s
+        .post(
+            "/v1/conversations/c/messages",
+            json!({ "user_id": "u", "messages": [
+            { "role": "assistant", "content": "Night shifts again?", "turn_id": "t-43" } ] }),
+        )
+        .await;
+    let reply = b["messages"][0]["id"].as_str().unwrap().to_string();
+    let (st, _) = s.req("DELETE", &format!("/v1/memories/{other}"), None).await;
+    assert!(st.is_success());
+    let (st, rated) = s.post(&format!("/v1/messages/{reply}/rating"), json!({ "value": 1 })).await;
+    assert_eq!(st, StatusCode::OK, "{rated}");
+    assert_eq!(rated["rated_memories"], json!([]), "{rated}");
+    let (_, m) = s.get(&format!("/v1/memories/{other}")).await;
+    assert_eq!(m["rating"], 0, "{m}");
 }
 
 on_both_backends!(

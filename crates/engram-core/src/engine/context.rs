@@ -163,6 +163,8 @@ impl Engine {
                     .get_context_session(&v.tenant, sid, &user, v.pool.as_deref())
                     .await?
                 && s.params.as_ref().and_then(|p| p.get("terms")) == Some(&terms)
+                // An empty block keeps nothing stable: a fact learnt since joins it.
+                && !s.memory_ids.is_empty()
             {
                 let changed = if SessionNotes::of(&s).unchanged(version, now) {
                     None
@@ -257,9 +259,8 @@ impl Engine {
                 .chosen
                 .sort_by_key(|m| previous.iter().position(|id| *id == m.id).unwrap_or(usize::MAX));
         }
-        // No fact known gets no block at all (a header over nothing only costs tokens), nor
-        // does a budget too small for the header itself; facts that do not fit leave the
-        // header, which says there are some.
+        // No fact known, or no room for the header, gets no block; facts that do not fit
+        // leave the header, which says there are some.
         let text =
             if packed.chosen.is_empty() && (!packed.truncated || !retrieval::fits(&[], budget)) {
                 String::new()

@@ -128,6 +128,13 @@ async fn a_small_budget_keeps_the_most_relevant_and_sessions_are_stable(backend:
     let (_, full) = s.post("/v1/context", json!({ "user_id": "u", "token_budget": 8 })).await;
     assert_eq!(full["text"], "Known facts about the user:", "{full}");
     assert_eq!(full["truncated"], true, "{full}");
+    // A session opened before the user's first fact picks the fact up (found by a tester:
+    // the empty block stayed cached).
+    let ask = json!({ "user_id": "newcomer", "session_id": "s-new" });
+    assert_eq!(s.post("/v1/context", ask.clone()).await.1["text"], "");
+    s.remember("newcomer", "The user is learning Portuguese.").await;
+    let (_, after) = s.post("/v1/context", ask).await;
+    assert!(after["text"].as_str().unwrap().contains("learning Portuguese"), "{after}");
 }
 
 on_both_backends!(

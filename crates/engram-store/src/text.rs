@@ -45,6 +45,7 @@ pub const STOPWORDS: &[&str] = &[
 /// The words of a query as FTS5 sees them (lowercased, deduplicated, at most 64), without
 /// English function words (none left: no terms, and the keyword list is empty).
 pub fn query_terms(q: &str) -> Vec<String> {
+    let q = &*fold_width(q);
     let mut terms: Vec<String> = Vec::new();
     let runs = q.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty());
     'runs: for run in runs.filter(|t| !is_clitic_tail(q, t)) {
@@ -84,15 +85,25 @@ fn query_pieces(run: &str) -> Vec<&str> {
             out.push(seg);
             continue;
         }
+        let before = out.len();
         for stretch in seg.split(splits_a_query).filter(|x| !x.is_empty()) {
-            let b = char_bounds(stretch);
-            if b.len() == 2 {
-                out.push(stretch);
-            }
-            out.extend(b.windows(3).map(|w| &stretch[w[0]..w[2]]));
+            out.extend(pairs(stretch));
+        }
+        // A word written in kana alone ("ねこ", "すし") is all separators: its own pairs.
+        if out.len() == before && seg.chars().any(|c| ('\u{3040}'..='\u{309F}').contains(&c)) {
+            out.extend(pairs(seg));
         }
     }
     out
+}
+
+/// The overlapping pairs of characters of `s`, or `s` itself when it is one character.
+fn pairs(s: &str) -> Vec<&str> {
+    let b = char_bounds(s);
+    if b.len() == 2 {
+        return vec![s];
+    }
+    b.windows(3).map(|w| &s[w[0]..w[2]]).collect()
 }
 
 /// A run cut where it passes between characters written without spaces
@@ -205,11 +216,25 @@ fn words(s: &str) -> impl Iterator<Item = &str> {
     })
 }
 
+/// Fullwidth forms of ASCII (`１２月５日`, `ＡＢＣ`), written by Chinese and Japanese input
+/// methods, as ASCII: `12月5日` and `１２月５日` are the same words (found by a tester).
+pub fn fold_width(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(is_fullwidth) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let narrow = |c: char| char::from_u32(c as u32 - 0xFEE0).unwrap_or(c);
+    s.chars().map(|c| if is_fullwidth(c) { narrow(c) } else { c }).collect()
+}
+
+fn is_fullwidth(c: char) -> bool {
+    ('\u{FF01}'..='\u{FF5E}').contains(&c)
+}
+
 /// What SQLite's keyword index reads of a row instead of its text, when the text has
 /// characters written without spaces (FTS5's tokenizer keeps a run of them as one word):
 /// its [`index_text`]. `None` for every other text, indexed as it is.
 pub fn keyword_text(text: &str) -> Option<String> {
-    text.chars().any(is_wide).then(|| index_text(&[text]))
+    text.chars().any(|c| is_wide(c) || is_fullwidth(c)).then(|| index_text(&[text]))
 }
 
 /// Whether `word` (a slice of `q`) is a short tail glued to the word before it by an
@@ -239,7 +264,7 @@ pub fn fold_diacritics(word: &str) -> String {
 pub fn index_text(parts: &[&str]) -> String {
     let mut out = String::new();
     for p in parts {
-        for w in words(p) {
+        for w in words(&fold_width(p)) {
             if !out.is_empty() {
                 out.push(' ');
             }
@@ -387,6 +412,14 @@ mod tests {
         assert_eq!(query_terms("ユーザーは東京"), ["ユー", "ーザ", "ザー", "東京"]);
         assert_eq!(query_terms("서울에서"), ["서울", "울에", "에서"]);
         assert!(query_terms("我的").is_empty(), "function characters alone name nothing");
+        // A word in kana alone is found by its own pairs (found by a tester: ねこ, すし).
+        assert_eq!(query_terms("ねこ"), ["ねこ"]);
+        // Fullwidth digits are digits.
+        assert_eq!(query_terms("１２月５日"), query_terms("12月5日"));
+        assert_eq!(index_text(&["生日是１２月５日"]), index_text(&["生日是12月5日"]));
+        assert_eq!(query_terms("うちのねこ"), ["うち", "ちの", "のね", "ねこ"]);
+        let text = index_text(&["うちのねこはとてもかわいいです。"]);
+        assert!(text.split(' ').any(|w| w == "ねこ"), "{text}");
         assert_eq!(query_terms("住在京都"), ["住", "京都"], "京都 is Kyoto, not 京");
         // Each query pair is a word of the text that holds it.
         let text = index_text(&["用户住在北京，喜欢吃北京烤鸭。"]);

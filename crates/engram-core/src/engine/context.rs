@@ -164,7 +164,7 @@ impl Engine {
                     .await?
                 && s.params.as_ref().and_then(|p| p.get("terms")) == Some(&terms)
                 // An empty block keeps nothing stable: a fact learnt since joins it.
-                && !s.memory_ids.is_empty()
+                && !s.text.is_empty()
             {
                 let changed = if SessionNotes::of(&s).unchanged(version, now) {
                     None

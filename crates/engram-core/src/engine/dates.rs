@@ -26,7 +26,9 @@ const DATE_SCAN: usize = 2_000;
 /// The time a query names, as search reads it.
 #[derive(Debug, Clone)]
 pub(super) struct NamedTime {
-    pub span: Span,
+    /// The days named; None when they could not be read against the conversation (no
+    /// message to read "now" from): the words still leave the keyword query.
+    pub span: Option<Span>,
     /// The query without the words that named the time (for the keyword list).
     pub keywords: String,
     /// How it was read, for `explain.time`.
@@ -93,10 +95,10 @@ impl Engine {
     /// the conversation ("two days before the wedding": the event's day is read from the
     /// user's message that names it); or a relative time ("last week") or a month without
     /// its year ("in June") against the user's latest message (the conversation's own
-    /// "now", not the clock), or today when there is none.
+    /// "now", not the clock); with none, no days, only its words out of the keywords.
     pub(super) async fn query_time(&self, v: &View, query: &str) -> Result<Option<NamedTime>> {
         if let Some((span, keywords)) = when::query_time(query, None) {
-            return Ok(Some(NamedTime { span, keywords, how: days(span) }));
+            return Ok(Some(NamedTime { span: Some(span), keywords, how: days(span) }));
         }
         if let Some(user) = &v.user
             && let Some(found) = self.event_time(v, user, query).await?
@@ -107,23 +109,31 @@ impl Engine {
             return Ok(None);
         }
         // With no message to read "now" from (a store of facts alone, or no user named),
-        // today: the time still boosts facts of its dates, and its words still leave the
-        // keyword query (found by a tester: "where did the user live last week" found
-        // nothing, its words weighing against the fact).
+        // no days are named, but the time's words still leave the keyword query (found by
+        // a tester: "where did the user live last week" found nothing, its words weighing
+        // against the fact). Read against today, every fact written today would match it.
         let latest = match &v.user {
             Some(user) => self.latest_visible(v, user).await?,
             None => None,
         };
-        let (anchor, whose) = match &latest {
-            Some(m) => {
-                (m.created_at, format!("the user's latest message, {}", m.created_at.date()))
-            }
-            None => (crate::model::now(), "today: no message to read it from".to_string()),
+        let Some(m) = latest else {
+            let words = when::query_time(query, Some(crate::model::now()));
+            return Ok(words.map(|(_, keywords)| NamedTime {
+                span: None,
+                keywords,
+                how: "not read: no message to read \"now\" from (its words are left out of \
+                      the keyword query)"
+                    .to_string(),
+            }));
         };
-        Ok(when::query_time(query, Some(anchor)).map(|(span, keywords)| NamedTime {
-            span,
+        Ok(when::query_time(query, Some(m.created_at)).map(|(span, keywords)| NamedTime {
+            span: Some(span),
             keywords,
-            how: format!("{} (relative to {whose})", days(span)),
+            how: format!(
+                "{} (relative to the user's latest message, {})",
+                days(span),
+                m.created_at.date()
+            ),
         }))
     }
 
@@ -205,7 +215,7 @@ impl Engine {
         };
         let span = event.span(day);
         Ok(Some(NamedTime {
-            span,
+            span: Some(span),
             keywords,
             how: format!("{} ({} on {day}: message {})", days(span), event.describe(), m.id),
         }))

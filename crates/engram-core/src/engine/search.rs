@@ -85,7 +85,7 @@ impl Engine {
         // A time the query names is matched by dates; its words leave the keyword query.
         let timed = self.query_time(&v, query).await?;
         let (when, keywords) = match &timed {
-            Some(t) => (Some(t.span), t.keywords.as_str()),
+            Some(t) => (t.span, t.keywords.as_str()),
             None => (None, query),
         };
         let (qv, message_qv) = self.query_vectors(&v, &input, query).await?;

@@ -627,6 +627,11 @@ async fn a_malformed_import_line_is_named_and_nothing_is_imported(backend: Backe
             assert!(err.contains(w), "error does not mention {w}: {err}");
         }
         assert!(!out.contains("imported"), "{out}");
+        // With --json, the refusal carries a code of its own (it was the generic "error").
+        let (_, _, err) = dst.cli(&["import", file.to_str().unwrap(), "--json"]);
+        let e: Value = serde_json::from_str(err.trim().lines().last().unwrap()).unwrap();
+        let code = e["error"]["code"].as_str().unwrap();
+        assert!(matches!(code, "invalid_input" | "unprocessable"), "{e}");
         // No store at all (SQLite: a refused file creates none), or an empty one.
         let created = dst.url().is_some() || dst.dir().join("engram.db").exists();
         assert!(

@@ -506,7 +506,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             )
         }
         Command::Keys(k) => keys(&cli.common, k).await,
-        Command::Worker(args) => crate::app::worker(Settings::resolve(&cli.common, &args)?).await,
+        Command::Worker(args) => {
+            if args.no_workers {
+                // Found by a tester: it printed "engram worker running" and ran the workers.
+                anyhow::bail!(
+                    "--no-workers turns off the workers of `engram serve`; `engram worker` runs \
+                     nothing but workers"
+                );
+            }
+            crate::app::worker(Settings::resolve(&cli.common, &args)?).await
+        }
         Command::Jobs(j) => jobs(&cli.common, j).await,
         Command::Backfill(BackfillCommand::ToolCalls { tenant }) => {
             let engine = open_existing(&cli.common).await?;

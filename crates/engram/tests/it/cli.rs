@@ -804,6 +804,7 @@ async fn bad_cli_input_fails_with_a_clear_message_and_stores_nothing(backend: Ba
         (vec!["keys", "create", "--tenant", "t1", "--role", "root"], &["root"]),
         (vec!["keys", "create", "--role", "admin"], &["--tenant"]),
         (vec!["keys", "revoke", "key_000000000000"], &["not found"]),
+        (vec!["worker", "--no-workers"], &["--no-workers", "nothing but workers"]),
     ];
     for (args, words) in &cases {
         let (success, out, err) = d.cli(args);

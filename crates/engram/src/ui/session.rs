@@ -184,10 +184,18 @@ pub async fn signin(
         *res.status_mut() = axum::http::StatusCode::UNAUTHORIZED;
         return Ok(res);
     }
+    // Behind a TLS-terminating proxy (it says `X-Forwarded-Proto: https`) the cookie is
+    // `Secure`, so a browser never sends the key over plain HTTP; served over HTTP itself
+    // (loopback, a LAN) it cannot be, or the browser would drop it.
+    let https = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"));
     let cookie = Cookie::build((COOKIE, key.to_string()))
         .path("/")
         .http_only(true)
         .same_site(SameSite::Strict)
+        .secure(https)
         .build();
     Ok((jar.add(cookie), Redirect::to("/")).into_response())
 }

@@ -427,6 +427,20 @@ async fn the_memory_screen(backend: Backend) {
     let page = r.text().await.unwrap();
     assert!(page.contains("new-bot") && page.contains("post-turn"), "{page}");
     assert_eq!(as_bot("/agents/support-bot").await.unwrap().status(), StatusCode::NOT_FOUND);
+    // Behind a TLS proxy the key's cookie is Secure; served over plain HTTP it cannot be.
+    for (proto, secure) in [("https", true), ("http", false)] {
+        let r = http
+            .post(format!("{}/signin", s.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("x-forwarded-proto", proto)
+            .body(form(&[("key", bot.as_str())]))
+            .send()
+            .await
+            .unwrap();
+        let set = r.headers()["set-cookie"].to_str().unwrap().to_string();
+        assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
+        assert_eq!(set.contains("Secure"), secure, "{proto}: {set}");
+    }
     b.close().await;
 }
 

@@ -206,8 +206,30 @@ fn parse_line(n: usize, text: &str) -> anyhow::Result<Line> {
 }
 
 /// Import a file written by [`export`] (or by an earlier engram's export). `tenant`: put
-/// every row into this tenant instead of its own (one tenant's rows only).
+/// every row into this tenant instead of its own (one tenant's rows only). A file refused by
+/// the checks (unreadable, cut short, not an export) is the input's fault: its error says
+/// `invalid_input`, as the engine's refusals carry their own code.
 pub async fn import<F, Fut>(
+    open: F,
+    file: &str,
+    tenant: Option<&str>,
+    json: bool,
+) -> anyhow::Result<()>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Engine>>,
+{
+    restore_file(open, file, tenant, json).await.map_err(|e| {
+        if e.chain().any(|c| c.is::<crate::api::error::CliError>()) {
+            e
+        } else {
+            let message = format!("{e:#}");
+            anyhow::Error::new(crate::api::error::CliError { message, code: "invalid_input" })
+        }
+    })
+}
+
+async fn restore_file<F, Fut>(
     open: F,
     file: &str,
     tenant: Option<&str>,

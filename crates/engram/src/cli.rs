@@ -490,20 +490,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Import { file, tenant, json } => {
             let common = &cli.common;
-            // A file refused by the checks (unreadable, cut short, not an export) is the
-            // input's fault: `invalid_input`, as the engine's refusals carry their own code.
-            crate::backup::import(|| open(common), &file, tenant.as_deref(), json).await.map_err(
-                |e| {
-                    if e.chain().any(|c| c.is::<crate::api::error::CliError>()) {
-                        e
-                    } else {
-                        anyhow::Error::new(crate::api::error::CliError {
-                            message: format!("{e:#}"),
-                            code: "invalid_input",
-                        })
-                    }
-                },
-            )
+            crate::backup::import(|| open(common), &file, tenant.as_deref(), json).await
         }
         Command::Keys(k) => keys(&cli.common, k).await,
         Command::Worker(args) => {

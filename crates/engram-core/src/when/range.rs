@@ -75,6 +75,9 @@ pub(super) fn range_time(query: &str, anchor: Option<OffsetDateTime>) -> Option<
 
 /// "January 10-16, 2022" → "between January 10 and January 16, 2022".
 fn days_with_a_dash(query: &str) -> String {
+    if !query.contains(['-', '–']) {
+        return query.to_string();
+    }
     let tokens: Vec<&str> = query.split_whitespace().collect();
     let mut out: Vec<String> = Vec::with_capacity(tokens.len() + 3);
     for (k, t) in tokens.iter().enumerate() {

@@ -257,6 +257,8 @@ on_both_backends!(an_export_read_in_part_ends_quietly);
 /// dir was left with an empty `engram.db`, though nothing may be written).
 #[tokio::test]
 async fn a_refused_import_creates_no_store() {
+    let _w =
+        crate::helpers::watchdog(concat!(module_path!(), "::a_refused_import_creates_no_store"));
     let db = Db::new(Backend::Sqlite).await;
     let file = db.dir().join("bad.jsonl");
     std::fs::write(&file, "{\"engram_export\": 1, \"scope\": {}, \"embedding\": null}\nnot json\n")

@@ -10,6 +10,7 @@ use std::process::Stdio;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use crate::helpers::Bounded as _;
 use crate::helpers::{Backend, Db};
 
 /// Run a command that must succeed; returns stdout.
@@ -499,7 +500,7 @@ fn ok_with(db: &Db, embedder: &str, args: &[&str]) -> String {
         .args(["--embedder", embedder])
         .args(args)
         .env("ENGRAM_LOG", "warn")
-        .output()
+        .output_bounded()
         .expect("run engram");
     let (stdout, stderr) =
         (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -547,7 +548,7 @@ async fn local_picks_int8_for_a_new_store_and_keeps_an_exact_store_exact(backend
         .arg(old.dir())
         .args(old.store_args())
         .args(["--embedder", &int8, "recall", "sister", "--user", "u"])
-        .output()
+        .output_bounded()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("reembed"), "{err}");
@@ -739,7 +740,8 @@ async fn bad_cli_input_fails_with_a_clear_message_and_stores_nothing(backend: Ba
         // `engram mcp`'s protocol).
         let typo = d.dir().join("typo");
         for first in [true, false] {
-            let out = crate::helpers::engram(&typo).arg("mcp").stdin(Stdio::null()).output();
+            let out =
+                crate::helpers::engram(&typo).arg("mcp").stdin(Stdio::null()).output_bounded();
             let out = out.expect("run engram mcp");
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(err.contains("created a new, empty store in"), first, "{err}");
@@ -984,7 +986,7 @@ async fn recall_searches_the_transcript_archive_from_the_shell(backend: Backend)
     // "relation schema_migrations already exists, skipping" came with each one.
     let mut info = d.engram();
     let o = info.env_remove("ENGRAM_LOG").args(["recall", "ferry", "--user", "alice"]);
-    let o = o.output().unwrap();
+    let o = o.output_bounded().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success() && !err.contains("already exists"), "{err}");
     assert_eq!(found(&["--sources", "messages"]).len(), 2);

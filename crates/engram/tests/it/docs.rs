@@ -14,6 +14,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use testkit::{Match, Rule, ScriptedLlm};
 
+use crate::helpers::Bounded as _;
 use crate::helpers::{Server, bin};
 use crate::mcp::{Mcp, StdioClient, assert_tool_error};
 
@@ -94,7 +95,7 @@ fn run(program: &str, file: &str, code: &str, node_modules: Option<&Path>) -> St
     if let Some(m) = node_modules {
         std::os::unix::fs::symlink(m, dir.path().join("node_modules")).unwrap();
     }
-    let out = Command::new(program).arg(&path).current_dir(dir.path()).output().unwrap();
+    let out = Command::new(program).arg(&path).current_dir(dir.path()).output_bounded().unwrap();
     let (stdout, stderr) =
         (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{file} failed:\n{code}\nstdout:\n{stdout}\nstderr:\n{stderr}");
@@ -118,6 +119,10 @@ fn engram_cmd(args: &[String]) -> Command {
 
 #[test]
 fn every_block_of_the_integration_docs_is_run_and_the_readme_copies_them() {
+    let _w = crate::helpers::watchdog(concat!(
+        module_path!(),
+        "::every_block_of_the_integration_docs_is_run_and_the_readme_copies_them"
+    ));
     let docs = blocks(DOCS);
     assert!(docs.len() >= RUN.len());
     for (info, code) in &docs {
@@ -148,6 +153,10 @@ fn every_block_of_the_integration_docs_is_run_and_the_readme_copies_them() {
 /// server started by the `serve` snippet's variables.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_snippets_work_through_the_memory_proxy() {
+    let _w = crate::helpers::watchdog(concat!(
+        module_path!(),
+        "::the_sdk_snippets_work_through_the_memory_proxy"
+    ));
     let python = fixture("ENGRAM_SDK_PYTHON", "sdk-venv.sh");
     let node_dir = PathBuf::from(fixture("ENGRAM_SDK_NODE_DIR", "sdk-node.sh"));
     let llm = ScriptedLlm::start().await;
@@ -163,7 +172,7 @@ async fn the_sdk_snippets_work_through_the_memory_proxy() {
     // `engram keys create …`, on this store.
     let keys = words(&snippet("keys"));
     assert_eq!(keys[0], "engram");
-    let out = engram_cmd(&store).args(&keys[1..]).output().unwrap();
+    let out = engram_cmd(&store).args(&keys[1..]).output_bounded().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
     assert!(key.starts_with("engram_"), "{key}");
@@ -238,6 +247,7 @@ async fn the_sdk_snippets_work_through_the_memory_proxy() {
 /// hand-written MCP exchange, and the plain REST calls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mcp_and_rest_snippets_work() {
+    let _w = crate::helpers::watchdog(concat!(module_path!(), "::the_mcp_and_rest_snippets_work"));
     let data = tempfile::tempdir().unwrap();
     let here_without_key = Here { base: "", key: "", data_dir: data.path() };
     let server = |config: &str, here: &Here| -> Value {
@@ -271,7 +281,7 @@ async fn the_mcp_and_rest_snippets_work() {
     // Cursor over stdio, confined to alice by a user key.
     let out = engram_cmd(&["--data-dir".into(), data.path().display().to_string()])
         .args(["keys", "create", "--tenant", "default", "--role", "user", "--user", "alice"])
-        .output()
+        .output_bounded()
         .unwrap();
     let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
     let here = Here { base: "", key: &key, data_dir: data.path() };

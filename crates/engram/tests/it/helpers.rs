@@ -124,7 +124,7 @@ impl Db {
 
     /// Run an engram CLI command on this store; returns (exit success, stdout, stderr).
     pub fn cli(&self, args: &[&str]) -> (bool, String, String) {
-        let out = self.engram().args(args).output().expect("run engram");
+        let out = output_within(self.engram().args(args), CHILD_LIMIT);
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -174,19 +174,141 @@ impl Drop for Db {
     }
 }
 
+/// How long one CLI command of a test may run before it is killed and the test fails with
+/// its arguments (no command of the suite comes near; a hang must name itself, not hold the
+/// run until CI's limit).
+pub const CHILD_LIMIT: Duration = Duration::from_secs(300);
+
+/// How long a test's HTTP request to its server may take.
+pub const REQUEST_LIMIT: Duration = Duration::from_secs(300);
+
+/// How long one test may run before [`watchdog`] ends the whole run (the slowest test takes
+/// about two minutes on the 2-core CI machine); `ENGRAM_TEST_LIMIT_SECS` changes it.
+pub fn test_limit() -> Duration {
+    #[allow(clippy::disallowed_methods)] // a knob of the test run, not of the product
+    let secs = std::env::var("ENGRAM_TEST_LIMIT_SECS").ok().and_then(|s| s.parse().ok());
+    Duration::from_secs(secs.unwrap_or(15 * 60))
+}
+
+/// `cmd.output()`, killed after `limit`: panics with the command line when it does not end
+/// (stdin is closed, as `output()` does).
+pub fn output_within(cmd: &mut Command, limit: Duration) -> std::process::Output {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("run {what}: {e}"));
+    let read = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = read(child.stdout.take().map(|r| Box::new(r) as _));
+    let err = read(child.stderr.take().map(|r| Box::new(r) as _));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the command") {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not end within {} s: killed", limit.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    std::process::Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
+/// [`output_within`] [`CHILD_LIMIT`] for every command a test runs to its end.
+pub trait Bounded {
+    /// `output()` that cannot hang the test run.
+    fn output_bounded(&mut self) -> std::io::Result<std::process::Output>;
+}
+
+impl Bounded for Command {
+    fn output_bounded(&mut self) -> std::io::Result<std::process::Output> {
+        Ok(output_within(self, CHILD_LIMIT))
+    }
+}
+
+/// Held by a test for as long as it runs: past [`test_limit`] the test is named on stderr,
+/// the processes it started are killed (they share the run's output: left alive, they would
+/// hold it open) and the run exits with a failure. A hang then costs minutes and says where
+/// it is, instead of holding CI until its time limit with nothing printed.
+pub struct Watchdog(#[allow(dead_code)] std::sync::mpsc::Sender<()>);
+
+/// Start the [`Watchdog`] of the test `name`.
+pub fn watchdog(name: &'static str) -> Watchdog {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let limit = test_limit();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(limit) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+            // Straight to the file descriptor: the test harness captures `eprintln!` of
+            // the test's threads, and would drop it with the process.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "test {name} is still running after {} s: a hang; stopping the run",
+                limit.as_secs()
+            );
+            kill_descendants();
+            std::process::exit(101);
+        }
+    });
+    Watchdog(tx)
+}
+
+/// SIGKILL every process this test binary started, and theirs (read from `/proc`).
+fn kill_descendants() {
+    let mut parent_of = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+        if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut ours = vec![std::process::id()];
+    let mut i = 0;
+    while i < ours.len() {
+        let p = ours[i];
+        ours.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    let pids: Vec<String> = ours[1..].iter().map(u32::to_string).collect();
+    if !pids.is_empty() {
+        let _ = Command::new("kill").arg("-9").args(&pids).status();
+    }
+}
+
 /// Run each listed test body, an `async fn name(backend: Backend)`, once per backend: as the
 /// tests `name::sqlite` and `name::postgres` (`cargo test -p engram --test it postgres` runs
-/// the PostgreSQL half).
+/// the PostgreSQL half), each under a [`watchdog`].
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         $(
             mod $name {
                 #[tokio::test]
                 async fn sqlite() {
+                    let _w = crate::helpers::watchdog(concat!(module_path!(), "::sqlite"));
                     super::$name(crate::helpers::Backend::Sqlite).await
                 }
                 #[tokio::test]
                 async fn postgres() {
+                    let _w = crate::helpers::watchdog(concat!(module_path!(), "::postgres"));
                     super::$name(crate::helpers::Backend::Postgres).await
                 }
             }
@@ -250,7 +372,10 @@ impl Server {
             let _ = child.kill();
             panic!("engram serve did not start within 120 s");
         };
-        Server { base, child, client: reqwest::Client::new(), key: None, db: None }
+        // A request that gets no answer fails the test with its path instead of hanging it.
+        let client =
+            reqwest::Client::builder().timeout(REQUEST_LIMIT).build().expect("an HTTP client");
+        Server { base, child, client, key: None, db: None }
     }
 
     /// Stop the process as an operator would (SIGTERM) and wait for it to exit; true if it

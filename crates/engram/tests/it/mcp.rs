@@ -10,6 +10,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use crate::helpers::Bounded as _;
 use crate::helpers::{Backend, Db, Server, create_key};
 
 const PROTOCOL: &str = "2025-06-18";
@@ -677,7 +678,7 @@ async fn mcp_stdio_child_process(backend: Backend) {
         .engram()
         .args(["mcp", "--key", "engram_not_a_real_key"])
         .stdin(Stdio::null())
-        .output()
+        .output_bounded()
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown or revoked API key"));
@@ -686,7 +687,7 @@ async fn mcp_stdio_child_process(backend: Backend) {
         .engram()
         .args(["mcp", "--key", &u2, "--tenant", "t2"])
         .stdin(Stdio::null())
-        .output()
+        .output_bounded()
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));

@@ -13,6 +13,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::Row;
 
+use crate::helpers::Bounded as _;
 use crate::helpers::{Backend, Client, Db, Server, assert_error, contents, engram};
 
 pub(crate) fn key(db: &Db, args: &[&str]) -> String {
@@ -26,7 +27,8 @@ pub(crate) fn key(db: &Db, args: &[&str]) -> String {
 /// `engram migrate` with these arguments; (success, stdout, stderr).
 fn migrate(args: &[&str]) -> (bool, String, String) {
     let scratch = tempfile::tempdir().unwrap();
-    let out = engram(scratch.path()).arg("migrate").args(args).output().expect("run engram");
+    let out =
+        engram(scratch.path()).arg("migrate").args(args).output_bounded().expect("run engram");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -211,6 +213,10 @@ pub(crate) async fn snapshot(acme: &Client, globex: &Client) -> Value {
 
 #[tokio::test]
 async fn migrate_moves_a_whole_sqlite_store_to_postgres() {
+    let _w = crate::helpers::watchdog(concat!(
+        module_path!(),
+        "::migrate_moves_a_whole_sqlite_store_to_postgres"
+    ));
     let old = Db::new(Backend::Sqlite).await;
     let k = Keys {
         acme: key(&old, &["--tenant", "acme", "--role", "admin"]),
@@ -277,7 +283,8 @@ async fn migrate_moves_a_whole_sqlite_store_to_postgres() {
     assert_eq!(snapshot(&acme, &globex).await, before, "exports differ after the move");
     let pg = Db::new(Backend::Sqlite).await; // only a scratch dir for the CLI
     let mut c = engram(pg.dir());
-    let out = c.args(["--database-url", &url, "export", "--tenant", "acme"]).output().unwrap();
+    let out =
+        c.args(["--database-url", &url, "export", "--tenant", "acme"]).output_bounded().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // The whole tenant, line for line — but for the work the server on PostgreSQL did since
     // it started (the messages' vectors, the job that made them).
@@ -383,6 +390,10 @@ async fn migrate_moves_a_whole_sqlite_store_to_postgres() {
 
 #[tokio::test]
 async fn migrate_refuses_a_target_with_data_bad_urls_missing_dirs_and_mixed_vectors() {
+    let _w = crate::helpers::watchdog(concat!(
+        module_path!(),
+        "::migrate_refuses_a_target_with_data_bad_urls_missing_dirs_and_mixed_vectors"
+    ));
     let old = Db::new(Backend::Sqlite).await;
     for f in ["The user keeps bees.", "The user grows basil on the windowsill."] {
         let (ok, _, err) = old.cli(&["remember", f, "--user", "u"]);

@@ -17,6 +17,7 @@ use sqlx::Connection;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::helpers::Bounded as _;
 use crate::helpers::{Server, assert_error, engram};
 
 /// A TCP relay to `upstream` that can be cut and restored.
@@ -82,6 +83,10 @@ async fn fresh_database() -> (String, SocketAddr) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_is_a_fast_503_and_the_server_recovers() {
+    let _w = crate::helpers::watchdog(concat!(
+        module_path!(),
+        "::a_database_outage_is_a_fast_503_and_the_server_recovers"
+    ));
     let (url, upstream) = fresh_database().await;
     let relay = Relay::start(upstream).await;
     let url = url.replace("HOST", &relay.addr.to_string());
@@ -140,6 +145,10 @@ async fn a_database_outage_is_a_fast_503_and_the_server_recovers() {
 /// (`engram-memory: unavailable`); once it is back, memory is added again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxy_chats_without_memory_while_the_database_is_down() {
+    let _w = crate::helpers::watchdog(concat!(
+        module_path!(),
+        "::the_proxy_chats_without_memory_while_the_database_is_down"
+    ));
     use testkit::{Match, Rule, ScriptedLlm};
     let (url, upstream) = fresh_database().await;
     let relay = Relay::start(upstream).await;
@@ -190,7 +199,7 @@ async fn the_proxy_chats_without_memory_while_the_database_is_down() {
     let out = engram(tmp.path())
         .args(["--database-url", &url, "keys", "create", "--json"])
         .args(["--tenant", "default", "--role", "user", "--user", "u"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let key: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -213,6 +222,10 @@ async fn the_proxy_chats_without_memory_while_the_database_is_down() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pool_size_caps_the_connections_of_a_process() {
+    let _w = crate::helpers::watchdog(concat!(
+        module_path!(),
+        "::the_pool_size_caps_the_connections_of_a_process"
+    ));
     let (url, upstream) = fresh_database().await;
     let url = url.replace("HOST", &upstream.to_string());
     let db = url.rsplit('/').next().unwrap().to_string();
@@ -248,7 +261,7 @@ async fn the_pool_size_caps_the_connections_of_a_process() {
     for bad in ["0", "1001", "many"] {
         let out = engram(tmp.path())
             .args(["list", "--user", "u", "--database-url", &url, "--database-pool-size", bad])
-            .output()
+            .output_bounded()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "pool size {bad} was accepted");

@@ -84,6 +84,7 @@ async fn wait_until(mut f: impl AsyncFnMut() -> bool) {
 
 #[tokio::test]
 async fn the_memory_story_on_postgres() {
+    let _w = crate::helpers::watchdog(concat!(module_path!(), "::the_memory_story_on_postgres"));
     let (_db, url) = fresh_database().await;
     let (s, _tmp) = serve(&url, &[]);
     let id = s.remember("alice", "The user lives in Bengaluru.").await;
@@ -125,6 +126,10 @@ async fn the_memory_story_on_postgres() {
 
 #[tokio::test]
 async fn two_servers_and_a_worker_share_one_database() {
+    let _w = crate::helpers::watchdog(concat!(
+        module_path!(),
+        "::two_servers_and_a_worker_share_one_database"
+    ));
     let (_db, url) = fresh_database().await;
     let llm = ScriptedLlm::start().await;
     llm.on(Rule::system_contains("memory extraction").reply_with(|r| {
@@ -197,6 +202,10 @@ async fn two_servers_and_a_worker_share_one_database() {
 
 #[tokio::test]
 async fn a_killed_workers_job_is_taken_over_after_its_lease() {
+    let _w = crate::helpers::watchdog(concat!(
+        module_path!(),
+        "::a_killed_workers_job_is_taken_over_after_its_lease"
+    ));
     let (_db, url) = fresh_database().await;
     let llm = ScriptedLlm::start().await;
     let hang = llm.on(Rule::system_contains("memory extraction").hang());

@@ -12,6 +12,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use testkit::{Match, Rule, ScriptedLlm};
 
+use crate::helpers::Bounded as _;
 use crate::helpers::{Backend, Db, Server, create_key};
 
 const EXTRACT: &str = "memory extraction system";
@@ -466,7 +467,7 @@ async fn the_official_sdks_work_through_the_proxy(backend: Backend) {
         .arg(script)
         .env("ENGRAM_URL", &s.base)
         .env("ENGRAM_KEY", &key)
-        .output()
+        .output_bounded()
         .expect("run the SDK script");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the SDK script failed:\n{stderr}");

@@ -3,6 +3,7 @@
 
 use std::process::Command;
 
+use crate::helpers::Bounded as _;
 use crate::helpers::{Backend, Db, bin};
 
 fn with_builtin(db: &Db) -> Command {
@@ -28,7 +29,8 @@ async fn switching_embedders_requires_and_survives_a_reembed(backend: Backend) {
         assert!(ok, "{err}");
     }
     // Another model on the same store is refused, with the way out in the message.
-    let out = with_builtin(dir).args(["recall", "spiders", "--user", "g"]).output().unwrap();
+    let out =
+        with_builtin(dir).args(["recall", "spiders", "--user", "g"]).output_bounded().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("engram reembed"), "{err}");
@@ -37,24 +39,24 @@ async fn switching_embedders_requires_and_survives_a_reembed(backend: Backend) {
     summarized_conversation(dir).await;
     // Re-embed with the built-in model: memories, messages and summaries (found by a session:
     // summaries kept the old model's vectors, and `engram migrate` then refused the store).
-    let out = with_builtin(dir).args(["reembed"]).output().unwrap();
+    let out = with_builtin(dir).args(["reembed"]).output_bounded().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let said = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(said.contains("re-embedded 3 memories, 1 messages and 1 summaries"), "{said}");
     // Running it again has nothing to do.
-    let out = with_builtin(dir).args(["reembed"]).output().unwrap();
+    let out = with_builtin(dir).args(["reembed"]).output_bounded().unwrap();
     let said = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(said.contains("re-embedded 0 memories, 0 messages and 0 summaries"), "{said}");
     let out = with_builtin(dir)
         .args(["recall", "which languages does the user speak", "--user", "g", "--json"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["results"][0]["memory"]["content"], "The user speaks Portuguese and Korean.");
     assert!(v["results"][0]["memory"]["embedding_model"].as_str().unwrap().starts_with("builtin:"));
     // And the MiniLM server now refuses the store.
-    let out = dir.engram().args(["serve", "--addr", "127.0.0.1:0"]).output().unwrap();
+    let out = dir.engram().args(["serve", "--addr", "127.0.0.1:0"]).output_bounded().unwrap();
     assert!(!out.status.success());
 }
 

@@ -7,6 +7,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
+use crate::helpers::Bounded as _;
 use crate::helpers::{Backend, Db, Server, append_turns, assert_error, bin};
 use crate::mcp::{Mcp, assert_tool_error};
 
@@ -187,7 +188,7 @@ async fn the_builtin_embedder_abstains_too(backend: Backend) {
             .args(["--embedder", "builtin"])
             .args(args)
             .env("ENGRAM_LOG", "warn")
-            .output()
+            .output_bounded()
             .unwrap();
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()

@@ -177,6 +177,8 @@ on_both_backends!(spans_of_requests_and_jobs_reach_the_collector);
 // Two threads: the collector answers while the test waits for engram to stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_exported_unless_asked() {
+    let _w =
+        crate::helpers::watchdog(concat!(module_path!(), "::nothing_is_exported_unless_asked"));
     let (otlp, spans) = collector().await;
     let db = Db::new(Backend::Sqlite).await;
     let mut cmd = engram(db.dir());
@@ -198,6 +200,8 @@ async fn nothing_is_exported_unless_asked() {
 // Two threads: the collector answers while the test waits for engram to stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_sends_the_last_spans() {
+    let _w =
+        crate::helpers::watchdog(concat!(module_path!(), "::a_graceful_stop_sends_the_last_spans"));
     let (otlp, spans) = collector().await;
     let db = Db::new(Backend::Sqlite).await;
     let mut cmd = engram(db.dir());
@@ -214,6 +218,8 @@ async fn a_graceful_stop_sends_the_last_spans() {
 
 #[tokio::test]
 async fn a_bad_endpoint_is_refused_at_start() {
+    let _w =
+        crate::helpers::watchdog(concat!(module_path!(), "::a_bad_endpoint_is_refused_at_start"));
     let db = Db::new(Backend::Sqlite).await;
     let (ok, _, err) =
         db.cli(&["serve", "--addr", "127.0.0.1:0", "--otlp-endpoint", "localhost:4317"]);

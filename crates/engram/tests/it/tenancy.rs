@@ -24,6 +24,7 @@ use rand::{Rng, SeedableRng};
 use reqwest::StatusCode;
 use serde_json::json;
 
+use crate::helpers::Bounded as _;
 use crate::helpers::{Backend, Db};
 use crate::mcp::Mcp;
 
@@ -446,7 +447,7 @@ async fn no_response_leaks_a_row_outside_the_callers_visibility(backend: Backend
                         "--limit",
                         "200",
                     ])
-                    .output()
+                    .output_bounded()
                     .unwrap();
                 assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
                 let admin = Key { tenant: k.tenant, role: Role::Admin, secret: String::new() };

@@ -5,6 +5,7 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use crate::helpers::Bounded as _;
 use crate::helpers::{Backend, Db, assert_error, bin, create_key};
 
 /// Issue 10 #1: another agent's private version of a fact never shows through history, the
@@ -214,13 +215,14 @@ fn r10_read_only_data_dir_is_refused_at_start() {
             std::process::Command::new(bin())
         };
         c.arg("--data-dir").arg(&dir).args(["--embedder", "builtin"]).args(args);
-        c.env("ENGRAM_LOG", "warn").output().unwrap()
+        c.env("ENGRAM_LOG", "warn").output_bounded().unwrap()
     };
     let out = run(&["remember", "The user likes tea.", "--user", "u"], false);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // Readable by everyone, writable by nobody but its owner; run as another user when the
     // test runs as root (root writes anywhere).
-    let root = std::process::Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
+    let root =
+        std::process::Command::new("id").arg("-u").output_bounded().unwrap().stdout == b"0\n";
     let mode = |p: &std::path::Path, m: u32| {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
     };
@@ -364,7 +366,7 @@ async fn r10_smaller_defects(backend: Backend) {
         for cmd in
             [vec!["list", "--user", "u"], vec!["recall", "tea", "--user", "u"], vec!["export"]]
         {
-            let out = crate::helpers::engram(&typo).args(&cmd).output().unwrap();
+            let out = crate::helpers::engram(&typo).args(&cmd).output_bounded().unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(!out.status.success() && err.contains("no engram store"), "{cmd:?}: {err}");
             assert!(!typo.exists(), "{cmd:?} created {}", typo.display());
@@ -439,6 +441,7 @@ on_both_backends!(
 mod r10_read_only_data_dir {
     #[test]
     fn sqlite() {
+        let _w = crate::helpers::watchdog(concat!(module_path!(), "::sqlite"));
         super::r10_read_only_data_dir_is_refused_at_start()
     }
 }
@@ -610,8 +613,10 @@ async fn r10_cli_progress_only_on_a_terminal(backend: Backend) {
         file_s.clone(),
     ]);
     let line = cmd.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(" ");
-    let out =
-        std::process::Command::new("script").args(["-qec", &line, "/dev/null"]).output().unwrap();
+    let out = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .output_bounded()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("importing"), "no progress on a terminal: {text}");

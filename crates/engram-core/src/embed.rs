@@ -39,6 +39,14 @@ pub trait Embedder: Send + Sync {
     fn similarity_scale(&self) -> SimilarityScale {
         SimilarityScale::DEFAULT
     }
+    /// The [`SimilarityScale`] a search for `query` reads its cosines on: the model's own,
+    /// unless the model can tell it reads this query poorly (the built-in embedder: a query
+    /// in a language its English vocabulary does not hold, whose vector then matches any
+    /// text of that language about as well as the right one).
+    fn query_scale(&self, query: &str) -> SimilarityScale {
+        let _ = query;
+        self.similarity_scale()
+    }
     /// Whether a transcript message's vector also reads the message alone
     /// (`pipeline::messages`): the sum of the vectors of the message after its context and
     /// of the message alone, normalised. A contextual encoder (the default) reads a document
@@ -64,6 +72,13 @@ impl SimilarityScale {
     /// For a model engram has not measured (an OpenAI-compatible endpoint): typical of
     /// sentence-embedding models trained with a contrastive loss.
     pub const DEFAULT: SimilarityScale = SimilarityScale { floor: 0.35, full: 0.80 };
+
+    /// The scale for a query the model reads with `trust` (0 to 1): the floor rises towards
+    /// `full` as trust falls, so at 0 only a near-identical text has semantic support.
+    pub fn trusting(self, trust: f64) -> SimilarityScale {
+        let distrust = (1.0 - trust.clamp(0.0, 1.0)) as f32;
+        SimilarityScale { floor: self.floor + (self.full - self.floor) * distrust, full: self.full }
+    }
 
     /// Semantic support of a cosine similarity, 0 to 1.
     pub fn support(&self, cosine: f32) -> f64 {

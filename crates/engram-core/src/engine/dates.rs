@@ -174,11 +174,12 @@ impl Engine {
     ) -> Result<Option<NamedTime>> {
         let Some((event, keywords)) = when::event_time(query) else { return Ok(None) };
         let window = TranscriptFilter::user(user.clone());
-        let (now, scale) = (crate::model::now(), self.svc.embedder.similarity_scale());
+        let now = crate::model::now();
         let mut found: Vec<(f64, Message)> = Vec::new();
         // The whole name first; a shorter one when no message names the event so.
         for name in event.names() {
             let vector = self.embed_one(&name).await?;
+            let scale = self.svc.embedder.query_scale(&name);
             let lists = Lists {
                 query: &name,
                 asked: &name,

@@ -49,7 +49,7 @@ impl Engine {
         hits: &mut [Hit],
     ) -> Result<()> {
         let mode = input.mode;
-        let scale = self.svc.embedder.similarity_scale();
+        let scale = self.svc.embedder.query_scale(query);
         let now = crate::model::now();
         for h in hits.iter_mut() {
             let Hit::Summary { summary, expanded, .. } = h else { continue };

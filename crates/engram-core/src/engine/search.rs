@@ -78,7 +78,7 @@ impl Engine {
         if input.mode.is_literal() {
             return self.literal_search(&v, &input, query, limit).await;
         }
-        let scale = self.svc.embedder.similarity_scale();
+        let scale = self.svc.embedder.query_scale(query);
         let now = crate::model::now();
         let n = self.svc.cfg.candidates.max(limit);
         let mut hits = Vec::new();

@@ -70,6 +70,32 @@ fn similar_texts_are_closer_than_unrelated_ones() {
     }
 }
 
+/// A query most of whose words the English vocabulary cuts into pieces (German, Spanish)
+/// is read on a raised floor: its fragments' cosines say nothing (unrelated German queries
+/// reached 0.88-0.92 against German facts, above the model's floor of 0.86). English
+/// questions, names and rare words included, keep the model's own scale.
+#[test]
+fn a_query_the_vocabulary_does_not_know_gets_no_semantic_support() {
+    let e = BuiltinEmbedder::new().unwrap();
+    let own = e.similarity_scale();
+    for q in [
+        "Where does the user live?",
+        "What pottery did Melanie make last summer?",
+        "When did Caroline go to the LGBTQ support group?",
+        "",
+    ] {
+        assert_eq!(e.query_scale(q), own, "{q}");
+    }
+    for q in ["Steuererklärung für Kapitalerträge", "Quantenchromodynamik auf dem Gitter"] {
+        let s = e.query_scale(q);
+        assert_eq!(s.floor, s.full, "{q}: {s:?}");
+        assert_eq!(s.support(0.92), 0.0, "{q}");
+        assert_eq!(s.support(0.99), 1.0, "a near-identical text still counts: {q}");
+    }
+    let partly = e.query_scale("Was macht er am Wochenende?");
+    assert!(partly.floor > own.floor && partly.floor <= own.full, "{partly:?}");
+}
+
 #[test]
 fn table_matches_tokenizer() {
     let e = BuiltinEmbedder::new().unwrap();

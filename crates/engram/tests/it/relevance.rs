@@ -244,30 +244,41 @@ async fn the_builtin_embedder_abstains_too(backend: Backend) {
         assert!(results(&v).is_empty(), "{q}: {v:#}");
     }
 
-    // German (found by a tester): the English table reads German from word fragments, and
-    // unrelated German queries reached the cosines of the right fact (0.88-0.92), so each
-    // returned facts at scores of 0.2-0.56. Now their semantic support fades with the
-    // share of their words the vocabulary knows, and a question's own words ("wie",
-    // "seine") leave its keywords: a question finds its fact by its words, an unrelated
-    // query finds nothing.
-    for f in FACTS_DE {
-        cli(&["remember", f, "--user", "de"]);
-    }
-    for q in UNRELATED_DE {
-        let v: Value =
-            serde_json::from_str(&cli(&["recall", q, "--user", "de", "--json"])).unwrap();
-        assert!(results(&v).is_empty(), "{q}: {v:#}");
-    }
-    for (q, want) in [
+    // German and Spanish (found by a tester): the English table reads them from word
+    // fragments, and unrelated German queries reached the cosines of the right fact
+    // (0.88-0.92), so each returned facts at scores of 0.2-0.56. Now their semantic support
+    // fades with the share of their words the vocabulary knows, and a question's own words
+    // ("wie", "seine", "cómo") leave its keywords: a question finds its fact by its words,
+    // an unrelated query finds nothing.
+    let german = [
         ("Wo wohnt der Nutzer?", FACTS_DE[0]),
         ("Wie heißt seine Tochter?", FACTS_DE[5]),
         ("Wohin reist er im Sommer?", FACTS_DE[3]),
         ("Erdnüsse Allergie", FACTS_DE[1]),
+    ];
+    let spanish = [
+        ("¿Dónde vive el usuario?", FACTS_ES[0]),
+        ("¿Cómo se llama su hija?", FACTS_ES[1]),
+        ("¿Qué alergias tiene?", FACTS_ES[2]),
+    ];
+    for (user, facts, unrelated, questions) in [
+        ("de", &FACTS_DE[..], &UNRELATED_DE[..], &german[..]),
+        ("es", &FACTS_ES[..], &UNRELATED_ES[..], &spanish[..]),
     ] {
-        let v: Value =
-            serde_json::from_str(&cli(&["recall", q, "--user", "de", "--json"])).unwrap();
-        assert_eq!(results(&v)[0]["memory"]["content"], want, "{q}: {v:#}");
-        assert!(results(&v).len() <= 2, "{q}: {v:#}");
+        for f in facts {
+            cli(&["remember", f, "--user", user]);
+        }
+        for q in unrelated {
+            let v: Value =
+                serde_json::from_str(&cli(&["recall", q, "--user", user, "--json"])).unwrap();
+            assert!(results(&v).is_empty(), "{q}: {v:#}");
+        }
+        for (q, want) in questions {
+            let v: Value =
+                serde_json::from_str(&cli(&["recall", q, "--user", user, "--json"])).unwrap();
+            assert_eq!(results(&v)[0]["memory"]["content"], *want, "{q}: {v:#}");
+            assert!(results(&v).len() <= 2, "{q}: {v:#}");
+        }
     }
 }
 
@@ -279,6 +290,26 @@ const FACTS_DE: [&str; 6] = [
     "Der Nutzer plant im Sommer eine Reise nach Portugal.",
     "Der Nutzer fährt jeden Morgen mit dem Fahrrad zur Arbeit.",
     "Die Tochter des Nutzers heißt Lena und geht in die zweite Klasse.",
+];
+
+/// Spanish facts of one user.
+const FACTS_ES: [&str; 6] = [
+    "El usuario vive en Múnich y trabaja como enfermero.",
+    "La hija del usuario se llama Lena y está en segundo grado.",
+    "El usuario es alérgico a los cacahuetes.",
+    "Al usuario le gusta jugar al ajedrez con su hermano los fines de semana.",
+    "El usuario planea un viaje a Portugal en verano.",
+    "El usuario va en bicicleta al trabajo cada mañana.",
+];
+
+/// Spanish queries about nothing in [`FACTS_ES`].
+const UNRELATED_ES: [&str; 6] = [
+    "cromodinámica cuántica en la red",
+    "umbrales de desalojo de pods en Kubernetes",
+    "la historia del Imperio bizantino",
+    "declaración de impuestos sobre ganancias de capital",
+    "¿cómo funciona un motor de combustión?",
+    "receta de pan de masa madre",
 ];
 
 /// German queries about nothing in [`FACTS_DE`].

@@ -6,7 +6,7 @@
 //!
 //! Layers, each importing only those below it: `error`, `model` → `store`, `embed`, `llm` →
 //! `metrics`, `priority` → `services` (what operations and jobs work with) → `pipeline` (the job
-//! handlers), `retrieval`, `dedup`, `when` (time in words), `speaker` (who said a message) →
+//! handlers), `retrieval`, `dedup`, `when` (time in words), `speaker` (who said a message), `words` (function words) →
 //! `jobs` (the worker loop) and `engine` (the request path).
 
 pub mod dedup;
@@ -26,3 +26,4 @@ pub mod services;
 pub mod speaker;
 pub mod store;
 pub mod when;
+pub mod words;

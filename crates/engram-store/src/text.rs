@@ -27,72 +27,27 @@
 
 use unicode_normalization::UnicodeNormalization;
 
-/// English function words dropped from keyword queries (never from the index, which stays
-/// language-neutral). They carry no meaning of their own, yet in a small store a word like
-/// "is" can be rare enough to get a real BM25 weight and pull an unrelated fact to the top of
-/// the keyword list. Other languages' in [`OTHER_STOPWORDS`].
-pub const STOPWORDS: &[&str] = &[
-    "a", "about", "am", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could",
-    "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "him", "his", "how",
-    "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "our", "she", "so",
-    "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those",
-    "to", "us", "was", "we", "were", "what", "when", "where", "which", "who", "whom", "whose",
-    "why", "will", "with", "would", "you", "your",
-];
-
-/// Question words, articles, pronouns and auxiliaries of German, French, Spanish, Italian,
-/// Portuguese and Dutch, dropped from keyword queries like [`STOPWORDS`], except those that
-/// are also English words or names (German "die", "den", "hat", "war", "bin"; French "son",
-/// "pour", "ai"; Italian "come", "dove"; Spanish "sin", "con", "era", "hay", "al"; "no",
-/// "un", "van", "os"), which stay and are left to the
-/// document-frequency rule (a term in half the rows or more is dropped). A question's own
-/// words ("Wie heißt seine Tochter?") are rarely in the facts that answer it, and each word
-/// no row holds weighs the most of the query ([`term_weight`]): with them a German question
-/// held under a fifth of its keyword weight in the fact it asked about, under the default
-/// score (a tester's finding).
-#[rustfmt::skip]
-pub const OTHER_STOPWORDS: &[&str] = &[
-    // German
-    "wie", "wo", "wer", "wen", "wem", "wann", "warum", "wieso", "weshalb", "welche", "welcher",
-    "welches", "welchen", "woher", "wohin", "der", "das", "dem", "des", "ein", "eine", "einen",
-    "einem", "einer", "eines", "ist", "sind", "bist", "hatte", "haben", "habe", "wird", "werden",
-    "wurde", "ich", "du", "er", "sie", "es", "wir", "ihr", "mich", "mir", "dich", "dir", "ihn",
-    "ihm", "uns", "euch", "sein", "seine", "seinen", "seinem", "seiner", "ihre", "ihren", "ihrem",
-    "ihrer", "mein", "meine", "meinen", "meinem", "meiner", "dein", "deine", "und", "oder", "aber",
-    "nicht", "zu", "zum", "zur", "im", "ins", "vom", "beim", "für", "über", "auf", "nach", "von",
-    "bei", "dass", "denn", "doch", "noch", "schon", "gibt", "gerne", "gern",
-    // French
-    "qui", "quoi", "où", "comment", "quand", "pourquoi", "quel", "quelle", "quels", "quelles",
-    "le", "la", "les", "des", "du", "une", "est", "sont", "était", "avez", "avait", "et", "ou",
-    "dans", "avec", "sa", "ses", "leur", "leurs", "ce", "cette", "ces", "il", "ils", "elles", "je",
-    "tu", "nous", "vous", "mon", "mes", "ta", "tes", "pas", "ne", "au", "aux", "qu", "que",
-    "quelqu",
-    // Spanish and Portuguese
-    "qué", "cómo", "como", "dónde", "donde", "cuándo", "cuando", "cuál", "cual", "cuáles", "quién",
-    "quien", "quiénes", "el", "los", "las", "del", "una", "unos", "unas", "es", "está", "están",
-    "estaba", "fue", "ha", "su", "sus", "mi", "mis", "tu", "tus", "y", "de", "en", "por", "para",
-    "se", "lo", "le", "les", "nos", "yo", "él", "ellos", "ellas", "usted", "este", "esta", "esto",
-    "ese", "esa", "muy", "más", "pero", "quem", "onde", "qual", "quais", "um", "uma", "é", "são",
-    "foi", "da", "das", "na", "nos", "em", "com", "seu", "sua", "seus", "suas", "meu", "minha",
-    "você",
-    // Italian
-    "che", "cosa", "quando", "perché", "quale", "quali", "il", "gli", "è", "sono", "di", "della",
-    "dei", "delle", "nel", "nella", "per", "suo", "suoi", "mio", "lui", "lei", "loro",
-    // Dutch
-    "wat", "waar", "wanneer", "waarom", "welk", "welke", "het", "een", "zijn", "heeft", "hij",
-    "zij", "wij", "jij", "mijn", "haar", "niet", "ook", "naar", "voor",
-];
+pub use engram_core::words::{AMBIGUOUS, OTHER_STOPWORDS, STOPWORDS};
 
 /// The words of a query as FTS5 sees them (lowercased, deduplicated, at most 64), without
-/// function words ([`STOPWORDS`], [`OTHER_STOPWORDS`]; none left: no terms, and the keyword
-/// list is empty).
+/// function words ([`STOPWORDS`]; none left: no terms, and the keyword list is empty).
+/// Other languages' function words ([`OTHER_STOPWORDS`], and [`AMBIGUOUS`] ones in a query
+/// that holds one of those) leave it too, except when they are
+/// all the query holds besides English ones ("Como", "lo mein", "who is Una": they are what
+/// it asks about) or written with a capital inside a sentence, as names are ("my neighbour
+/// Del", "Lake Como"; found by a tester).
 pub fn query_terms(q: &str) -> Vec<String> {
     let q = &*fold_width(q);
     let mut terms: Vec<String> = Vec::new();
+    let mut named: Vec<String> = Vec::new();
     let runs = q.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty());
     'runs: for run in runs.filter(|t| !is_clitic_tail(q, t) && !is_elided_head(q, t)) {
+        let name = run.chars().next().is_some_and(char::is_uppercase) && !opens_a_sentence(q, run);
         for t in query_pieces(run) {
             let t = t.to_lowercase();
+            if name {
+                named.push(t.clone());
+            }
             if !terms.contains(&t) {
                 terms.push(t);
             }
@@ -101,8 +56,28 @@ pub fn query_terms(q: &str) -> Vec<String> {
             }
         }
     }
-    terms.retain(|t| !STOPWORDS.contains(&t.as_str()) && !OTHER_STOPWORDS.contains(&t.as_str()));
+    terms.retain(|t| !STOPWORDS.contains(&t.as_str()));
+    // A query in another language (one of its function words, not a name) loses the words
+    // that are function words there and English words too ("die", "den", "son").
+    let other = terms.iter().any(|t| OTHER_STOPWORDS.contains(&t.as_str()) && !named.contains(t));
+    let foreign = |t: &String| {
+        (OTHER_STOPWORDS.contains(&t.as_str()) || other && AMBIGUOUS.contains(&t.as_str()))
+            && !named.contains(t)
+    };
+    if terms.iter().any(|t| !foreign(t)) {
+        terms.retain(|t| !foreign(t));
+    }
     terms
+}
+
+/// Whether `word` (a slice of `q`) is the first word of `q` or of a sentence in it.
+fn opens_a_sentence(q: &str, word: &str) -> bool {
+    let start = word.as_ptr() as usize - q.as_ptr() as usize;
+    q[..start]
+        .trim_end_matches(|c: char| c.is_whitespace() || "\"'«“„([".contains(c))
+        .chars()
+        .next_back()
+        .is_none_or(|c| ".!?¿¡:;".contains(c))
 }
 
 /// Chinese function characters, which split a query's run like punctuation, as English

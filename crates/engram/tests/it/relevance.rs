@@ -303,7 +303,8 @@ const FACTS_ES: [&str; 6] = [
 ];
 
 /// Spanish queries about nothing in [`FACTS_ES`].
-const UNRELATED_ES: [&str; 6] = [
+const UNRELATED_ES: [&str; 7] = [
+    "¿Cuál es el color favorito del usuario?",
     "cromodinámica cuántica en la red",
     "umbrales de desalojo de pods en Kubernetes",
     "la historia del Imperio bizantino",
@@ -313,7 +314,8 @@ const UNRELATED_ES: [&str; 6] = [
 ];
 
 /// German queries about nothing in [`FACTS_DE`].
-const UNRELATED_DE: [&str; 6] = [
+const UNRELATED_DE: [&str; 7] = [
+    "Was ist die Lieblingsfarbe des Nutzers?",
     "Quantenchromodynamik auf dem Gitter",
     "Kubernetes Pod Räumungsschwellen",
     "Die Geschichte des Byzantinischen Reiches",

@@ -28,6 +28,37 @@ pub enum Backend {
 }
 
 /// One fresh store (and what it takes to open it again, as a second process would).
+/// How long one conformance test may run (the slowest takes seconds): past it, [`watchdog`]
+/// names the test and ends the run, so a hang (a lock never granted) fails CI with a name
+/// instead of holding it to its time limit. `ENGRAM_TEST_LIMIT_SECS` changes it.
+fn test_limit() -> std::time::Duration {
+    #[allow(clippy::disallowed_methods)] // a knob of the test run, not of the product
+    let secs = std::env::var("ENGRAM_TEST_LIMIT_SECS").ok().and_then(|s| s.parse().ok());
+    std::time::Duration::from_secs(secs.unwrap_or(10 * 60))
+}
+
+/// Held by a test while it runs; see [`test_limit`].
+pub struct Watchdog(#[allow(dead_code)] std::sync::mpsc::Sender<()>);
+
+/// Start the [`Watchdog`] of the test `name`.
+pub fn watchdog(name: &'static str) -> Watchdog {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let limit = test_limit();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(limit) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+            // Straight to the descriptor: the harness captures eprintln! of test threads.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "test {name} is still running after {} s: a hang; stopping the run",
+                limit.as_secs()
+            );
+            std::process::exit(101);
+        }
+    });
+    Watchdog(tx)
+}
+
 pub struct Fixture {
     pub backend: Backend,
     pub store: Arc<dyn Store>,

@@ -30,6 +30,7 @@ macro_rules! backend {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
+                let _w = crate::harness::watchdog(concat!(module_path!(), "::", stringify!($name)));
                 let f = crate::harness::Fixture::new($backend).await;
                 crate::$m::$name(f.store.clone()).await;
                 f.finish().await;
@@ -38,6 +39,7 @@ macro_rules! backend {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $pname() {
+                let _w = crate::harness::watchdog(concat!(module_path!(), "::", stringify!($pname)));
                 let mut f = crate::harness::Fixture::new($backend).await;
                 let other = f.reopen().await;
                 crate::$pm::$pname(f.store.clone(), other).await;

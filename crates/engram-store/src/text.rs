@@ -2,8 +2,9 @@
 //!
 //! A free-text query becomes a list of terms the same way for SQLite and PostgreSQL
 //! ([`query_terms`]): words are runs of alphanumeric characters (Unicode, any script),
-//! lowercased, deduplicated, at most 64, without English function words (a query of
-//! function words alone has no keyword: it names no topic). Each term then matches its word forms by truncation ([`match_term`]): a word
+//! lowercased, deduplicated, at most 64, without function words (English ones, and those of
+//! German, French, Spanish, Portuguese, Italian and Dutch: `engram_core::words`; a query of
+//! English function words alone has no keyword: it names no topic). Each term then matches its word forms by truncation ([`match_term`]): a word
 //! of four characters or more loses up to three final characters (never going under four)
 //! and matches every indexed word that starts with what is left, so "painting" finds
 //! "painted" and "paints" — in any language with suffixes, with no stemmer and no word list.

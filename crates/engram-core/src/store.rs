@@ -34,8 +34,8 @@ use time::OffsetDateTime;
 
 use crate::error::Result;
 use crate::model::{
-    Agent, AgentId, Category, ConversationId, EventKind, Job, JobKind, JobStatus, KeyRole, Kind,
-    Memory, MemoryEvent, MemoryId, Message, MessageId, SessionId, SessionState, StateKey, Summary,
+    AgentId, Category, ConversationId, EventKind, Job, JobKind, JobStatus, Kind, Memory,
+    MemoryEvent, MemoryId, Message, MessageId, SessionId, SessionState, StateKey, Summary,
     SummaryId, TenantId, UserId,
 };
 
@@ -155,18 +155,6 @@ pub struct MemoryPage {
     pub next_cursor: Option<MemoryId>,
 }
 
-/// Stored API key (never the secret itself).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiKey {
-    pub id: String,
-    pub tenant: TenantId,
-    pub role: KeyRole,
-    /// First characters of the key, to recognise it in listings.
-    pub prefix: String,
-    pub created_at: OffsetDateTime,
-    pub revoked_at: Option<OffsetDateTime>,
-}
-
 /// A message to append (the store assigns the sequence number).
 #[derive(Debug, Clone)]
 pub struct NewMessage {
@@ -264,7 +252,9 @@ pub struct ExtractionBatch {
     pub cursor: String,
 }
 
+mod access;
 mod backup;
+pub use access::{AccessStore, ApiKey, UiSession};
 pub use backup::{BackupRow, BackupScope, RestoreReport, RestoreState};
 
 /// Persistence for the engine: the sum of the five parts below, each implemented by each
@@ -273,8 +263,9 @@ pub use backup::{BackupRow, BackupScope, RestoreReport, RestoreState};
 /// **Tenant-global methods.** Every method takes the tenant but these, on purpose: the
 /// embedding space (`embedding_space`, `ensure_embedding_space`, `reset_embedding_space`,
 /// `rows_needing_vectors`/`set_vectors` run per tenant by the operator's re-embed, `list_tenants`),
-/// API-key lookup by secret hash (`find_api_key`: the key names its tenant), `revoke_api_key`
-/// and `count_active_api_keys` (operator), the job queue's worker side (`claim_job`,
+/// API-key lookup by secret hash (`find_api_key`: the key names its tenant) and a web-UI
+/// sign-in's by token hash (`find_ui_session`, `delete_ui_session`), `revoke_api_key` and
+/// `count_active_api_keys` (operator), the job queue's worker side (`claim_job`,
 /// `heartbeat_job`, `complete_job`, `fail_job`: a worker serves every tenant; jobs carry their
 /// tenant), `list_jobs`/`retry_job` with no tenant (operator), and the operator backup
 /// (`backup` of the whole store, `restore`: every row names its tenant). None of them is
@@ -800,27 +791,6 @@ pub trait StateStore: Send + Sync {
     ) -> Result<Vec<SessionState>>;
     /// Delete the expired entries of every tenant; returns how many.
     async fn sweep_state(&self, now: OffsetDateTime) -> Result<u64>;
-}
-
-/// Who may call: API keys (stored hashed) and agent settings.
-#[async_trait]
-pub trait AccessStore: Send + Sync {
-    // ---- keys ----
-    async fn create_api_key(&self, key: &ApiKey, secret_hash: &str) -> Result<()>;
-    async fn list_api_keys(&self, tenant: Option<&TenantId>) -> Result<Vec<ApiKey>>;
-    /// Revoke by id; `NotFound` if absent or already revoked.
-    async fn revoke_api_key(&self, id: &str) -> Result<()>;
-    /// The active key with this secret hash (not tenant-scoped: the hash is the lookup).
-    async fn find_api_key(&self, secret_hash: &str) -> Result<Option<ApiKey>>;
-    /// Number of active keys in the whole store (0 = local mode).
-    async fn count_active_api_keys(&self) -> Result<u64>;
-    // ---- agents ----
-    async fn get_agent(&self, tenant: &TenantId, id: &AgentId) -> Result<Option<Agent>>;
-    /// Several agents' settings in one call (agents without settings left out).
-    async fn get_agents(&self, tenant: &TenantId, ids: &[AgentId]) -> Result<Vec<Agent>>;
-    async fn put_agent(&self, agent: &Agent) -> Result<()>;
-    /// Every agent of the tenant with settings, by id.
-    async fn list_agents(&self, tenant: &TenantId) -> Result<Vec<Agent>>;
 }
 
 /// Operator and tenant-wide work: the embedding space and re-embedding, tenants and users, GDPR erasure and export, statistics, backup and restore.

@@ -36,6 +36,7 @@ pub const SQLITE: &[(i64, &str, &str)] = &[
     (17, "active_content", include_str!("../migrations/sqlite/0017_active_content.sql")),
     (18, "context_params", include_str!("../migrations/sqlite/0018_context_params.sql")),
     (19, "unspaced_words", include_str!("../migrations/sqlite/0019_unspaced_words.sql")),
+    (20, "ui_sessions", include_str!("../migrations/sqlite/0020_ui_sessions.sql")),
 ];
 
 /// The PostgreSQL migrations, in order. Never edit an applied one: append a new entry.
@@ -72,6 +73,7 @@ pub const POSTGRES: &[(i64, &str, &str)] = &[
     (18, "active_content", include_str!("../migrations/postgres/0018_active_content.sql")),
     (19, "context_params", include_str!("../migrations/postgres/0019_context_params.sql")),
     (20, "unspaced_words", include_str!("../migrations/postgres/0020_unspaced_words.sql")),
+    (21, "ui_sessions", include_str!("../migrations/postgres/0021_ui_sessions.sql")),
 ];
 
 /// The advisory lock key taken while migrating a PostgreSQL database ("engram" + 1).

@@ -1,4 +1,5 @@
-//! Access: the principal an API key stands for, whether local mode may apply, liveness; and
+//! Access: the principal an API key or a web-UI sign-in stands for, whether local mode may
+//! apply, liveness; and
 //! the operator's view of keys and jobs ([`Operator`]), which needs no embedder so that
 //! `engram keys` and `engram jobs` work whatever model a store was embedded with. Key lookup
 //! by hash is tenant-global on purpose: the key names its tenant.
@@ -9,13 +10,17 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::model::{Job, JobStatus, Principal, TenantId};
-use crate::store::{ApiKey, Store};
+use crate::store::{ApiKey, Store, UiSession};
 
 use super::Engine;
 
 /// How long a key the store confirmed keeps standing for its principal while the store is
 /// unavailable.
 pub const KEYS_REMEMBERED: Duration = Duration::from_secs(600);
+
+/// How long a web-UI sign-in lasts: a working day, after which the browser asks for the key
+/// again (the cookie holds a token, never the key).
+pub const UI_SESSION_TTL: time::Duration = time::Duration::hours(12);
 
 impl Engine {
     /// The principal of an API key, given the stored form (hash) of its secret; None for an
@@ -52,6 +57,41 @@ impl Engine {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Start a web-UI sign-in for the key with this secret hash: the browser will hold the
+    /// token whose hash is `token_hash`, and the sign-in's forms carry `csrf`. None for an
+    /// unknown or revoked key (nothing is stored). It lasts [`UI_SESSION_TTL`].
+    pub async fn start_ui_session(
+        &self,
+        secret_hash: &str,
+        token_hash: &str,
+        csrf: &str,
+    ) -> Result<Option<Principal>> {
+        let Some(key) = self.svc.store.find_api_key(secret_hash).await? else { return Ok(None) };
+        let now = crate::model::now();
+        let session = UiSession {
+            token_hash: token_hash.to_string(),
+            tenant: key.tenant.clone(),
+            key_id: key.id.clone(),
+            csrf: csrf.to_string(),
+            created_at: now,
+            expires_at: now + UI_SESSION_TTL,
+        };
+        self.svc.store.create_ui_session(&session).await?;
+        Ok(Some(Principal { tenant: key.tenant, role: key.role }))
+    }
+
+    /// The principal of a live web-UI sign-in and its forms' CSRF token; None once it ended
+    /// (signed out, expired, or its key revoked).
+    pub async fn ui_session(&self, token_hash: &str) -> Result<Option<(Principal, String)>> {
+        let found = self.svc.store.find_ui_session(token_hash, crate::model::now()).await?;
+        Ok(found.map(|(s, k)| (Principal { tenant: k.tenant, role: k.role }, s.csrf)))
+    }
+
+    /// End a web-UI sign-in.
+    pub async fn end_ui_session(&self, token_hash: &str) -> Result<()> {
+        self.svc.store.delete_ui_session(token_hash).await
     }
 
     /// Whether any active API key exists (none: local mode may serve keyless requests on a

@@ -51,7 +51,7 @@ mod types;
 pub use crate::model::{actor_name, actor_name_system};
 pub use crate::services::EngineConfig;
 pub use crate::services::Services;
-pub use access::Operator;
+pub use access::{Operator, UI_SESSION_TTL};
 pub use admin::CompactionStatus;
 pub use context::{ContextBlock, ContextInput};
 use scope::{View, ViewKey};

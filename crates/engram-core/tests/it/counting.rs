@@ -16,7 +16,7 @@ use engram_core::store::prelude::*;
 use engram_core::store::{
     Activity, ApiKey, Backlog, BackupRow, BackupScope, ContextSession, ConversationInfo,
     EraseCounts, ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, NewSummary, RestoreState,
-    StateScope, StoreStats, TranscriptFilter,
+    StateScope, StoreStats, TranscriptFilter, UiSession,
 };
 use time::OffsetDateTime;
 
@@ -827,6 +827,22 @@ impl AccessStore for Counting {
     async fn revoke_api_key(&self, id: &str) -> Result<()> {
         self.hit("revoke_api_key");
         self.inner.revoke_api_key(id).await
+    }
+    async fn create_ui_session(&self, s: &UiSession) -> Result<()> {
+        self.hit("create_ui_session");
+        self.inner.create_ui_session(s).await
+    }
+    async fn find_ui_session(
+        &self,
+        token_hash: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<(UiSession, ApiKey)>> {
+        self.hit("find_ui_session");
+        self.inner.find_ui_session(token_hash, now).await
+    }
+    async fn delete_ui_session(&self, token_hash: &str) -> Result<()> {
+        self.hit("delete_ui_session");
+        self.inner.delete_ui_session(token_hash).await
     }
     async fn find_api_key(&self, secret_hash: &str) -> Result<Option<ApiKey>> {
         self.hit("find_api_key");

@@ -3,7 +3,7 @@
 
 use engram_core::error::{Error, Result};
 use engram_core::model::{Agent, AgentId, KeyRole, TenantId};
-use engram_core::store::ApiKey;
+use engram_core::store::{ApiKey, UiSession};
 use time::OffsetDateTime;
 
 use super::Arg::{Bool, Json, OptText, Real, Text, Texts, Ts};
@@ -75,6 +75,54 @@ pub(crate) async fn count_active_api_keys<B: Backend>(b: &B) -> Result<u64> {
     let sql = "SELECT count(*) AS n FROM api_keys WHERE revoked_at IS NULL";
     let row = b.read_opt(sql, &[]).await?;
     Ok(row.map(|r| r.int("n")).transpose()?.unwrap_or(0).max(0) as u64)
+}
+
+/// Record a web-UI sign-in, after deleting the expired ones (a handful at most: sign-ins are
+/// rare, and each one sweeps).
+pub(crate) async fn create_ui_session<B: Backend>(b: &B, s: &UiSession) -> Result<()> {
+    b.write("DELETE FROM ui_sessions WHERE expires_at <= ?", &[Ts(s.created_at)]).await?;
+    b.write(
+        "INSERT INTO ui_sessions (token_hash, tenant_id, key_id, csrf, created_at, expires_at) \
+         VALUES (?, ?, ?, ?, ?, ?)",
+        &[
+            Text(&s.token_hash),
+            Text(s.tenant.as_str()),
+            Text(&s.key_id),
+            Text(&s.csrf),
+            Ts(s.created_at),
+            Ts(s.expires_at),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The live sign-in with this token hash and its key, while the key is active.
+pub(crate) async fn find_ui_session<B: Backend>(
+    b: &B,
+    token_hash: &str,
+    now: OffsetDateTime,
+) -> Result<Option<(UiSession, ApiKey)>> {
+    let sql = "SELECT k.*, s.token_hash AS session_token_hash, s.csrf AS session_csrf, \
+               s.created_at AS session_created_at, s.expires_at AS session_expires_at \
+               FROM ui_sessions s JOIN api_keys k ON k.tenant_id = s.tenant_id AND k.id = s.key_id \
+               WHERE s.token_hash = ? AND s.expires_at > ? AND k.revoked_at IS NULL";
+    let Some(r) = b.read_opt(sql, &[Text(token_hash), Ts(now)]).await? else { return Ok(None) };
+    let key = rows::api_key(&r)?;
+    let session = UiSession {
+        token_hash: r.text("session_token_hash")?,
+        tenant: key.tenant.clone(),
+        key_id: key.id.clone(),
+        csrf: r.text("session_csrf")?,
+        created_at: r.ts("session_created_at")?,
+        expires_at: r.ts("session_expires_at")?,
+    };
+    Ok(Some((session, key)))
+}
+
+pub(crate) async fn delete_ui_session<B: Backend>(b: &B, token_hash: &str) -> Result<()> {
+    b.write("DELETE FROM ui_sessions WHERE token_hash = ?", &[Text(token_hash)]).await?;
+    Ok(())
 }
 
 pub(crate) async fn get_agent<B: Backend>(

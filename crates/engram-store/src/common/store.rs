@@ -17,7 +17,7 @@ use engram_core::store::prelude::*;
 use engram_core::store::{
     Activity, ApiKey, Backlog, BackupRow, BackupScope, ContextSession, ConversationInfo,
     EraseCounts, ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, NewSummary, RestoreState,
-    StoreStats, TranscriptFilter,
+    StoreStats, TranscriptFilter, UiSession,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -744,6 +744,22 @@ impl<D: Native> AccessStore for SqlStore<D> {
 
     async fn count_active_api_keys(&self) -> Result<u64> {
         access::count_active_api_keys(&self.0).await
+    }
+
+    async fn create_ui_session(&self, s: &UiSession) -> Result<()> {
+        access::create_ui_session(&self.0, s).await
+    }
+
+    async fn find_ui_session(
+        &self,
+        token_hash: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<(UiSession, ApiKey)>> {
+        access::find_ui_session(&self.0, token_hash, now).await
+    }
+
+    async fn delete_ui_session(&self, token_hash: &str) -> Result<()> {
+        access::delete_ui_session(&self.0, token_hash).await
     }
 
     async fn get_agent(&self, tenant: &TenantId, id: &AgentId) -> Result<Option<Agent>> {

@@ -6,8 +6,8 @@ use engram_core::error::Error;
 use engram_core::model::{
     Agent, AgentId, ConversationId, Job, JobStatus, KeyRole, MemoryId, MessageId, MessageRole,
 };
-use engram_core::store::{ApiKey, ContextSession, Store};
-use time::Duration;
+use engram_core::store::{ApiKey, ContextSession, Store, UiSession};
+use time::{Duration, OffsetDateTime};
 
 use crate::harness::{memory, message, new_row, now, tenant, user};
 
@@ -265,6 +265,59 @@ pub async fn api_keys(s: Arc<dyn Store>) {
     assert_eq!(s.count_active_api_keys().await.unwrap(), 2);
     let listed = s.list_api_keys(Some(&t1)).await.unwrap();
     assert!(listed[0].revoked_at.is_some() && listed[1].revoked_at.is_none());
+}
+
+/// Web-UI sign-ins: found by their token's hash while unexpired and while their key is
+/// active, ended by deletion, swept when a later sign-in is made; a key id of one tenant
+/// never stands for another tenant's key of the same id.
+pub async fn ui_sessions(s: Arc<dyn Store>) {
+    let t = tenant("t1");
+    let at =
+        |secs: i64| OffsetDateTime::from_unix_timestamp(now().unix_timestamp() + secs).unwrap();
+    let key = |id: &str, role: KeyRole| ApiKey {
+        id: id.into(),
+        tenant: t.clone(),
+        role,
+        prefix: format!("egm_{id}"),
+        created_at: at(-60),
+        revoked_at: None,
+    };
+    let (admin, alice) = (key("ka", KeyRole::Admin), key("ku", KeyRole::User(user("alice"))));
+    s.create_api_key(&admin, "ha").await.unwrap();
+    s.create_api_key(&alice, "hu").await.unwrap();
+    let session = |token: &str, key: &ApiKey, from: i64, to: i64| UiSession {
+        token_hash: token.into(),
+        tenant: key.tenant.clone(),
+        key_id: key.id.clone(),
+        csrf: format!("csrf-{token}"),
+        created_at: at(from),
+        expires_at: at(to),
+    };
+    let (a, u) = (session("sa", &admin, 0, 3600), session("su", &alice, 0, 3600));
+    s.create_ui_session(&a).await.unwrap();
+    s.create_ui_session(&u).await.unwrap();
+    assert_eq!(s.find_ui_session("sa", at(1)).await.unwrap(), Some((a.clone(), admin.clone())));
+    assert_eq!(s.find_ui_session("su", at(1)).await.unwrap(), Some((u.clone(), alice.clone())));
+    assert_eq!(s.find_ui_session("ha", at(1)).await.unwrap(), None, "a key hash is no token");
+    assert_eq!(s.find_ui_session("sa", at(3600)).await.unwrap(), None, "expired");
+    // Another tenant's sign-in naming the same key id does not stand for this tenant's key.
+    let mut foreign = session("sf", &admin, 0, 3600);
+    foreign.tenant = tenant("t2");
+    s.create_ui_session(&foreign).await.unwrap();
+    assert_eq!(s.find_ui_session("sf", at(1)).await.unwrap(), None);
+    // Signing out ends one sign-in; revoking a key ends its sign-ins.
+    s.delete_ui_session("sa").await.unwrap();
+    s.delete_ui_session("sa").await.unwrap();
+    assert_eq!(s.find_ui_session("sa", at(1)).await.unwrap(), None);
+    s.revoke_api_key("ku").await.unwrap();
+    assert_eq!(s.find_ui_session("su", at(1)).await.unwrap(), None, "revoked key");
+    // A new sign-in sweeps the expired ones: made two hours later, "sb" of an hour ago is gone
+    // even once the clock is read as before.
+    let b = session("sb", &admin, 0, 3600);
+    s.create_ui_session(&b).await.unwrap();
+    s.create_ui_session(&session("sc", &admin, 7200, 10800)).await.unwrap();
+    assert_eq!(s.find_ui_session("sb", at(1)).await.unwrap(), None, "swept");
+    assert!(s.find_ui_session("sc", at(7201)).await.unwrap().is_some());
 }
 
 /// `get_messages` and `get_agents`: several rows in one call, unknown ids and other tenants'

@@ -91,6 +91,7 @@ conformance! {
         conversations::agents,
         conversations::batched_reads,
         conversations::api_keys,
+        conversations::ui_sessions,
         conversations::speakers_are_recorded_per_user,
         conversations::message_dates_are_recorded_per_user,
         message_vectors::message_vectors_needed_by_seq_and_model,

@@ -1,12 +1,18 @@
-//! Who is looking: the API key in the `engram_key` cookie (HttpOnly, SameSite=Strict, set by
-//! the sign-in form) becomes the [`Principal`] through the same lookup as a bearer key; in
-//! local mode (no keys, loopback listener, a loopback `Host`) a browser without the cookie is
-//! the local admin. A page asked for without a valid session redirects to `/signin`.
+//! Who is looking: a sign-in (the `engram_session` cookie: HttpOnly, SameSite=Strict, set by
+//! the sign-in form) becomes the [`Principal`] of the API key it was made with; in local mode
+//! (no keys, loopback listener, a loopback `Host`) a browser without the cookie is the local
+//! admin. A page asked for without a live sign-in redirects to `/signin`.
 //!
-//! CSRF: every form carries a token derived from the process's secret and the session's key
-//! ([`Viewer::csrf`]); a post whose token does not match, or whose `Origin` is another site,
-//! is refused (403) before anything is done. The cookie's SameSite=Strict is the first line;
-//! the token is the second.
+//! The cookie holds a random token, never the key: the store keeps the token's SHA-256 with
+//! the key's id (`ui_sessions`), so a copied cookie is worth one sign-in, not the key, and the
+//! sign-in ends at sign-out (the row is deleted), after [`UI_SESSION_TTL`], or when the key
+//! is revoked — on every process serving the UI, across restarts. A cookie of an older
+//! version that held the key itself (`engram_key`) is cleared and asks for a new sign-in.
+//!
+//! CSRF: every form carries the sign-in's own random token (stored with it; local mode's is
+//! derived from the process's secret) ([`Viewer::csrf`]); a post whose token does not match,
+//! or whose `Origin` is another site, is refused (403) before anything is done. The cookie's
+//! SameSite=Strict is the first line; the token is the second.
 
 use std::sync::Arc;
 
@@ -18,16 +24,18 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum_extra::extract::CookieJar;
 use axum_extra::extract::cookie::{Cookie, SameSite};
 use engram_core::ErrorCode;
+use engram_core::engine::UI_SESSION_TTL;
 use engram_core::model::{KeyRole, Principal, TenantId};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::{Page, UiError, UiState, render};
-use crate::api::auth::Caller;
 use crate::api::error::ApiError;
 
-/// The cookie that holds the signed-in API key.
-pub const COOKIE: &str = "engram_key";
+/// The cookie that holds the sign-in's token.
+pub const COOKIE: &str = "engram_session";
+/// The cookie of versions that kept the API key itself in the browser: cleared on sight.
+const LEGACY_COOKIE: &str = "engram_key";
 
 /// The signed-in caller of a page.
 pub struct Viewer {
@@ -36,6 +44,8 @@ pub struct Viewer {
     pub csrf: String,
     /// Signed in as the local admin (no keys exist).
     pub local: bool,
+    /// The hash of the sign-in's token (None in local mode).
+    session: Option<String>,
 }
 
 impl Viewer {
@@ -120,18 +130,19 @@ impl FromRequestParts<Arc<UiState>> for Viewer {
         let jar = CookieJar::from_headers(&parts.headers);
         let engine = &state.app.engine;
         if let Some(c) = jar.get(COOKIE) {
-            let bearer = format!("Bearer {}", c.value());
-            return match crate::api::auth::identify(engine, Some(bearer.as_bytes())).await {
-                Ok(Caller::Key(p)) => {
-                    let csrf = token(&state.secret, &crate::keys::hash(c.value()));
-                    Ok(Viewer { principal: p, csrf, local: false })
+            let hash = crate::keys::hash(c.value());
+            return match engine.ui_session(&hash).await {
+                Ok(Some((principal, csrf))) => {
+                    Ok(Viewer { principal, csrf, local: false, session: Some(hash) })
                 }
-                // Revoked or unknown: sign in again.
-                Ok(Caller::UnknownKey { .. } | Caller::NoKey) | Err(_) => {
-                    Err((jar.remove(Cookie::build(COOKIE).path("/")), Redirect::to("/signin"))
-                        .into_response())
-                }
+                // Signed out, expired or revoked: sign in again.
+                Ok(None) => Err(signed_out(jar)),
+                // The store is down: say so, and keep the sign-in for when it is back.
+                Err(e) => Err(UiError::from(e).into_response()),
             };
+        }
+        if jar.get(LEGACY_COOKIE).is_some() {
+            return Err(signed_out(jar));
         }
         let local = state.app.loopback
             && !engine.keys_exist().await.map_err(|e| UiError::from(e).into_response())?;
@@ -142,6 +153,7 @@ impl FromRequestParts<Arc<UiState>> for Viewer {
                 principal: Principal { tenant: TenantId::default_tenant(), role: KeyRole::Admin },
                 csrf: token(&state.secret, "local"),
                 local: true,
+                session: None,
             });
         }
         Err(Redirect::to("/signin").into_response())
@@ -173,31 +185,52 @@ pub async fn signin(
 ) -> Page {
     check_origin(&headers)?;
     let key = form.key.trim();
-    let bearer = format!("Bearer {key}");
-    let ok = !key.is_empty()
-        && matches!(
-            crate::api::auth::identify(&state.app.engine, Some(bearer.as_bytes())).await,
-            Ok(Caller::Key(_))
-        );
-    if !ok {
+    let token = random_hex();
+    let started = if key.is_empty() {
+        None
+    } else {
+        let (key_hash, token_hash) = (crate::keys::hash(key), crate::keys::hash(&token));
+        state.app.engine.start_ui_session(&key_hash, &token_hash, &random_hex()).await?
+    };
+    if started.is_none() {
         let mut res = render(&SigninPage { error: Some("unknown or revoked API key") });
         *res.status_mut() = axum::http::StatusCode::UNAUTHORIZED;
         return Ok(res);
     }
     // Behind a TLS-terminating proxy (it says `X-Forwarded-Proto: https`) the cookie is
-    // `Secure`, so a browser never sends the key over plain HTTP; served over HTTP itself
+    // `Secure`, so a browser never sends it over plain HTTP; served over HTTP itself
     // (loopback, a LAN) it cannot be, or the browser would drop it.
     let https = headers
         .get("x-forwarded-proto")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"));
-    let cookie = Cookie::build((COOKIE, key.to_string()))
+    let cookie = Cookie::build((COOKIE, token))
         .path("/")
         .http_only(true)
         .same_site(SameSite::Strict)
         .secure(https)
+        .max_age(UI_SESSION_TTL)
         .build();
+    let jar = match jar.get(LEGACY_COOKIE) {
+        Some(_) => jar.remove(Cookie::build(LEGACY_COOKIE).path("/")),
+        None => jar,
+    };
     Ok((jar.add(cookie), Redirect::to("/")).into_response())
+}
+
+/// 32 random bytes, hex: a sign-in's token or its CSRF token.
+fn random_hex() -> String {
+    hex::encode(rand::random::<[u8; 32]>())
+}
+
+/// Clear the sign-in cookies the browser sent and go to the sign-in page.
+fn signed_out(mut jar: CookieJar) -> Response {
+    for name in [COOKIE, LEGACY_COOKIE] {
+        if jar.get(name).is_some() {
+            jar = jar.remove(Cookie::build(name).path("/"));
+        }
+    }
+    (jar, Redirect::to("/signin")).into_response()
 }
 
 #[derive(Deserialize)]
@@ -206,12 +239,17 @@ pub struct CsrfForm {
     csrf: String,
 }
 
-/// Forget the session cookie.
+/// End the sign-in: its row is deleted, so the token is worth nothing any more, wherever it
+/// was copied to.
 pub async fn signout(
+    State(state): State<Arc<UiState>>,
     viewer: Viewer,
     jar: CookieJar,
     axum_extra::extract::Form(form): axum_extra::extract::Form<CsrfForm>,
 ) -> Page {
     viewer.check_csrf(&form.csrf)?;
-    Ok((jar.remove(Cookie::build(COOKIE).path("/")), Redirect::to("/signin")).into_response())
+    if let Some(session) = &viewer.session {
+        state.app.engine.end_ui_session(session).await?;
+    }
+    Ok(signed_out(jar))
 }

@@ -19,6 +19,24 @@ async fn sign_in(b: &Browser, key: &str) {
     b.submit("form[action='/signin'] button").await;
 }
 
+/// Sign in over plain HTTP as a script would; the `cookie` header value of the sign-in.
+async fn signed_in(base: &str, key: &str) -> String {
+    let http =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let r = http
+        .post(format!("{base}/signin"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[("key", key)]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER, "sign-in with a valid key");
+    let set = r.headers().get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_string());
+    let set: Vec<String> = set.collect();
+    let cookie = set.iter().find(|c| c.starts_with("engram_session=")).expect("session cookie");
+    cookie.split(';').next().unwrap().to_string()
+}
+
 async fn the_memory_screen(backend: Backend) {
     let db = Db::new(backend).await;
     let s = db.serve(&[]);
@@ -357,8 +375,9 @@ async fn the_memory_screen(backend: Backend) {
     b.goto("/conversations?user=bob").await;
     assert_eq!(b.texts("ol.conversations a").await, ["trip-1"], "a user key lists its own only");
     // A forged form with alice's own session and token cannot touch bob's fact.
-    let cookie = b.c.get_named_cookie("engram_key").await.expect("session cookie");
-    assert!(cookie.http_only().unwrap_or(false), "the key cookie is HttpOnly");
+    let cookie = b.c.get_named_cookie("engram_session").await.expect("session cookie");
+    assert!(cookie.http_only().unwrap_or(false), "the session cookie is HttpOnly");
+    assert!(!cookie.value().contains(alice_key.trim_start_matches("engram_")), "never the key");
     b.goto("/").await;
     let csrf = b.find("input[name=csrf]").await.attr("value").await.unwrap().unwrap();
     let http =
@@ -366,7 +385,7 @@ async fn the_memory_screen(backend: Backend) {
     for action in ["forget", "purge", "edit", "rate"] {
         let r = http
             .post(format!("{}/memories/{bob_id}/{action}", s.base))
-            .header("cookie", format!("engram_key={}", cookie.value()))
+            .header("cookie", format!("engram_session={}", cookie.value()))
             .header("content-type", "application/x-www-form-urlencoded")
             .body(form(&[("csrf", csrf.as_str()), ("value", "1"), ("content", "hacked")]))
             .send()
@@ -379,7 +398,7 @@ async fn the_memory_screen(backend: Backend) {
     for path in ["/export", "/export?user=bob"] {
         let r = http
             .get(format!("{}{path}", s.base))
-            .header("cookie", format!("engram_key={}", cookie.value()))
+            .header("cookie", format!("engram_session={}", cookie.value()))
             .send()
             .await
             .unwrap();
@@ -404,7 +423,7 @@ async fn the_memory_screen(backend: Backend) {
     // And without the token nothing is done at all.
     let r = http
         .post(format!("{}/memories", s.base))
-        .header("cookie", format!("engram_key={}", cookie.value()))
+        .header("cookie", format!("engram_session={}", cookie.value()))
         .header("content-type", "application/x-www-form-urlencoded")
         .body(form(&[("content", "Planted by another site.")]))
         .send()
@@ -417,9 +436,9 @@ async fn the_memory_screen(backend: Backend) {
     // An agent key opens its own settings, defaults while never configured (found by a
     // tester: "agent new-bot not found"), and no other agent's.
     let bot = create_key(&db, &["--tenant", "default", "--role", "agent", "--agent", "new-bot"]);
-    let as_bot = |path: &str| {
-        http.get(format!("{}{path}", s.base)).header("cookie", format!("engram_key={bot}")).send()
-    };
+    let bot_cookie = signed_in(&s.base, &bot).await;
+    let as_bot =
+        |path: &str| http.get(format!("{}{path}", s.base)).header("cookie", &bot_cookie).send();
     let r = as_bot("/agents").await.unwrap();
     assert_eq!(r.headers()["location"], "/agents/new-bot");
     let r = as_bot("/agents/new-bot").await.unwrap();
@@ -633,15 +652,12 @@ async fn links_to_conversations_with_any_id_lead_to_them(backend: Backend) {
         assert_eq!(st, StatusCode::CREATED, "{b}");
     }
     let http = reqwest::Client::new();
+    let cookie = signed_in(&s.base, &admin).await;
     let page = |path: String| {
-        let (http, base, admin) = (&http, &s.base, &admin);
+        let (http, base, cookie) = (&http, &s.base, &cookie);
         async move {
-            let r = http
-                .get(format!("{base}{path}"))
-                .header("cookie", format!("engram_key={admin}"))
-                .send()
-                .await
-                .unwrap();
+            let r =
+                http.get(format!("{base}{path}")).header("cookie", cookie).send().await.unwrap();
             (r.status(), r.text().await.unwrap())
         }
     };
@@ -692,7 +708,7 @@ async fn bulk_forget_skips_what_is_already_forgotten(backend: Backend) {
     let (st, _) = api.req("DELETE", &format!("/v1/memories/{}", ids[0]), None).await;
     assert_eq!(st, StatusCode::OK);
     let http = reqwest::Client::new();
-    let cookie = format!("engram_key={admin}");
+    let cookie = signed_in(&s.base, &admin).await;
     let html = http
         .get(format!("{}/?user=alice", s.base))
         .header("cookie", &cookie)
@@ -745,7 +761,107 @@ async fn bulk_forget_skips_what_is_already_forgotten(backend: Backend) {
     assert!(m["superseded_at"].is_null() && m["category"] == "general", "unchanged: {m}");
 }
 
+/// A sign-in is a random token, never the key, that ends for good: at sign-out (a copy of
+/// the cookie kept elsewhere stops working), when its key is revoked; it lasts across a
+/// restart of the server, with its forms' token. The raw key as a cookie (an older version's
+/// `engram_key`, or the key put into `engram_session`) signs nobody in. Plain HTTP.
+async fn a_sign_in_is_a_token_that_ends(backend: Backend) {
+    let db = Db::new(backend).await;
+    let admin = create_key(&db, &["--tenant", "default", "--role", "admin"]);
+    let alice = create_key(&db, &["--tenant", "default", "--role", "user", "--user", "alice"]);
+    let mut s = db.serve(&[]);
+    let http =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let get = |base: String, cookie: String| {
+        let http = &http;
+        async move { http.get(format!("{base}/")).header("cookie", cookie).send().await.unwrap() }
+    };
+    let signed_out = |r: &reqwest::Response| {
+        r.status() == StatusCode::SEE_OTHER && r.headers()["location"] == "/signin"
+    };
+    // The raw key signs nobody in, under either name; the old cookie is cleared.
+    for cookie in [format!("engram_key={admin}"), format!("engram_session={admin}")] {
+        let r = get(s.base.clone(), cookie.clone()).await;
+        assert!(signed_out(&r), "{cookie}: {}", r.status());
+        let set: Vec<_> = r.headers().get_all("set-cookie").iter().collect();
+        let name = cookie.split('=').next().unwrap();
+        assert!(
+            set.iter().any(|c| c.to_str().unwrap().starts_with(&format!("{name}=;"))),
+            "{name} cleared: {set:?}"
+        );
+    }
+    // A wrong key is refused and starts nothing.
+    let r = http
+        .post(format!("{}/signin", s.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[("key", "engram_not-a-key")]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert!(r.headers().get("set-cookie").is_none());
+    // A sign-in: a token of its own, for twelve hours at most.
+    let r = http
+        .post(format!("{}/signin", s.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[("key", admin.as_str())]))
+        .send()
+        .await
+        .unwrap();
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(set.starts_with("engram_session=") && set.contains("Max-Age=43200"), "{set}");
+    assert!(!set.contains(admin.trim_start_matches("engram_")), "the key never leaves: {set}");
+    let first = set.split(';').next().unwrap().to_string();
+    let page = get(s.base.clone(), first.clone()).await;
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    let csrf = html.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap();
+    // Two sign-ins of one key are two tokens; signing out ends one, even for a copy of it.
+    let second = signed_in(&s.base, &admin).await;
+    assert_ne!(first, second);
+    let out = http
+        .post(format!("{}/signout", s.base))
+        .header("cookie", &first)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[("csrf", csrf)]))
+        .send()
+        .await
+        .unwrap();
+    assert!(signed_out(&out), "{}", out.status());
+    assert!(signed_out(&get(s.base.clone(), first.clone()).await), "a copy of it is worth nothing");
+    assert_eq!(get(s.base.clone(), second.clone()).await.status(), StatusCode::OK);
+    // The sign-in and its forms' token outlive a restart of the server.
+    let html = get(s.base.clone(), second.clone()).await.text().await.unwrap();
+    let csrf = html.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap();
+    drop(s);
+    s = db.serve(&[]);
+    let r = http
+        .post(format!("{}/memories", s.base))
+        .header("cookie", &second)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[("csrf", csrf), ("user", "alice"), ("content", "Alice grows basil.")]))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_redirection() || r.status().is_success(), "{}", r.status());
+    let (_, list) = s.with_key(&admin).get("/v1/memories?user_id=alice").await;
+    assert_eq!(list["memories"][0]["content"], "Alice grows basil.", "{list}");
+    // Revoking the key ends its sign-ins; another key's stay.
+    let mine = signed_in(&s.base, &alice).await;
+    let (ok, out, _) = db.cli(&["keys", "list", "--json"]);
+    assert!(ok);
+    let keys: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let id = keys.as_array().unwrap().iter().find(|k| k["role"] == "admin").unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(db.cli(&["keys", "revoke", &id]).0);
+    assert!(signed_out(&get(s.base.clone(), second.clone()).await), "revoked key");
+    assert_eq!(get(s.base.clone(), mine).await.status(), StatusCode::OK);
+}
+
 on_both_backends!(
+    a_sign_in_is_a_token_that_ends,
     the_memory_screen,
     bulk_forget_skips_what_is_already_forgotten,
     failed_jobs_are_shown_and_retried,

@@ -82,7 +82,12 @@ fn statements(sql: &str, heads: &[&str]) -> String {
         .join("\n")
 }
 
-/// SQLite's migration 19 undone: rows indexed by their text, no `keyword_text` (emptied first
+/// The web UI's sign-ins undone (SQLite's migration 20, PostgreSQL's 21), before any older
+/// migration is: the runner applies what is past the newest version recorded.
+const UNDO_UI_SQLITE: &str =
+    "DROP TABLE ui_sessions; DELETE FROM schema_migrations WHERE version = 20;";
+
+/// SQLite's migration 19 undone (after 20's): rows indexed by their text, no `keyword_text` (emptied first
 /// through its triggers, which re-index the rows), and migration 12's triggers and view.
 fn undo_sqlite_19() -> String {
     let m12 = include_str!("../../migrations/sqlite/0012_keyword_scopes.sql");
@@ -98,7 +103,7 @@ fn undo_sqlite_19() -> String {
         ],
     );
     format!(
-        "UPDATE memories SET keyword_text = NULL WHERE keyword_text IS NOT NULL; \
+        "{UNDO_UI_SQLITE} UPDATE memories SET keyword_text = NULL WHERE keyword_text IS NOT NULL; \
          UPDATE messages SET keyword_text = NULL WHERE keyword_text IS NOT NULL; \
          UPDATE summaries SET keyword_text = NULL WHERE keyword_text IS NOT NULL; \
          DROP TRIGGER memories_fts_ai; DROP TRIGGER memories_fts_au; \
@@ -111,9 +116,10 @@ fn undo_sqlite_19() -> String {
     )
 }
 
-/// PostgreSQL's migration 20 undone: no statistics trigger on a memory's `fts_text` (the
+/// PostgreSQL's migration 20 undone (after 21's, the web UI's sign-ins): no statistics trigger on a memory's `fts_text` (the
 /// texts themselves are set back by the test that needs it).
 const UNDO_PG_20: &str = "\
+    DROP TABLE ui_sessions; DELETE FROM schema_migrations WHERE version = 21; \
     DROP TRIGGER memories_fts_stats_update ON memories; \
     DROP FUNCTION engram_memory_stats_update; \
     DELETE FROM schema_migrations WHERE version = 20;";

@@ -370,7 +370,7 @@ async fn keyword_search_same_without_fts_len_or_btree_gin() {
          DROP TABLE memory_fts_stats; \
          DROP FUNCTION engram_fts_stats_insert, engram_fts_stats_delete, \
          engram_memory_stats_update CASCADE; \
-         DROP TABLE session_state, speakers; \
+         DROP TABLE session_state, speakers, ui_sessions; \
          CREATE INDEX messages_fts_user ON messages USING gin (tenant_id, user_id, fts); \
          DROP INDEX messages_unembedded, jobs_tenant_status, jobs_done, jobs_done_kind; \
          DELETE FROM schema_migrations WHERE version >= 4",

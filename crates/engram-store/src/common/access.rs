@@ -1,14 +1,18 @@
-//! The [`engram_core::store::AccessStore`] methods, the same on both backends: API keys and
-//! agent settings.
+//! The [`engram_core::store::AccessStore`] methods, the same on both backends: API keys,
+//! web-UI sign-ins and agent settings.
 
+use async_trait::async_trait;
 use engram_core::error::{Error, Result};
 use engram_core::model::{Agent, AgentId, KeyRole, TenantId};
+use engram_core::store::AccessStore;
 use engram_core::store::{ApiKey, UiSession};
 use time::OffsetDateTime;
 
 use super::Arg::{Bool, Json, OptText, Real, Text, Texts, Ts};
 use super::Backend;
+use super::SqlStore;
 use super::rows::{self, Columns};
+use super::store::Native;
 
 pub(crate) async fn create_api_key<B: Backend>(
     b: &B,
@@ -175,4 +179,59 @@ pub(crate) async fn put_agent<B: Backend>(b: &B, a: &Agent) -> Result<()> {
     )
     .await?;
     Ok(())
+}
+
+#[async_trait]
+impl<D: Native> AccessStore for SqlStore<D> {
+    async fn create_api_key(&self, key: &ApiKey, secret_hash: &str) -> Result<()> {
+        create_api_key(&self.0, key, secret_hash).await
+    }
+
+    async fn list_api_keys(&self, tenant: Option<&TenantId>) -> Result<Vec<ApiKey>> {
+        list_api_keys(&self.0, tenant).await
+    }
+
+    async fn revoke_api_key(&self, id: &str) -> Result<()> {
+        revoke_api_key(&self.0, id).await
+    }
+
+    async fn find_api_key(&self, secret_hash: &str) -> Result<Option<ApiKey>> {
+        find_api_key(&self.0, secret_hash).await
+    }
+
+    async fn count_active_api_keys(&self) -> Result<u64> {
+        count_active_api_keys(&self.0).await
+    }
+
+    async fn create_ui_session(&self, s: &UiSession) -> Result<()> {
+        create_ui_session(&self.0, s).await
+    }
+
+    async fn find_ui_session(
+        &self,
+        token_hash: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<(UiSession, ApiKey)>> {
+        find_ui_session(&self.0, token_hash, now).await
+    }
+
+    async fn delete_ui_session(&self, token_hash: &str) -> Result<()> {
+        delete_ui_session(&self.0, token_hash).await
+    }
+
+    async fn get_agent(&self, tenant: &TenantId, id: &AgentId) -> Result<Option<Agent>> {
+        get_agent(&self.0, tenant, id).await
+    }
+
+    async fn get_agents(&self, tenant: &TenantId, ids: &[AgentId]) -> Result<Vec<Agent>> {
+        get_agents(&self.0, tenant, ids).await
+    }
+
+    async fn put_agent(&self, a: &Agent) -> Result<()> {
+        put_agent(&self.0, a).await
+    }
+
+    async fn list_agents(&self, tenant: &TenantId) -> Result<Vec<Agent>> {
+        list_agents(&self.0, tenant).await
+    }
 }

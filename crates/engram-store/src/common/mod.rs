@@ -22,6 +22,7 @@ pub(crate) mod state;
 pub(crate) mod store;
 pub(crate) mod summaries;
 pub(crate) mod transcript_vectors;
+pub(crate) mod typos;
 pub(crate) mod unique;
 
 pub use store::SqlStore;

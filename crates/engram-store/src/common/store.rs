@@ -10,20 +10,20 @@ use std::ops::Deref;
 use async_trait::async_trait;
 use engram_core::error::Result;
 use engram_core::model::{
-    Agent, AgentId, ConversationId, Job, JobKind, JobStatus, Memory, MemoryEvent, MemoryId,
-    Message, MessageId, Summary, SummaryId, TenantId, UserId,
+    AgentId, ConversationId, Job, JobKind, JobStatus, Memory, MemoryEvent, MemoryId, Message,
+    MessageId, Summary, SummaryId, TenantId, UserId,
 };
 use engram_core::store::prelude::*;
 use engram_core::store::{
-    Activity, ApiKey, Backlog, BackupRow, BackupScope, ContextSession, ConversationInfo,
-    EraseCounts, ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, NewSummary, RestoreState,
-    StoreStats, TranscriptFilter, UiSession,
+    Activity, Backlog, BackupRow, BackupScope, ContextSession, ConversationInfo, EraseCounts,
+    ExtractionBatch, MemoryFilter, MemoryPage, NewMemory, NewSummary, RestoreState, StoreStats,
+    TranscriptFilter,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::messages::Conversation;
-use super::{Arg, Backend, access, jobs, memories, messages, summaries};
+use super::{Arg, Backend, jobs, memories, messages, summaries, typos};
 
 /// A store: one backend ([`crate::sqlite::SqliteDb`], [`crate::postgres::PgDb`]) under the
 /// whole store contract; the backend's own methods (opening, tuning) through `Deref`.
@@ -92,7 +92,7 @@ pub(crate) type Sink<'a> = dyn FnMut(BackupRow) -> Result<()> + Send + 'a;
 
 /// What a backend does its own way.
 #[async_trait]
-pub(crate) trait Native: Backend + Sized + 'static {
+pub(crate) trait Native: Backend + typos::PrefixWords + Sized + 'static {
     /// Insert new memory rows and their events inside `tx`.
     async fn insert_rows(tx: &mut Self::Tx, rows: &[NewMemory], v: &Versions) -> Result<()>;
     /// The memories of a [`Select`].
@@ -282,7 +282,15 @@ impl<D: Native> MemoryStore for SqlStore<D> {
         query: &str,
         k: usize,
     ) -> Result<Vec<(MemoryId, f64)>> {
-        self.0.search_text(Ranked { tenant, scope: filter, query, k }).await
+        let hits = self.0.search_text(Ranked { tenant, scope: filter, query, k }).await?;
+        let user = filter.user_id.as_ref().map(UserId::as_str);
+        match typos::retry(&self.0, tenant, user, "memories", query, &hits).await? {
+            Some(query) => {
+                let hits = self.0.search_text(Ranked { tenant, scope: filter, query: &query, k });
+                Ok(typos::guessed(hits.await?))
+            }
+            None => Ok(hits),
+        }
     }
 
     async fn touch_memories(
@@ -417,7 +425,12 @@ impl<D: Native> MessageStore for SqlStore<D> {
         k: usize,
     ) -> Result<Vec<(MessageId, f64)>> {
         let scope = (filter, Transcript::Messages);
-        let hits = self.0.search_transcript_text(Ranked { tenant, scope, query, k }).await?;
+        let mut hits = self.0.search_transcript_text(Ranked { tenant, scope, query, k }).await?;
+        let user = Some(filter.user.as_str());
+        if let Some(q) = typos::retry(&self.0, tenant, user, "messages", query, &hits).await? {
+            let again = self.0.search_transcript_text(Ranked { tenant, scope, query: &q, k });
+            hits = typos::guessed(again.await?);
+        }
         Ok(typed(hits, MessageId))
     }
 
@@ -614,7 +627,12 @@ impl<D: Native> SummaryStore for SqlStore<D> {
         k: usize,
     ) -> Result<Vec<(SummaryId, f64)>> {
         let scope = (filter, Transcript::Summaries);
-        let hits = self.0.search_transcript_text(Ranked { tenant, scope, query, k }).await?;
+        let mut hits = self.0.search_transcript_text(Ranked { tenant, scope, query, k }).await?;
+        let user = Some(filter.user.as_str());
+        if let Some(q) = typos::retry(&self.0, tenant, user, "summaries", query, &hits).await? {
+            let again = self.0.search_transcript_text(Ranked { tenant, scope, query: &q, k });
+            hits = typos::guessed(again.await?);
+        }
         Ok(typed(hits, SummaryId))
     }
 
@@ -721,61 +739,6 @@ impl<D: Native> JobStore for SqlStore<D> {
 
     async fn prune_jobs(&self, before: OffsetDateTime, limit: usize) -> Result<u64> {
         jobs::prune(&self.0, before, limit).await
-    }
-}
-
-#[async_trait]
-impl<D: Native> AccessStore for SqlStore<D> {
-    async fn create_api_key(&self, key: &ApiKey, secret_hash: &str) -> Result<()> {
-        access::create_api_key(&self.0, key, secret_hash).await
-    }
-
-    async fn list_api_keys(&self, tenant: Option<&TenantId>) -> Result<Vec<ApiKey>> {
-        access::list_api_keys(&self.0, tenant).await
-    }
-
-    async fn revoke_api_key(&self, id: &str) -> Result<()> {
-        access::revoke_api_key(&self.0, id).await
-    }
-
-    async fn find_api_key(&self, secret_hash: &str) -> Result<Option<ApiKey>> {
-        access::find_api_key(&self.0, secret_hash).await
-    }
-
-    async fn count_active_api_keys(&self) -> Result<u64> {
-        access::count_active_api_keys(&self.0).await
-    }
-
-    async fn create_ui_session(&self, s: &UiSession) -> Result<()> {
-        access::create_ui_session(&self.0, s).await
-    }
-
-    async fn find_ui_session(
-        &self,
-        token_hash: &str,
-        now: OffsetDateTime,
-    ) -> Result<Option<(UiSession, ApiKey)>> {
-        access::find_ui_session(&self.0, token_hash, now).await
-    }
-
-    async fn delete_ui_session(&self, token_hash: &str) -> Result<()> {
-        access::delete_ui_session(&self.0, token_hash).await
-    }
-
-    async fn get_agent(&self, tenant: &TenantId, id: &AgentId) -> Result<Option<Agent>> {
-        access::get_agent(&self.0, tenant, id).await
-    }
-
-    async fn get_agents(&self, tenant: &TenantId, ids: &[AgentId]) -> Result<Vec<Agent>> {
-        access::get_agents(&self.0, tenant, ids).await
-    }
-
-    async fn put_agent(&self, a: &Agent) -> Result<()> {
-        access::put_agent(&self.0, a).await
-    }
-
-    async fn list_agents(&self, tenant: &TenantId) -> Result<Vec<Agent>> {
-        access::list_agents(&self.0, tenant).await
     }
 }
 

@@ -219,3 +219,53 @@ impl Native for PgDb {
         jobs::claim_many(&self.pool, now, lease, kinds, limit).await
     }
 }
+
+#[async_trait]
+impl crate::common::typos::PrefixWords for PgDb {
+    /// Per prefix, one prefix query of the scope's postings (the user's keyed lexemes of
+    /// migration 4, or the tenant's rows through the unscoped index), `fts_text` read from at
+    /// most `rows` rows. A prefix is letters only ([`crate::common::typos`]), so it needs no
+    /// quoting inside the tsquery.
+    async fn prefix_words(
+        &self,
+        tenant: &TenantId,
+        user: Option<&str>,
+        table: &'static str,
+        prefixes: &[String],
+        rows: usize,
+    ) -> Result<Vec<Vec<String>>> {
+        let mut out = vec![Vec::new(); prefixes.len()];
+        let limit = i64::try_from(rows).unwrap_or(i64::MAX);
+        for (p, words) in prefixes.iter().zip(out.iter_mut()) {
+            if !p.chars().all(char::is_alphabetic) {
+                continue;
+            }
+            let mut q = QueryBuilder::<Postgres>::new(format!(
+                "SELECT fts_text FROM {table} WHERE tenant_id = "
+            ));
+            q.push_bind(tenant.as_str().to_string());
+            match user {
+                Some(u) => {
+                    q.push(" AND user_id = ").push_bind(u.to_string()).push(
+                        " AND engram_scoped_fts(tenant_id, user_id, fts) @@ \
+                         ('''' || engram_fts_key(tenant_id, user_id) || '_' || ",
+                    );
+                }
+                None => {
+                    q.push(" AND fts @@ ('''' || ");
+                }
+            }
+            q.push_bind(p.clone()).push(" || ''':*')::tsquery LIMIT ").push_bind(limit);
+            for r in q.build().fetch_all(&self.pool).await.map_err(db)? {
+                let text: Option<String> = sqlx::Row::try_get(&r, 0).map_err(db)?;
+                let found = text.iter().flat_map(|t| t.split(' '));
+                for w in found.filter(|w| w.starts_with(p.as_str())) {
+                    if !words.iter().any(|x| x == w) {
+                        words.push(w.to_string());
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -617,3 +617,57 @@ fn push_filter(q: &mut QueryBuilder<Sqlite>, f: &MemoryFilter, now: i64) {
             .push(")");
     }
 }
+
+/// The candidates of [`common::typos`]: per prefix, an FTS5 prefix query of the row's own
+/// words within the scope's token (migration 12), at most `rows` rows read.
+#[async_trait]
+impl common::typos::PrefixWords for SqliteDb {
+    async fn prefix_words(
+        &self,
+        tenant: &TenantId,
+        user: Option<&str>,
+        table: &'static str,
+        prefixes: &[String],
+        rows: usize,
+    ) -> Result<Vec<Vec<String>>> {
+        let mut out = vec![Vec::new(); prefixes.len()];
+        let kind = if table == "memories" && user.is_none() { "t" } else { "u" };
+        let scope: Option<i64> =
+            sqlx::query("SELECT id FROM keyword_scopes WHERE tenant_id = ? AND user_id = ?")
+                .bind(tenant.as_str())
+                .bind(user.unwrap_or(""))
+                .fetch_optional(&self.read)
+                .await
+                .map_err(db)?
+                .map(|r| r.get(0));
+        let Some(scope) = scope else { return Ok(out) };
+        let (own, tool) = match table {
+            "messages" => ("{content tool_name}", "coalesce(m.tool_name, '')"),
+            _ => ("{content}", "''"),
+        };
+        let sql = format!(
+            "SELECT m.content, {tool} FROM {table}_fts CROSS JOIN {table} m \
+             ON m.rowid = {table}_fts.rowid WHERE {table}_fts MATCH ? AND m.tenant_id = ? \
+             LIMIT {}",
+            common::limit(rows)
+        );
+        for (p, words) in prefixes.iter().zip(out.iter_mut()) {
+            let term = crate::text::MatchTerm { text: p.clone(), prefix: true };
+            let found = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(format!("scope : {kind}{scope} AND {own} : {}", term.fts5()))
+                .bind(tenant.as_str())
+                .fetch_all(&self.read)
+                .await
+                .map_err(db)?;
+            for r in found {
+                let text = crate::text::index_text(&[r.get::<&str, _>(0), r.get::<&str, _>(1)]);
+                for w in text.split(' ').filter(|w| w.starts_with(p.as_str())) {
+                    if !words.iter().any(|x| x == w) {
+                        words.push(w.to_string());
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -80,6 +80,7 @@ conformance! {
         search::keyword_matches_never_depend_on_other_scopes,
         search::a_query_of_common_words_alone_finds_their_rows,
         search::text_search_matches_word_forms,
+        search::keyword_search_forgives_a_typo,
         search::text_search_never_a_syntax_error,
         search::messages_are_found_by_their_context,
         conversations::append_seq_ownership,

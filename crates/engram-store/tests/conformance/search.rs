@@ -713,3 +713,61 @@ pub async fn messages_are_found_by_their_context(s: Arc<dyn Store>) {
     assert_eq!(ids(&message_hits(&s, &t2, &w, "quokka").await)[0], after[3].id);
     assert_eq!(sister(message_hits(&s, &t, &u, "sister").await), (c1[1].id, after_answer));
 }
+
+/// A query word that matches nothing in the scope finds the scope's words one edit away (two
+/// for long words), in memories and messages alike; another user's words are never the
+/// correction, and words that match as written are not corrected.
+pub async fn keyword_search_forgives_a_typo(s: Arc<dyn Store>) {
+    let t = tenant("t");
+    let (u, w) = (user("u"), user("w"));
+    let texts = [
+        "The user works as a nurse at the city hospital",
+        "The user found accommodation in Lisbon",
+        "The user plays the accordion",
+        "The user keeps a nursery of orchids",
+    ];
+    let rows: Vec<_> = texts.iter().map(|x| new_row(memory(&t, &u, x), None)).collect();
+    s.insert_memories(&t, rows.clone()).await.unwrap();
+    let theirs = new_row(memory(&t, &w, "The user collects vintage typewriters"), None);
+    s.insert_memories(&t, vec![theirs.clone()]).await.unwrap();
+    let id = |i: usize| rows[i].memory.id;
+    let all = MemoryFilter { user_id: Some(u.clone()), ..Default::default() };
+    // Found as the word spelled right would find them ("nurse" → `nurs*`: nurse, nursery).
+    let set = |v: Vec<MemoryId>| v.into_iter().collect::<BTreeSet<_>>();
+    let nurse = set(ids_of(&s, &t, &all, "nurse").await);
+    assert_eq!(nurse, set(vec![id(0), id(3)]));
+    assert_eq!(set(ids_of(&s, &t, &all, "nurce").await), nurse, "one letter wrong");
+    assert_eq!(ids_of(&s, &t, &all, "Which hosiptal?").await, vec![id(0)], "two letters swapped");
+    assert_eq!(ids_of(&s, &t, &all, "accomodation").await, vec![id(1)], "one letter missing");
+    assert_eq!(ids_of(&s, &t, &all, "acommodattion").await, vec![id(1)], "two in a long word");
+    assert!(ids_of(&s, &t, &all, "acordeon").await.is_empty(), "two in a short word: no");
+    assert_eq!(ids_of(&s, &t, &all, "orchids").await, vec![id(3)], "spelled right: as written");
+    assert!(ids_of(&s, &t, &all, "typewritter").await.is_empty(), "only the user's own words");
+    let theirs_filter = MemoryFilter { user_id: Some(w.clone()), ..Default::default() };
+    assert_eq!(ids_of(&s, &t, &theirs_filter, "typewritter").await, vec![theirs.memory.id]);
+    assert!(ids_of(&s, &t, &all, "quantum chromodynamics").await.is_empty());
+
+    let stored = s
+        .append_messages(
+            &t,
+            vec![
+                message(&t, &u, "c1", MessageRole::User, "We booked the accommodation today"),
+                message(&t, &u, "c1", MessageRole::Assistant, "Enjoy Lisbon!"),
+            ],
+        )
+        .await
+        .unwrap();
+    let hits = s
+        .text_search_messages(&t, &TranscriptFilter::user(u.clone()), "accomodation", 10)
+        .await
+        .unwrap();
+    // All of the corrected query's weight, counted as a guess (0.7).
+    assert_eq!(hits.first().map(|h| h.0), Some(stored[0].id), "{hits:?}");
+    assert!((hits[0].1 - 0.7).abs() < 1e-9, "{hits:?}");
+    // Spelled right, the same message holds all of the query's weight.
+    let right = s
+        .text_search_messages(&t, &TranscriptFilter::user(u.clone()), "accommodation", 10)
+        .await
+        .unwrap();
+    assert_eq!(right.first(), Some(&(stored[0].id, 1.0)));
+}

@@ -490,7 +490,50 @@ async fn words_inside_unspaced_sentences_are_found(backend: Backend) {
     assert!(results(&r).is_empty(), "{r:#}");
 }
 
+/// A misspelt word finds what the word spelled right finds, with the built-in embedder (whose
+/// vectors do not know the misspelling either), in facts and in messages; its keyword support
+/// counts as a guess (0.7 of it, `explain.text_coverage`), and an unrelated query still finds
+/// nothing.
+async fn a_misspelt_word_is_found(backend: Backend) {
+    let db = Db::new(backend).await;
+    let mut cmd = Command::new(bin());
+    cmd.arg("--data-dir").arg(db.dir()).args(db.store_args()).args(["--embedder", "builtin"]);
+    cmd.env("ENGRAM_LOG", "warn");
+    let s = Server::spawn(cmd, &[]);
+    for f in FACTS {
+        s.remember("tu", f).await;
+    }
+    append_turns(&s, "tu", &["We finally found accommodation near the harbour.", "Great!"]).await;
+    crate::helpers::drained(&s.as_client()).await;
+    let search = |query: &'static str, source: &'static str| {
+        let s = &s;
+        async move {
+            let body =
+                json!({ "query": query, "user_id": "tu", "sources": [source], "explain": true });
+            let (st, r) = s.post("/v1/search", body).await;
+            assert_eq!(st, 200, "{r}");
+            r
+        }
+    };
+    for q in ["Where does the user work as a nurce?", "nurce", "Which orchestrra?"] {
+        let r = search(q, "memories").await;
+        let want = if q.contains("orch") { FACTS[2] } else { FACTS[0] };
+        assert_eq!(results(&r)[0]["memory"]["content"], want, "{q}: {r:#}");
+    }
+    let r = search("nurce", "memories").await;
+    let coverage = results(&r)[0]["explain"]["text_coverage"].as_f64().unwrap();
+    assert!((coverage - 0.7).abs() < 1e-9, "a guess: {r:#}");
+    assert!(results(&r)[0]["score"].as_f64().unwrap() >= 0.49 - 1e-9, "{r:#}");
+    let r = search("accomodation", "messages").await;
+    let first = &results(&r)[0]["message"]["content"];
+    assert_eq!(first, "We finally found accommodation near the harbour.", "{r:#}");
+    for q in UNRELATED {
+        assert!(results(&search(q, "memories").await).is_empty(), "{q}");
+    }
+}
+
 on_both_backends!(
+    a_misspelt_word_is_found,
     words_inside_unspaced_sentences_are_found,
     a_long_fact_is_found_by_its_end,
     unrelated_queries_find_nothing_and_scores_mean_the_same_everywhere,

@@ -18,7 +18,7 @@ use engram_core::store::BackupScope;
 use crate::api::dto::{self, MemoryDto, key_json};
 use crate::api::error::cli_error as err;
 use crate::api::results::SearchResultDto;
-use crate::settings::{CommonArgs, ServeArgs, Settings};
+use crate::settings::{CommonArgs, ServeArgs, Settings, WorkerArgs};
 
 /// `println!` for command output: a closed pipe (`engram recall … | head`) ends the command
 /// quietly with status 0, as Unix tools do, instead of a panic; another write error is the
@@ -168,7 +168,7 @@ pub enum Command {
     #[command(subcommand)]
     Keys(KeysCommand),
     /// Run background workers alone (for several processes on one store).
-    Worker(ServeArgs),
+    Worker(WorkerArgs),
     /// Inspect and re-run background jobs.
     #[command(subcommand)]
     Jobs(JobsCommand),
@@ -494,14 +494,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Keys(k) => keys(&cli.common, k).await,
         Command::Worker(args) => {
-            if args.no_workers {
-                // Found by a tester: it printed "engram worker running" and ran the workers.
-                anyhow::bail!(
-                    "--no-workers turns off the workers of `engram serve`; `engram worker` runs \
-                     nothing but workers"
-                );
-            }
-            crate::app::worker(Settings::resolve(&cli.common, &args)?).await
+            crate::app::worker(Settings::resolve(&cli.common, &args.as_serve())?).await
         }
         Command::Jobs(j) => jobs(&cli.common, j).await,
         Command::Backfill(BackfillCommand::ToolCalls { tenant }) => {

@@ -218,6 +218,44 @@ pub struct ServeArgs {
     pub otlp_endpoint: Option<String>,
 }
 
+/// Flags of `engram worker`: the workers' own. The listener's (`--addr`, rate limits, the
+/// proxy's upstreams, …) are `engram serve`'s only, refused here on the command line and not
+/// read from the environment, so one environment can serve both commands.
+#[derive(Debug, Clone, Default, Args)]
+pub struct WorkerArgs {
+    /// Background jobs run at once.
+    #[arg(long, env = "ENGRAM_WORKERS")]
+    pub workers: Option<usize>,
+    /// Lease of a claimed job in seconds: after a crash its job runs again this much later.
+    #[arg(long, env = "ENGRAM_JOB_LEASE_SECS")]
+    pub job_lease_secs: Option<u64>,
+    /// First retry delay of a failed job in milliseconds (doubles per attempt).
+    #[arg(long, env = "ENGRAM_JOB_BACKOFF_MS")]
+    pub job_backoff_ms: Option<u64>,
+    /// Seconds a finished job is kept before the workers delete it; 0 keeps them forever.
+    /// Default 604800 (a week). Failed jobs are always kept.
+    #[arg(long, env = "ENGRAM_JOB_RETENTION_SECS")]
+    pub job_retention_secs: Option<u64>,
+    /// Export traces (the spans of jobs and pipeline stages) to this OpenTelemetry collector
+    /// over OTLP/HTTP, e.g. `http://localhost:4318`. Unset: no export.
+    #[arg(long, env = "ENGRAM_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+}
+
+impl WorkerArgs {
+    /// The same settings as `engram serve` would take them.
+    pub fn as_serve(&self) -> ServeArgs {
+        ServeArgs {
+            workers: self.workers,
+            job_lease_secs: self.job_lease_secs,
+            job_backoff_ms: self.job_backoff_ms,
+            job_retention_secs: self.job_retention_secs,
+            otlp_endpoint: self.otlp_endpoint.clone(),
+            ..ServeArgs::default()
+        }
+    }
+}
+
 /// The LLM endpoint.
 #[derive(Debug, Clone)]
 pub struct LlmSettings {

@@ -806,7 +806,12 @@ async fn bad_cli_input_fails_with_a_clear_message_and_stores_nothing(backend: Ba
         (vec!["keys", "create", "--tenant", "t1", "--role", "root"], &["root"]),
         (vec!["keys", "create", "--role", "admin"], &["--tenant"]),
         (vec!["keys", "revoke", "key_000000000000"], &["not found"]),
-        (vec!["worker", "--no-workers"], &["--no-workers", "nothing but workers"]),
+        // `engram worker` takes no listener flags (found by a session: they were accepted
+        // and ignored); `--no-workers` printed "engram worker running" and ran the workers.
+        (vec!["worker", "--no-workers"], &["--no-workers"]),
+        (vec!["worker", "--addr", "127.0.0.1:1"], &["--addr"]),
+        (vec!["worker", "--rate-limit", "5"], &["--rate-limit"]),
+        (vec!["worker", "--proxy-openai-url", "http://x"], &["--proxy-openai-url"]),
     ];
     for (args, words) in &cases {
         let (success, out, err) = d.cli(args);

@@ -90,12 +90,17 @@ pub struct TranscriptFilter {
     pub since: Option<OffsetDateTime>,
     /// `created_at < until`.
     pub until: Option<OffsetDateTime>,
+    /// The caller sees only some of the user's conversations (an agent's pool; the engine
+    /// keeps the rows it may see): the keyword search then reads nothing of the user's other
+    /// rows beyond its matches, so no typo is corrected (`engram_store`'s `common::typos`
+    /// reads the words of the scope).
+    pub pooled: bool,
 }
 
 impl TranscriptFilter {
     /// All of a user's rows.
     pub fn user(user: UserId) -> Self {
-        TranscriptFilter { user, since: None, until: None }
+        TranscriptFilter { user, since: None, until: None, pooled: false }
     }
 
     /// Is an instant inside the window?

@@ -34,6 +34,7 @@ pub async fn run(ctx: &Ctx<'_>, path: &Path) -> anyhow::Result<()> {
             user: UserId::parse(c.sample_id.clone())?,
             since: None,
             until: None,
+            pooled: false,
         };
         let texts: Vec<String> = c.queries.iter().map(|q| q.text.clone()).collect();
         let qvs = ctx.embedder.embed(&texts).await?;

@@ -252,6 +252,7 @@ impl Engine {
             user: window.user.clone(),
             since: Some(window.since.map_or(start, |s| s.max(start))),
             until: Some(window.until.map_or(end, |u| u.min(end))),
+            pooled: window.pooled,
         };
         // The messages sent in the span or just after it, and those that spoke of it any
         // time later ("three years ago", "last summer"), from the store's record of the days

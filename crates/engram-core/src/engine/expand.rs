@@ -62,6 +62,7 @@ impl Engine {
                     input.since.map_or(summary.earliest_at, |s| s.max(summary.earliest_at)),
                 ),
                 until: Some(input.until.map_or(until, |u| u.min(until))),
+                pooled: v.pool.is_some(),
             };
             let k = covered.len().max(EXPANDED_MESSAGES);
             let lists = Lists {

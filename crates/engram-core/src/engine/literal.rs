@@ -102,7 +102,8 @@ impl Engine {
         let matcher = Matcher::new(input.mode, query)?;
         let user =
             v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
-        let window = TranscriptFilter { user, since: input.since, until: input.until };
+        let (since, until, pooled) = (input.since, input.until, v.pool.is_some());
+        let window = TranscriptFilter { user, since, until, pooled };
         let (mut hits, mut scanned, mut before) = (Vec::new(), 0, None);
         while hits.len() < limit && scanned < MAX_SCANNED {
             let page = self.svc.store.scan_messages(&v.tenant, &window, before, PAGE).await?;

@@ -135,7 +135,8 @@ impl Engine {
         {
             let user =
                 v.user.clone().ok_or_else(|| Error::invalid("user_id", "user_id is required"))?;
-            let window = TranscriptFilter { user, since: input.since, until: input.until };
+            let (since, until, pooled) = (input.since, input.until, v.pool.is_some());
+            let window = TranscriptFilter { user, since, until, pooled };
             let lists = Lists {
                 query: keywords,
                 asked: query,

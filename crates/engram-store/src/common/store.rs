@@ -283,11 +283,13 @@ impl<D: Native> MemoryStore for SqlStore<D> {
         k: usize,
     ) -> Result<Vec<(MemoryId, f64)>> {
         let hits = self.0.search_text(Ranked { tenant, scope: filter, query, k }).await?;
+        // An agent's view reads no other pool's words (a correction would).
         let user = filter.user_id.as_ref().map(UserId::as_str);
-        match typos::retry(&self.0, tenant, user, "memories", query, &hits).await? {
-            Some(query) => {
-                let hits = self.0.search_text(Ranked { tenant, scope: filter, query: &query, k });
-                Ok(typos::guessed(hits.await?))
+        let words = filter.pool.is_none().then_some((user, "memories"));
+        match typos::retry(&self.0, tenant, words, query, &hits).await? {
+            Some((query, weight)) => {
+                let again = self.0.search_text(Ranked { tenant, scope: filter, query: &query, k });
+                Ok(typos::guessed(&hits, again.await?, weight))
             }
             None => Ok(hits),
         }
@@ -426,10 +428,10 @@ impl<D: Native> MessageStore for SqlStore<D> {
     ) -> Result<Vec<(MessageId, f64)>> {
         let scope = (filter, Transcript::Messages);
         let mut hits = self.0.search_transcript_text(Ranked { tenant, scope, query, k }).await?;
-        let user = Some(filter.user.as_str());
-        if let Some(q) = typos::retry(&self.0, tenant, user, "messages", query, &hits).await? {
+        let words = (!filter.pooled).then_some((Some(filter.user.as_str()), "messages"));
+        if let Some((q, w)) = typos::retry(&self.0, tenant, words, query, &hits).await? {
             let again = self.0.search_transcript_text(Ranked { tenant, scope, query: &q, k });
-            hits = typos::guessed(again.await?);
+            hits = typos::guessed(&hits, again.await?, w);
         }
         Ok(typed(hits, MessageId))
     }
@@ -628,10 +630,10 @@ impl<D: Native> SummaryStore for SqlStore<D> {
     ) -> Result<Vec<(SummaryId, f64)>> {
         let scope = (filter, Transcript::Summaries);
         let mut hits = self.0.search_transcript_text(Ranked { tenant, scope, query, k }).await?;
-        let user = Some(filter.user.as_str());
-        if let Some(q) = typos::retry(&self.0, tenant, user, "summaries", query, &hits).await? {
+        let words = (!filter.pooled).then_some((Some(filter.user.as_str()), "summaries"));
+        if let Some((q, w)) = typos::retry(&self.0, tenant, words, query, &hits).await? {
             let again = self.0.search_transcript_text(Ranked { tenant, scope, query: &q, k });
-            hits = typos::guessed(again.await?);
+            hits = typos::guessed(&hits, again.await?, w);
         }
         Ok(typed(hits, SummaryId))
     }

@@ -1,30 +1,32 @@
 //! Typo tolerance of keyword queries, the same on both backends: a query word that matches
-//! nothing in the scope being searched is replaced by the scope's own words that are one
-//! edit away from it (two for a word of [`LONG_CHARS`] characters or more), so "nurce" finds
-//! "nurse" and "accomodation" finds "accommodation".
+//! nothing in the scope being searched is replaced by the scope's own word one edit away from
+//! it (two for a word of [`LONG_CHARS`] characters or more), so "nurce" finds "nurse" and
+//! "accomodation" finds "accommodation".
 //!
+//! - **When.** Only when no keyword hit holds every query word (then none can be missing),
+//!   and never for a caller who sees part of the scope (an agent's pool): the words are read
+//!   from the whole scope, and what another pool holds must not change what the caller finds.
 //! - **Which words.** Words of [`MIN_CHARS`] letters or more (no digit: numbers, dates and
 //!   codes stay exact; no character written without spaces) whose own match
-//!   ([`crate::text::match_term`]: "nurce" → `nurc*`) finds no row of the scope.
-//! - **Candidates.** The scope's indexed words that share the word's first [`HEAD_CHARS`]
-//!   letters, read from at most [`ROWS`] rows holding such a word ([`PrefixWords::prefix_words`]);
-//!   kept when within the distance (optimal string alignment: a swap of two neighbouring
-//!   letters is one edit), not function words, and of [`crate::text::MATCH_MIN_CHARS`]
-//!   characters or more; the [`MAX_CORRECTIONS`] nearest replace the word in the query. A typo
-//!   in the first letters is not corrected, as spelling tools weigh first-letter typos higher.
+//!   ([`crate::text::match_term`]: "nurce" → `nurc*`) finds no row of the scope (active
+//!   memories only: a forgotten fact's words do not count).
+//! - **The correction.** Among the scope's words that share the word's first [`HEAD_CHARS`]
+//!   letters, read from at most [`ROWS`] rows holding such a word
+//!   ([`PrefixWords::prefix_words`]), of [`crate::text::MATCH_MIN_CHARS`] characters or more
+//!   and not function words: the nearest within the distance (optimal string alignment: a
+//!   swap of two neighbouring letters is one edit), then the one the most of those rows hold.
+//!   One word replaces one word, so a misspelling weighs what the word spelled right would. A
+//!   typo in the first letters is not corrected, as spelling tools weigh first-letter typos
+//!   higher.
 //! - **What a caller sees.** The keyword list of the query spelled right, each hit's keyword
-//!   coverage times [`GUESSED`] (a correction is a guess);
-//!   the corrected words, like the query's own, are matched only within the scope, and the
-//!   candidates come from the same user's rows as the search (for memories, every pool of
-//!   the user: a candidate from a pool the caller cannot see matches only rows it can see,
-//!   and every candidate within the distance is used, so which rows it cannot see does not
-//!   change what it finds).
-//! - **Cost.** Nothing when a keyword hit holds every query word (no word can be missing);
-//!   otherwise one lookup per eligible word (one matching row is enough), the candidate read
-//!   only for a word that found nothing, and a second keyword search only when a word was
-//!   corrected (`benches/README.md`, "Typo tolerance").
+//!   coverage the larger of what it held of the query as written and what it holds of the
+//!   corrected one times [`GUESSED`] per edit of the farthest correction (a guess); corrected words, like the
+//!   query's own, match only within the scope.
+//! - **Cost.** Nothing when a hit holds every query word; otherwise one lookup per eligible
+//!   word (one matching row is enough), the candidate read only for a word that found
+//!   nothing, and a second keyword search only when a word was corrected
+//!   (`benches/README.md`, "Typo tolerance").
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 
 use async_trait::async_trait;
@@ -39,10 +41,10 @@ use engram_core::retrieval::is_wide;
 #[async_trait]
 pub(crate) trait PrefixWords {
     /// For each of `prefixes`, the words that start with it in the keyword index of one
-    /// scope's rows of `table` (`memories`: the user's, or with `user` None the tenant's;
-    /// `messages`, `summaries`: the user's), read from at most `rows` matching rows: their
-    /// own words (a message's, not its context's), lowercased with diacritics folded
-    /// ([`crate::text::index_text`]).
+    /// scope's rows of `table` (`memories`: the user's active ones, or with `user` None the
+    /// tenant's; `messages`, `summaries`: the user's), read from at most `rows` matching
+    /// rows: their own words (a message's, not its context's), lowercased with diacritics
+    /// folded ([`crate::text::index_text`]), each with the number of those rows holding it.
     async fn prefix_words(
         &self,
         tenant: &TenantId,
@@ -50,7 +52,7 @@ pub(crate) trait PrefixWords {
         table: &'static str,
         prefixes: &[String],
         rows: usize,
-    ) -> Result<Vec<Vec<String>>>;
+    ) -> Result<Vec<Vec<(String, usize)>>>;
 }
 
 /// Shorter words are never corrected (too many words are one edit from "cat").
@@ -61,85 +63,109 @@ pub(crate) const LONG_CHARS: usize = 9;
 pub(crate) const HEAD_CHARS: usize = 2;
 /// At most this many rows are read for the candidates of one word.
 pub(crate) const ROWS: usize = 200;
-/// At most this many corrections replace one word.
-pub(crate) const MAX_CORRECTIONS: usize = 3;
 
-/// The corrected query to search again with, after a keyword search of `query` found `hits`
-/// (with their coverage): None when a hit holds every query word (none can be missing) or
-/// when nothing is corrected.
+/// The corrected query to search again with and what its coverage counts for ([`GUESSED`]
+/// per edit of its farthest correction), after a keyword search of `query` found `hits`
+/// (with their coverage): None when a hit holds every query word (none can be missing), when
+/// nothing is corrected, or when `words` is None — the caller sees only part of the scope (an
+/// agent's pool), and a correction read from the whole scope would let the other part change
+/// what it finds. `words`: the user (None: the tenant, memories only) and the table.
 pub(crate) async fn retry<D: PrefixWords + Sync, I>(
     d: &D,
     tenant: &TenantId,
-    user: Option<&str>,
-    table: &'static str,
+    words: Option<(Option<&str>, &'static str)>,
     query: &str,
     hits: &[(I, f64)],
-) -> Result<Option<String>> {
+) -> Result<Option<(String, f64)>> {
+    let Some((user, table)) = words else { return Ok(None) };
     if hits.iter().any(|h| h.1 >= WHOLE) {
         return Ok(None);
     }
-    Ok(match corrected(d, tenant, user, table, query).await? {
-        Cow::Owned(q) => Some(q),
-        Cow::Borrowed(_) => None,
-    })
+    let fixed = corrected(d, tenant, user, table, query).await?;
+    Ok(fixed.map(|(q, edits)| (q, GUESSED.powi(edits as i32))))
 }
 
-/// The hits of a corrected query, their coverage times [`GUESSED`].
-pub(crate) fn guessed<I>(mut hits: Vec<(I, f64)>) -> Vec<(I, f64)> {
-    for h in &mut hits {
-        h.1 *= GUESSED;
+/// The hits of the corrected query, each with the larger of its coverage before the
+/// correction and `weight` ([`retry`]'s) times its coverage after it: a row that held the
+/// query's words as written keeps that support.
+pub(crate) fn guessed<I: Copy + Eq + std::hash::Hash>(
+    before: &[(I, f64)],
+    mut after: Vec<(I, f64)>,
+    weight: f64,
+) -> Vec<(I, f64)> {
+    let before: HashMap<I, f64> = before.iter().copied().collect();
+    for h in &mut after {
+        h.1 = (h.1 * weight).max(before.get(&h.0).copied().unwrap_or(0.0));
     }
-    hits
+    after
 }
 
-/// What a corrected query's keyword coverage counts for: a correction is a guess. A word
-/// written as it was meant, one edit from another real word ("state" and "stage", "plate" and
-/// "place"), is corrected when the user never wrote it; the hits of such a stray correction
-/// in a query on another topic hold a share of its words (≈ 0.3), which this keeps under the
-/// default `min_score` once squared (0.3 × 0.7 = 0.21 → 0.044), while a query of one
-/// misspelt word still scores 0.49 (`benches/README.md`, "Typo tolerance").
+/// What a corrected query's keyword coverage counts for, per edit: a correction is a guess,
+/// and one of two edits a weaker one. A word written as it was meant, one edit from another
+/// real word ("state" and "stage", "plate" and "place"), or two from a long one
+/// ("congestion" and "connection"), is corrected when the user never wrote it; the hits of
+/// such a stray correction in a query on another topic hold a share of its words (≈ 0.3),
+/// which this keeps under the default `min_score` once squared (0.3 × 0.7 = 0.21 → 0.044),
+/// while a query of one misspelt word still scores 0.49 (one edit) or 0.24 (two)
+/// (`benches/README.md`, "Typo tolerance").
 pub(crate) const GUESSED: f64 = 0.7;
 
 /// A hit's coverage at or above this holds every query word.
 const WHOLE: f64 = 1.0 - 1e-9;
 
-/// `query` with every word that matches nothing in the scope replaced by its corrections
-/// (the query itself when there is nothing to correct).
-pub(crate) async fn corrected<'q, D: PrefixWords + Sync>(
+/// `query` with every word that matches nothing in the scope replaced by its correction, and
+/// the edits of the farthest one; None when there is nothing to correct.
+pub(crate) async fn corrected<D: PrefixWords + Sync>(
     d: &D,
     tenant: &TenantId,
     user: Option<&str>,
     table: &'static str,
-    query: &'q str,
-) -> Result<Cow<'q, str>> {
+    query: &str,
+) -> Result<Option<(String, usize)>> {
     let words: Vec<String> = query_terms(query)
         .into_iter()
         .map(|w| fold_diacritics(&w))
         .filter(|w| eligible(w))
         .collect();
     if words.is_empty() {
-        return Ok(Cow::Borrowed(query));
+        return Ok(None);
     }
     let own: Vec<String> = words.iter().map(|w| match_term(w).text).collect();
     let found = d.prefix_words(tenant, user, table, &own, 1).await?;
     let missing: Vec<&String> =
         words.iter().zip(&found).filter(|(_, f)| f.is_empty()).map(|(w, _)| w).collect();
     if missing.is_empty() {
-        return Ok(Cow::Borrowed(query));
+        return Ok(None);
     }
     let heads: Vec<String> = missing.iter().map(|w| w.chars().take(HEAD_CHARS).collect()).collect();
     let candidates = d.prefix_words(tenant, user, table, &heads, ROWS).await?;
-    let mut fixes: HashMap<&str, Vec<String>> = HashMap::new();
+    let (mut fixes, mut edits) = (HashMap::new(), 0);
     for (w, cands) in missing.into_iter().zip(candidates) {
-        let near = nearest(w, cands);
-        if !near.is_empty() {
-            fixes.insert(w.as_str(), near);
+        if let Some((best, d)) = nearest(w, cands) {
+            fixes.insert(w.as_str(), best);
+            edits = edits.max(d);
         }
     }
     if fixes.is_empty() {
-        return Ok(Cow::Borrowed(query));
+        return Ok(None);
     }
-    Ok(Cow::Owned(rewrite(query, &fixes)))
+    Ok(Some((rewrite(query, &fixes), edits)))
+}
+
+/// Count, in `words`, each word of an indexed text (words separated by spaces) that starts
+/// with `prefix`, once per text.
+pub(crate) fn count_words(text: &str, prefix: &str, words: &mut Vec<(String, usize)>) {
+    let mut seen: Vec<&str> = Vec::new();
+    for w in text.split(' ').filter(|w| w.starts_with(prefix)) {
+        if seen.contains(&w) {
+            continue;
+        }
+        seen.push(w);
+        match words.iter_mut().find(|(x, _)| x == w) {
+            Some(found) => found.1 += 1,
+            None => words.push((w.to_string(), 1)),
+        }
+    }
 }
 
 /// Whether a (folded) query word may be corrected.
@@ -147,25 +173,24 @@ fn eligible(w: &str) -> bool {
     w.chars().count() >= MIN_CHARS && w.chars().all(|c| c.is_alphabetic() && !is_wide(c))
 }
 
-/// The candidates within the word's distance, nearest first (then alphabetical), at most
-/// [`MAX_CORRECTIONS`].
-fn nearest(word: &str, candidates: Vec<String>) -> Vec<String> {
+/// The correction of a word: the nearest candidate within its distance, of those the most
+/// rows hold (the likelier meaning), then the first in alphabetical order. One word, so a
+/// misspelling weighs what the word spelled right would, however many near words the user
+/// has.
+fn nearest(word: &str, candidates: Vec<(String, usize)>) -> Option<(String, usize)> {
     let max = if word.chars().count() >= LONG_CHARS { 2 } else { 1 };
-    let mut near: Vec<(usize, String)> = candidates
+    candidates
         .into_iter()
-        .filter(|c| c.chars().count() >= MATCH_MIN_CHARS && !is_function_word(c))
-        .map(|c| (strsim::osa_distance(word, &c), c))
-        .filter(|(d, _)| (1..=max).contains(d))
-        .collect();
-    near.sort();
-    near.dedup();
-    near.truncate(MAX_CORRECTIONS);
-    near.into_iter().map(|(_, c)| c).collect()
+        .filter(|(c, _)| c.chars().count() >= MATCH_MIN_CHARS && !is_function_word(c))
+        .map(|(c, rows)| (strsim::osa_distance(word, &c), std::cmp::Reverse(rows), c))
+        .filter(|(d, _, _)| (1..=max).contains(d))
+        .min()
+        .map(|(d, _, c)| (c, d))
 }
 
 /// The query with each word found in `fixes` (compared lowercased, diacritics folded)
 /// replaced by its corrections; everything else as written.
-fn rewrite(query: &str, fixes: &HashMap<&str, Vec<String>>) -> String {
+fn rewrite(query: &str, fixes: &HashMap<&str, String>) -> String {
     let mut out = String::with_capacity(query.len() + 16);
     let mut rest = query;
     while let Some(start) = rest.find(|c: char| c.is_alphanumeric()) {
@@ -174,7 +199,7 @@ fn rewrite(query: &str, fixes: &HashMap<&str, Vec<String>>) -> String {
         let end = tail.find(|c: char| !c.is_alphanumeric()).unwrap_or(tail.len());
         let word = &tail[..end];
         match fixes.get(fold_diacritics(&word.to_lowercase()).as_str()) {
-            Some(fix) => out.push_str(&fix.join(" ")),
+            Some(fix) => out.push_str(fix),
             None => out.push_str(word),
         }
         rest = &tail[end..];
@@ -187,21 +212,22 @@ fn rewrite(query: &str, fixes: &HashMap<&str, Vec<String>>) -> String {
 mod tests {
     use super::*;
 
-    fn cands(words: &[&str]) -> Vec<String> {
-        words.iter().map(|w| w.to_string()).collect()
-    }
-
     #[test]
     fn one_edit_for_short_words_two_for_long_ones() {
-        assert_eq!(nearest("nurce", cands(&["nurse", "nurses", "number", "nuance"])), ["nurse"]);
-        assert_eq!(nearest("recieve", cands(&["receive", "recipe"])), ["receive"]);
-        assert_eq!(
-            nearest("accomodation", cands(&["accommodation", "accord", "accommodations"])),
-            ["accommodation", "accommodations"]
-        );
-        assert!(nearest("quantum", cands(&["quality", "quarter"])).is_empty());
-        // A function word is no correction, nor a word too short to stand for one.
-        assert!(nearest("thers", cands(&["there", "then"])).is_empty());
+        let cands = |words: &[(&str, usize)]| -> Vec<(String, usize)> {
+            words.iter().map(|(w, n)| (w.to_string(), *n)).collect()
+        };
+        let one = |w: &str, c: &[(&str, usize)]| nearest(w, cands(c)).map(|(c, _)| c);
+        assert_eq!(one("nurce", &[("nurse", 1), ("nurses", 3), ("number", 2)]).unwrap(), "nurse");
+        assert_eq!(one("recieve", &[("receive", 1), ("recipe", 1)]).unwrap(), "receive");
+        let long = [("accord", 1), ("accommodations", 5), ("accommodation", 1)];
+        assert_eq!(one("accomodation", &long).unwrap(), "accommodation", "nearest first");
+        assert_eq!(one("acomodations", &long).unwrap(), "accommodations");
+        assert_eq!(one("kaxrin", &[("kavrin", 1), ("kabrin", 2)]).unwrap(), "kabrin", "more rows");
+        assert_eq!(one("kaxrin", &[("kavrin", 1), ("kabrin", 1)]).unwrap(), "kabrin");
+        assert_eq!(one("quantum", &[("quality", 9), ("quarter", 9)]), None);
+        // A function word is no correction.
+        assert_eq!(one("thers", &[("there", 9)]), None);
     }
 
     #[test]
@@ -212,10 +238,16 @@ mod tests {
 
     #[test]
     fn the_rest_of_the_query_stays_as_written() {
-        let fixes = HashMap::from([("nurce", vec!["nurse".to_string()])]);
+        let fixes = HashMap::from([("nurce", "nurse".to_string())]);
         assert_eq!(rewrite("Is Del a Nurce?", &fixes), "Is Del a nurse?");
-        let two = HashMap::from([("recieve", vec!["receive".into(), "recipe".into()])]);
-        assert_eq!(rewrite("did recieve it", &two), "did receive recipe it");
+        assert_eq!(rewrite("nurce, nurce", &fixes), "nurse, nurse");
         assert_eq!(rewrite("", &fixes), "");
+    }
+
+    #[test]
+    fn a_correction_never_lowers_what_the_words_as_written_held() {
+        let before = [(1, 0.4), (2, 0.2)];
+        let after = guessed(&before, vec![(3, 1.0), (1, 0.5), (2, 0.5)], GUESSED);
+        assert_eq!(after, [(3, 0.7), (1, 0.4), (2, 0.35)]);
     }
 }

@@ -233,7 +233,7 @@ impl crate::common::typos::PrefixWords for PgDb {
         table: &'static str,
         prefixes: &[String],
         rows: usize,
-    ) -> Result<Vec<Vec<String>>> {
+    ) -> Result<Vec<Vec<(String, usize)>>> {
         let mut out = vec![Vec::new(); prefixes.len()];
         let limit = i64::try_from(rows).unwrap_or(i64::MAX);
         for (p, words) in prefixes.iter().zip(out.iter_mut()) {
@@ -245,25 +245,26 @@ impl crate::common::typos::PrefixWords for PgDb {
             ));
             q.push_bind(tenant.as_str().to_string());
             match user {
+                // The key from the bound values, not the row's columns: a constant tsquery
+                // lets the planner read the user's postings through the GIN index.
                 Some(u) => {
-                    q.push(" AND user_id = ").push_bind(u.to_string()).push(
-                        " AND engram_scoped_fts(tenant_id, user_id, fts) @@ \
-                         ('''' || engram_fts_key(tenant_id, user_id) || '_' || ",
-                    );
+                    q.push(" AND user_id = ").push_bind(u.to_string());
+                    q.push(" AND engram_scoped_fts(tenant_id, user_id, fts) @@ ('''' || ");
+                    q.push("engram_fts_key(").push_bind(tenant.as_str().to_string());
+                    q.push(", ").push_bind(u.to_string()).push(") || '_' || ");
                 }
                 None => {
                     q.push(" AND fts @@ ('''' || ");
                 }
             }
-            q.push_bind(p.clone()).push(" || ''':*')::tsquery LIMIT ").push_bind(limit);
+            q.push_bind(p.clone()).push(" || ''':*')::tsquery");
+            if table == "memories" {
+                q.push(" AND superseded_at IS NULL");
+            }
+            q.push(" LIMIT ").push_bind(limit);
             for r in q.build().fetch_all(&self.pool).await.map_err(db)? {
                 let text: Option<String> = sqlx::Row::try_get(&r, 0).map_err(db)?;
-                let found = text.iter().flat_map(|t| t.split(' '));
-                for w in found.filter(|w| w.starts_with(p.as_str())) {
-                    if !words.iter().any(|x| x == w) {
-                        words.push(w.to_string());
-                    }
-                }
+                crate::common::typos::count_words(text.as_deref().unwrap_or(""), p, words);
             }
         }
         Ok(out)

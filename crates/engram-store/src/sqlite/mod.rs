@@ -629,7 +629,7 @@ impl common::typos::PrefixWords for SqliteDb {
         table: &'static str,
         prefixes: &[String],
         rows: usize,
-    ) -> Result<Vec<Vec<String>>> {
+    ) -> Result<Vec<Vec<(String, usize)>>> {
         let mut out = vec![Vec::new(); prefixes.len()];
         let kind = if table == "memories" && user.is_none() { "t" } else { "u" };
         let scope: Option<i64> =
@@ -641,13 +641,14 @@ impl common::typos::PrefixWords for SqliteDb {
                 .map_err(db)?
                 .map(|r| r.get(0));
         let Some(scope) = scope else { return Ok(out) };
-        let (own, tool) = match table {
-            "messages" => ("{content tool_name}", "coalesce(m.tool_name, '')"),
-            _ => ("{content}", "''"),
+        let (own, tool, active) = match table {
+            "messages" => ("{content tool_name}", "coalesce(m.tool_name, '')", ""),
+            "memories" => ("{content}", "''", " AND m.superseded_at IS NULL"),
+            _ => ("{content}", "''", ""),
         };
         let sql = format!(
             "SELECT m.content, {tool} FROM {table}_fts CROSS JOIN {table} m \
-             ON m.rowid = {table}_fts.rowid WHERE {table}_fts MATCH ? AND m.tenant_id = ? \
+             ON m.rowid = {table}_fts.rowid WHERE {table}_fts MATCH ? AND m.tenant_id = ?{active} \
              LIMIT {}",
             common::limit(rows)
         );
@@ -661,11 +662,7 @@ impl common::typos::PrefixWords for SqliteDb {
                 .map_err(db)?;
             for r in found {
                 let text = crate::text::index_text(&[r.get::<&str, _>(0), r.get::<&str, _>(1)]);
-                for w in text.split(' ').filter(|w| w.starts_with(p.as_str())) {
-                    if !words.iter().any(|x| x == w) {
-                        words.push(w.to_string());
-                    }
-                }
+                common::typos::count_words(&text, p, words);
             }
         }
         Ok(out)

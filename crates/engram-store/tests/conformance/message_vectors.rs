@@ -491,6 +491,7 @@ pub async fn message_search_time_window(s: Arc<dyn Store>) {
         user: u.clone(),
         since: since.map(day),
         until: until.map(day),
+        pooled: false,
     };
     let ids = |idx: &[usize]| idx.iter().map(|i| stored[*i].id).collect::<BTreeSet<_>>();
     for (since, until, want) in [

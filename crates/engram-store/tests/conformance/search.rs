@@ -746,6 +746,31 @@ pub async fn keyword_search_forgives_a_typo(s: Arc<dyn Store>) {
     let theirs_filter = MemoryFilter { user_id: Some(w.clone()), ..Default::default() };
     assert_eq!(ids_of(&s, &t, &theirs_filter, "typewritter").await, vec![theirs.memory.id]);
     assert!(ids_of(&s, &t, &all, "quantum chromodynamics").await.is_empty());
+    // An agent's view (a pool) reads no other pool's words: nothing is corrected for it.
+    let pooled = MemoryFilter { pool: Some("bot".into()), ..all.clone() };
+    assert!(s.text_search(&t, &pooled, "nurce", 10).await.unwrap().is_empty());
+    // A forgotten fact's words neither block a correction nor are one.
+    let gone = new_row(memory(&t, &u, "The user once visited Belgrade"), None);
+    s.insert_memories(&t, vec![gone.clone()]).await.unwrap();
+    let away = new_row(memory(&t, &u, "The user grew up in Bexgrade"), None);
+    s.insert_memories(&t, vec![away.clone()]).await.unwrap();
+    let forgot = crate::harness::event(gone.memory.id, EventKind::Forgotten, None);
+    s.supersede(&t, gone.memory.id, None, forgot).await.unwrap();
+    assert_eq!(ids_of(&s, &t, &all, "Belgrade").await, vec![away.memory.id]);
+    // One correction per word, whatever the number of near words: it weighs as the word
+    // spelled right would (0.7 of it, a guess).
+    for name in ["Kavrin", "Kabrin", "Kabrin", "Kadrin"] {
+        let row = new_row(memory(&t, &w, &format!("The user met {name}")), None);
+        s.insert_memories(&t, vec![row]).await.unwrap();
+    }
+    let hits = s.text_search(&t, &theirs_filter, "Kaxrin", 10).await.unwrap();
+    assert_eq!(hits.len(), 2, "the two rows of the word most rows hold: {hits:?}");
+    assert!(hits.iter().all(|h| (h.1 - 0.7).abs() < 1e-9), "{hits:?}");
+    // A row holding the words as written keeps that support when another word is corrected.
+    let mixed = s.text_search(&t, &all, "orchids nurce", 10).await.unwrap();
+    let orchids = mixed.iter().find(|h| h.0 == id(3)).expect("the orchids row").1;
+    let as_written = s.text_search(&t, &all, "orchids zqxwvbnm", 10).await.unwrap();
+    assert!(orchids >= as_written[0].1 - 1e-9, "{mixed:?} {as_written:?}");
 
     let stored = s
         .append_messages(
@@ -764,6 +789,10 @@ pub async fn keyword_search_forgives_a_typo(s: Arc<dyn Store>) {
     // All of the corrected query's weight, counted as a guess (0.7).
     assert_eq!(hits.first().map(|h| h.0), Some(stored[0].id), "{hits:?}");
     assert!((hits[0].1 - 0.7).abs() < 1e-9, "{hits:?}");
+    // A caller who sees some of the user's conversations only (an agent's pool) gets no
+    // correction: it would read the other conversations' words.
+    let pooled = TranscriptFilter { pooled: true, ..TranscriptFilter::user(u.clone()) };
+    assert!(s.text_search_messages(&t, &pooled, "accomodation", 10).await.unwrap().is_empty());
     // Spelled right, the same message holds all of the query's weight.
     let right = s
         .text_search_messages(&t, &TranscriptFilter::user(u.clone()), "accommodation", 10)

@@ -190,6 +190,7 @@ pub async fn summaries_are_searched_reembedded_and_erased(s: Arc<dyn Store>) {
         user: u.clone(),
         since: since.map(day),
         until: until.map(day),
+        pooled: false,
     };
     let found = |hits: Vec<(SummaryId, f64)>| {
         let mut v: Vec<usize> =

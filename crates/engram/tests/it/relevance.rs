@@ -492,8 +492,8 @@ async fn words_inside_unspaced_sentences_are_found(backend: Backend) {
 
 /// A misspelt word finds what the word spelled right finds, with the built-in embedder (whose
 /// vectors do not know the misspelling either), in facts and in messages; its keyword support
-/// counts as a guess (0.7 of it, `explain.text_coverage`), and an unrelated query still finds
-/// nothing.
+/// counts as a guess (0.7 of it, `explain.text_coverage`), an agent's view gets none, and an
+/// unrelated query still finds nothing.
 async fn a_misspelt_word_is_found(backend: Backend) {
     let db = Db::new(backend).await;
     let mut cmd = Command::new(bin());
@@ -524,6 +524,12 @@ async fn a_misspelt_word_is_found(backend: Backend) {
     let coverage = results(&r)[0]["explain"]["text_coverage"].as_f64().unwrap();
     assert!((coverage - 0.7).abs() < 1e-9, "a guess: {r:#}");
     assert!(results(&r)[0]["score"].as_f64().unwrap() >= 0.49 - 1e-9, "{r:#}");
+    // An agent's view (its pool) gets no correction: the words would be read from every
+    // pool of the user, and another agent's words must not change what it finds.
+    let body = json!({ "query": "nurce", "user_id": "tu", "agent_id": "bot" });
+    let (st, r) = s.post("/v1/search", body).await;
+    assert_eq!(st, 200, "{r}");
+    assert!(results(&r).is_empty(), "{r:#}");
     let r = search("accomodation", "messages").await;
     let first = &results(&r)[0]["message"]["content"];
     assert_eq!(first, "We finally found accommodation near the harbour.", "{r:#}");

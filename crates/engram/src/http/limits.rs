@@ -104,6 +104,12 @@ impl Limits {
     pub fn charge_address(&self, parts: &Parts) -> Result<(), ApiError> {
         self.charge(address_key(parts.extensions.get::<ConnectInfo<SocketAddr>>()))
     }
+
+    /// Charge a sign-in attempt of the web UI to its client address, before its key is
+    /// looked up: a guess that is refused for the rate is not tried at all.
+    pub fn charge_signin(&self, peer: Option<&ConnectInfo<SocketAddr>>) -> Result<(), ApiError> {
+        self.charge(address_key(peer))
+    }
 }
 
 fn address_key(peer: Option<&ConnectInfo<SocketAddr>>) -> String {

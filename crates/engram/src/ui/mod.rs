@@ -146,7 +146,12 @@ impl IntoResponse for UiError {
             code: self.0.code.as_str(),
             message: &self.0.message,
         };
-        (status, render(&page)).into_response()
+        let mut res = (status, render(&page)).into_response();
+        // A page refused for the rate says when to come back, as the API does.
+        if let Some(secs) = self.0.retry_after {
+            res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        res
     }
 }
 

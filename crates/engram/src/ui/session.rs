@@ -180,10 +180,14 @@ pub struct SigninForm {
 pub async fn signin(
     State(state): State<Arc<UiState>>,
     headers: HeaderMap,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     jar: CookieJar,
     axum_extra::extract::Form(form): axum_extra::extract::Form<SigninForm>,
 ) -> Page {
     check_origin(&headers)?;
+    // Every attempt counts against the client address's rate (`--rate-limit`), as requests
+    // with a missing or unknown key do, and before the key is looked up.
+    state.app.limits.charge_signin(peer.as_ref().map(|p| &p.0))?;
     let key = form.key.trim();
     let token = random_hex();
     let started = if key.is_empty() {

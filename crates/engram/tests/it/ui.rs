@@ -860,7 +860,39 @@ async fn a_sign_in_is_a_token_that_ends(backend: Backend) {
     assert_eq!(get(s.base.clone(), mine).await.status(), StatusCode::OK);
 }
 
+/// Sign-in attempts count against the client address's rate, before the key is looked up
+/// (found by a tester: a thousand wrong sign-ins a second were all answered 401, while
+/// wrong REST keys met the rate limit): past the burst even the right key waits.
+async fn sign_in_attempts_are_rate_limited(backend: Backend) {
+    let db = Db::new(backend).await;
+    let admin = create_key(&db, &["--tenant", "default", "--role", "admin"]);
+    let s = db.serve(&["--rate-limit", "1", "--rate-limit-burst", "3"]);
+    let http =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let attempt = |key: String| {
+        let (http, base) = (&http, &s.base);
+        async move {
+            http.post(format!("{base}/signin"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(form(&[("key", key.as_str())]))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    for i in 0..3 {
+        assert_eq!(attempt(format!("engram_wrong{i}")).await.status(), StatusCode::UNAUTHORIZED);
+    }
+    let r = attempt(admin.clone()).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "the right key waits too");
+    assert!(r.headers().contains_key("retry-after"));
+    assert!(r.headers().get("set-cookie").is_none());
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(attempt(admin).await.status(), StatusCode::SEE_OTHER, "signed in once it may");
+}
+
 on_both_backends!(
+    sign_in_attempts_are_rate_limited,
     a_sign_in_is_a_token_that_ends,
     the_memory_screen,
     bulk_forget_skips_what_is_already_forgotten,

@@ -494,7 +494,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Keys(k) => keys(&cli.common, k).await,
         Command::Worker(args) => {
-            crate::app::worker(Settings::resolve(&cli.common, &args.as_serve())?).await
+            let serve = ServeArgs { jobs: args, ..ServeArgs::default() };
+            crate::app::worker(Settings::resolve(&cli.common, &serve)?).await
         }
         Command::Jobs(j) => jobs(&cli.common, j).await,
         Command::Backfill(BackfillCommand::ToolCalls { tenant }) => {

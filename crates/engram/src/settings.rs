@@ -180,20 +180,9 @@ pub struct ServeArgs {
     /// Do not run background workers in this process.
     #[arg(long)]
     pub no_workers: bool,
-    /// Background jobs run at once.
-    #[arg(long, env = "ENGRAM_WORKERS")]
-    pub workers: Option<usize>,
-    /// Lease of a claimed job in seconds: after a crash its job runs again this much later.
-    #[arg(long, env = "ENGRAM_JOB_LEASE_SECS")]
-    pub job_lease_secs: Option<u64>,
-    /// First retry delay of a failed job in milliseconds (doubles per attempt).
-    #[arg(long, env = "ENGRAM_JOB_BACKOFF_MS")]
-    pub job_backoff_ms: Option<u64>,
-    /// Seconds a finished job is kept (listed by `engram jobs list`, the UI and counted by
-    /// `/v1/stats`) before the workers delete it; 0 keeps them forever. Default 604800 (a
-    /// week). Failed jobs are always kept.
-    #[arg(long, env = "ENGRAM_JOB_RETENTION_SECS")]
-    pub job_retention_secs: Option<u64>,
+    /// The workers' own flags, which `engram worker` takes too.
+    #[command(flatten)]
+    pub jobs: WorkerArgs,
     /// The memory proxy's OpenAI-compatible upstream (`https://api.openai.com`, a vLLM or
     /// Ollama server…): serves `POST /v1/chat/completions` and `GET /v1/models`.
     #[arg(long, env = "ENGRAM_PROXY_OPENAI_URL")]
@@ -212,13 +201,9 @@ pub struct ServeArgs {
     /// of a stream (default 300; then 504).
     #[arg(long, env = "ENGRAM_PROXY_TIMEOUT_SECS")]
     pub proxy_timeout_secs: Option<u64>,
-    /// Export traces (the spans of requests, jobs and pipeline stages) to this OpenTelemetry
-    /// collector over OTLP/HTTP, e.g. `http://localhost:4318`. Unset: no export.
-    #[arg(long, env = "ENGRAM_OTLP_ENDPOINT")]
-    pub otlp_endpoint: Option<String>,
 }
 
-/// Flags of `engram worker`: the workers' own. The listener's (`--addr`, rate limits, the
+/// The workers' flags, `engram worker`'s only ones (`engram serve` takes them too). The listener's (`--addr`, rate limits, the
 /// proxy's upstreams, …) are `engram serve`'s only, refused here on the command line and not
 /// read from the environment, so one environment can serve both commands.
 #[derive(Debug, Clone, Default, Args)]
@@ -236,24 +221,10 @@ pub struct WorkerArgs {
     /// Default 604800 (a week). Failed jobs are always kept.
     #[arg(long, env = "ENGRAM_JOB_RETENTION_SECS")]
     pub job_retention_secs: Option<u64>,
-    /// Export traces (the spans of jobs and pipeline stages) to this OpenTelemetry collector
-    /// over OTLP/HTTP, e.g. `http://localhost:4318`. Unset: no export.
+    /// Export traces (the spans of requests, jobs and pipeline stages) to this OpenTelemetry
+    /// collector over OTLP/HTTP, e.g. `http://localhost:4318`. Unset: no export.
     #[arg(long, env = "ENGRAM_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
-}
-
-impl WorkerArgs {
-    /// The same settings as `engram serve` would take them.
-    pub fn as_serve(&self) -> ServeArgs {
-        ServeArgs {
-            workers: self.workers,
-            job_lease_secs: self.job_lease_secs,
-            job_backoff_ms: self.job_backoff_ms,
-            job_retention_secs: self.job_retention_secs,
-            otlp_endpoint: self.otlp_endpoint.clone(),
-            ..ServeArgs::default()
-        }
-    }
 }
 
 /// The LLM endpoint.
@@ -368,15 +339,16 @@ impl Settings {
                 })
             }
         };
-        let job_lease_secs = serve.job_lease_secs.or(file.job_lease_secs).unwrap_or(300);
+        let job_lease_secs = serve.jobs.job_lease_secs.or(file.job_lease_secs).unwrap_or(300);
         if !(1..=86_400).contains(&job_lease_secs) {
             bail!("job_lease_secs must be 1 to 86400, got {job_lease_secs}");
         }
-        let job_backoff_ms = serve.job_backoff_ms.or(file.job_backoff_ms).unwrap_or(2000);
+        let job_backoff_ms = serve.jobs.job_backoff_ms.or(file.job_backoff_ms).unwrap_or(2000);
         if job_backoff_ms > 3_600_000 {
             bail!("job_backoff_ms must be at most 3600000, got {job_backoff_ms}");
         }
         let job_retention_secs = serve
+            .jobs
             .job_retention_secs
             .or(file.job_retention_secs)
             .unwrap_or(engram_core::jobs::DEFAULT_JOB_RETENTION.as_secs());
@@ -390,7 +362,7 @@ impl Settings {
         if !(1..=1000).contains(&database_pool_size) {
             bail!("database_pool_size must be 1 to 1000, got {database_pool_size}");
         }
-        let workers = serve.workers.or(file.workers).unwrap_or(2);
+        let workers = serve.jobs.workers.or(file.workers).unwrap_or(2);
         if !(1..=64).contains(&workers) {
             bail!("workers must be 1 to 64, got {workers}");
         }
@@ -428,7 +400,7 @@ impl Settings {
                 .filter(|k| !k.trim().is_empty()),
             timeout: std::time::Duration::from_secs(proxy_timeout_secs),
         };
-        let otlp_endpoint = serve.otlp_endpoint.clone().or(file.otlp_endpoint);
+        let otlp_endpoint = serve.jobs.otlp_endpoint.clone().or(file.otlp_endpoint);
         if let Some(e) = &otlp_endpoint {
             crate::telemetry::traces_url(e)?;
         }
